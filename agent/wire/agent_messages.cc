@@ -1,0 +1,154 @@
+#include "agent/wire/agent_messages.h"
+
+namespace profagent::wire {
+namespace {
+
+// profd.v1.AgentMessage
+constexpr uint32_t kAgentHello = 1, kAgentHeartbeat = 2, kAgentCaptureStatus = 3;
+
+void WriteCounters(ProtoWriter& w, uint32_t field, const DeviceCounters& c) {
+  size_t at = w.BeginNested(field);
+  w.Varint(1, c.device);
+  w.Varint(2, c.kernel_launches);
+  w.Varint(3, c.graph_launches);
+  w.Varint(4, c.memory_allocated_bytes);
+  w.Varint(5, c.memory_peak_bytes);
+  w.EndNested(at);
+}
+
+bool DecodeStartCapture(std::string_view data, StartCapture* s) {
+  ProtoReader r(data);
+  while (r.Next()) {
+    switch (r.field()) {
+      case 1: s->capture_id = std::string(r.bytes()); break;
+      case 2: s->duration_ms = static_cast<uint32_t>(r.varint()); break;
+      case 3:
+        if (r.wire_type() == 0) {
+          s->kinds.push_back(static_cast<ActivityKind>(r.varint()));
+        } else {  // packed
+          // Packed varints carry no tags: decode them directly.
+          uint64_t v = 0;
+          int shift = 0;
+          for (char ch : r.bytes()) {
+            uint8_t b = static_cast<uint8_t>(ch);
+            v |= static_cast<uint64_t>(b & 0x7f) << shift;
+            if (b & 0x80) {
+              shift += 7;
+            } else {
+              s->kinds.push_back(static_cast<ActivityKind>(v));
+              v = 0;
+              shift = 0;
+            }
+          }
+        }
+        break;
+      case 4: s->start_at_realtime_ns = r.varint(); break;
+      case 5: s->max_events = r.varint(); break;
+      case 6: s->flush_interval_ms = static_cast<uint32_t>(r.varint()); break;
+      case 7: s->requested_realtime_ns = r.varint(); break;
+      default: break;
+    }
+  }
+  return r.ok();
+}
+
+}  // namespace
+
+void WriteDeviceInfo(ProtoWriter& w, uint32_t field, const DeviceInfo& d) {
+  size_t at = w.BeginNested(field);
+  w.Varint(1, d.ordinal);
+  w.String(2, d.name);
+  w.String(3, d.uuid);
+  w.Varint(4, d.compute_major);
+  w.Varint(5, d.compute_minor);
+  w.Varint(6, d.multiprocessors);
+  w.Varint(7, d.global_memory_bytes);
+  w.Varint(8, d.max_threads_per_multiprocessor);
+  w.Varint(9, d.max_blocks_per_multiprocessor);
+  w.Varint(10, d.max_registers_per_multiprocessor);
+  w.Varint(11, d.max_shared_memory_per_multiprocessor);
+  w.Varint(12, d.warp_size);
+  w.Varint(13, d.max_registers_per_block);
+  w.Varint(14, d.max_shared_memory_per_block);
+  w.EndNested(at);
+}
+
+void EncodeHello(const Hello& h, std::string* out) {
+  out->clear();
+  ProtoWriter w(out);
+  size_t at = w.BeginNested(kAgentHello);
+  w.String(1, h.agent_version);
+  w.Varint(2, h.pid);
+  w.String(3, h.hostname);
+  w.String(4, h.pod_name);
+  w.String(5, h.pod_namespace);
+  w.String(6, h.container_name);
+  w.Varint(7, h.cupti_version);
+  w.Varint(8, h.cuda_driver_version);
+  for (const DeviceInfo& d : h.devices) WriteDeviceInfo(w, 9, d);
+  w.Bool(10, h.injected);
+  w.Varint(11, h.start_realtime_ns);
+  w.EndNested(at);
+}
+
+void EncodeHeartbeat(const Heartbeat& hb, std::string* out) {
+  out->clear();
+  ProtoWriter w(out);
+  size_t at = w.BeginNested(kAgentHeartbeat);
+  w.Varint(1, hb.realtime_ns);
+  for (const DeviceCounters& c : hb.devices) WriteCounters(w, 2, c);
+  for (const DeviceInfo& d : hb.device_infos) WriteDeviceInfo(w, 3, d);
+  w.EndNested(at);
+}
+
+void EncodeCaptureStatus(const CaptureStatus& s, std::string* out) {
+  out->clear();
+  ProtoWriter w(out);
+  size_t at = w.BeginNested(kAgentCaptureStatus);
+  w.String(1, s.capture_id);
+  w.Varint(2, static_cast<uint32_t>(s.state));
+  w.Varint(3, static_cast<uint32_t>(s.error));
+  w.String(4, s.message);
+  w.Varint(5, s.enabled_realtime_ns);
+  w.Varint(6, s.disabled_realtime_ns);
+  w.Varint(7, s.events);
+  w.Varint(8, s.dropped_records);
+  w.Varint(9, s.batches);
+  w.Bool(10, s.truncated);
+  w.EndNested(at);
+}
+
+bool DecodeDaemonMessage(std::string_view data, DaemonCommand* out) {
+  *out = DaemonCommand{};
+  ProtoReader r(data);
+  while (r.Next()) {
+    if (r.wire_type() != 2) continue;
+    ProtoReader body(r.bytes());
+    switch (r.field()) {
+      case 1:  // HelloAck
+        out->kind = DaemonCommand::Kind::kHelloAck;
+        while (body.Next()) {
+          if (body.field() == 1) out->daemon_version = std::string(body.bytes());
+          if (body.field() == 2) out->heartbeat_interval_ms = static_cast<uint32_t>(body.varint());
+        }
+        if (!body.ok()) return false;
+        break;
+      case 2:  // StartCapture
+        out->kind = DaemonCommand::Kind::kStartCapture;
+        if (!DecodeStartCapture(r.bytes(), &out->start)) return false;
+        break;
+      case 3:  // StopCapture
+        out->kind = DaemonCommand::Kind::kStopCapture;
+        while (body.Next()) {
+          if (body.field() == 1) out->stop_capture_id = std::string(body.bytes());
+        }
+        if (!body.ok()) return false;
+        break;
+      default:
+        break;
+    }
+  }
+  return r.ok();
+}
+
+}  // namespace profagent::wire

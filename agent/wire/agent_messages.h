@@ -1,0 +1,132 @@
+// Encoders for the messages the agent sends (profd.v1.AgentMessage) and a decoder for the ones it
+// receives (profd.v1.DaemonMessage). Field numbers mirror proto/profd/v1/agent_channel.proto;
+// tests/agent/wire_unittest.cc parses what these write with the generated classes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "agent/wire/proto_writer.h"
+
+namespace profagent::wire {
+
+struct DeviceInfo {
+  uint32_t ordinal = 0;
+  std::string name;
+  std::string uuid;
+  uint32_t compute_major = 0;
+  uint32_t compute_minor = 0;
+  uint32_t multiprocessors = 0;
+  uint64_t global_memory_bytes = 0;
+  uint32_t max_threads_per_multiprocessor = 0;
+  uint32_t max_blocks_per_multiprocessor = 0;
+  uint32_t max_registers_per_multiprocessor = 0;
+  uint32_t max_shared_memory_per_multiprocessor = 0;
+  uint32_t warp_size = 0;
+  uint32_t max_registers_per_block = 0;
+  uint32_t max_shared_memory_per_block = 0;
+};
+
+struct DeviceCounters {
+  uint32_t device = 0;
+  uint64_t kernel_launches = 0;
+  uint64_t graph_launches = 0;
+  uint64_t memory_allocated_bytes = 0;
+  uint64_t memory_peak_bytes = 0;
+};
+
+struct Hello {
+  std::string agent_version;
+  uint32_t pid = 0;
+  std::string hostname;
+  std::string pod_name;
+  std::string pod_namespace;
+  std::string container_name;
+  uint32_t cupti_version = 0;
+  uint32_t cuda_driver_version = 0;
+  std::vector<DeviceInfo> devices;
+  bool injected = false;
+  uint64_t start_realtime_ns = 0;
+};
+
+struct Heartbeat {
+  uint64_t realtime_ns = 0;
+  std::vector<DeviceCounters> devices;
+  std::vector<DeviceInfo> device_infos;
+};
+
+// Mirrors profd.v1.CaptureState / CaptureError.
+enum class CaptureState : uint32_t { kStarted = 1, kFinished = 2, kFailed = 3 };
+enum class CaptureError : uint32_t {
+  kNone = 0,
+  kCuptiUnavailable = 1,
+  kCuptiInUse = 2,
+  kNoCudaDevice = 3,
+  kAlreadyCapturing = 4,
+  kCuptiFailed = 5,
+  kCancelled = 6,
+};
+
+struct CaptureStatus {
+  std::string capture_id;
+  CaptureState state = CaptureState::kStarted;
+  CaptureError error = CaptureError::kNone;
+  std::string message;
+  uint64_t enabled_realtime_ns = 0;
+  uint64_t disabled_realtime_ns = 0;
+  uint64_t events = 0;
+  uint64_t dropped_records = 0;
+  uint64_t batches = 0;
+  bool truncated = false;
+};
+
+// Each writes one whole AgentMessage into *out (cleared first).
+void EncodeHello(const Hello& hello, std::string* out);
+void EncodeHeartbeat(const Heartbeat& heartbeat, std::string* out);
+void EncodeCaptureStatus(const CaptureStatus& status, std::string* out);
+void WriteDeviceInfo(ProtoWriter& w, uint32_t field, const DeviceInfo& d);
+
+// Field number of AgentMessage.events: the capture code writes EventBatch bodies under it.
+inline constexpr uint32_t kAgentMessageEventsField = 4;
+
+// Mirrors profd.v1.ActivityKind.
+enum class ActivityKind : uint32_t {
+  kKernel = 1,
+  kMemcpy = 2,
+  kMemset = 3,
+  kRuntime = 4,
+  kSynchronization = 5,
+  kDriver = 6,
+  kNvtx = 7,
+  kMemory = 8,
+  kOverhead = 9,
+};
+
+struct StartCapture {
+  std::string capture_id;
+  uint32_t duration_ms = 0;
+  std::vector<ActivityKind> kinds;
+  uint64_t start_at_realtime_ns = 0;
+  uint64_t max_events = 0;
+  uint32_t flush_interval_ms = 0;
+  uint64_t requested_realtime_ns = 0;
+};
+
+struct DaemonCommand {
+  enum class Kind { kUnknown, kHelloAck, kStartCapture, kStopCapture };
+  Kind kind = Kind::kUnknown;
+  // kHelloAck
+  std::string daemon_version;
+  uint32_t heartbeat_interval_ms = 0;
+  // kStartCapture
+  StartCapture start;
+  // kStopCapture
+  std::string stop_capture_id;
+};
+
+// False when the bytes are not a well-formed DaemonMessage.
+bool DecodeDaemonMessage(std::string_view data, DaemonCommand* out);
+
+}  // namespace profagent::wire

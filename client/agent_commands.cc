@@ -1,0 +1,96 @@
+// profctl agents, profctl status: what profd sees on this node.
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "client/commands.h"
+#include "client/table.h"
+
+namespace profctl {
+namespace {
+
+std::string PodOf(const profd::v1::AgentInfo& a) {
+  if (!a.pod_name().empty()) {
+    std::string pod = a.pod_namespace().empty() ? a.pod_name()
+                                                : a.pod_namespace() + "/" + a.pod_name();
+    return a.container_name().empty() ? pod : pod + "/" + a.container_name();
+  }
+  if (!a.container_id().empty()) return a.container_id().substr(0, 12);
+  return "-";
+}
+
+std::string GpusOf(const profd::v1::AgentInfo& a) {
+  if (a.devices().empty()) return "-";
+  std::vector<std::string> ids;
+  for (const auto& d : a.devices()) ids.push_back(std::to_string(d.ordinal()));
+  return absl::StrJoin(ids, ",");
+}
+
+int RunAgents(const GlobalOptions& g) {
+  ProfdClient client(ResolveTarget(g.target));
+  grpc::ClientContext ctx;
+  profd::v1::ListAgentsResponse response;
+  grpc::Status status =
+      client.stub().ListAgents(WithDeadline(&ctx, g), profd::v1::ListAgentsRequest(), &response);
+  if (!status.ok()) return Fail(client, status);
+  if (g.json) {
+    PrintJson(response);
+    return kExitOk;
+  }
+  if (response.agents().empty()) {
+    std::cout << "No agents connected to profd on " << response.hostname()
+              << ".\nStart the process with CUDA_INJECTION64_PATH=/usr/lib/profd/libprofagent.so "
+                 "(and PROFD_AGENT_SOCKET if profd uses another agent socket).\n";
+    return kExitOk;
+  }
+  Table table({"PID>", "POD/CONTAINER", "GPUS", "CONNECTED", "COMMAND"});
+  for (const auto& a : response.agents()) {
+    table.AddRow({std::to_string(a.pid()), PodOf(a), GpusOf(a), Ago(a.connected_since_unix_ns()),
+                  a.command_line().empty() ? a.comm() : a.command_line()});
+  }
+  std::cout << table.Render();
+  return kExitOk;
+}
+
+int RunStatus(const GlobalOptions& g) {
+  ProfdClient client(ResolveTarget(g.target));
+  grpc::ClientContext ctx;
+  profd::v1::DaemonStatus response;
+  grpc::Status status =
+      client.stub().GetStatus(WithDeadline(&ctx, g), profd::v1::GetStatusRequest(), &response);
+  if (!status.ok()) return Fail(client, status);
+  if (g.json) {
+    PrintJson(response);
+    return kExitOk;
+  }
+  std::cout << "profd " << response.version() << " on " << response.hostname() << ", up since "
+            << Ago(response.started_unix_ns()) << "\n"
+            << "  agents connected:  " << response.agents_connected() << "\n"
+            << "  agent socket:      " << response.agent_socket() << "\n"
+            << "  gRPC:              " << absl::StrJoin(response.grpc_addresses(), ", ") << "\n";
+  if (!response.metrics_address().empty()) {
+    std::cout << "  metrics:           http://" << response.metrics_address() << "/metrics\n";
+  }
+  if (!response.store_uri().empty()) {
+    std::cout << "  store:             " << response.store_uri() << "\n";
+  }
+  std::cout << "  captures:          " << response.captures_running() << " running, "
+            << response.captures_completed() << " completed, " << response.captures_failed()
+            << " failed\n";
+  if (response.agent_protocol_errors() > 0) {
+    std::cout << "  rejected agent connections: " << response.agent_protocol_errors() << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+void AddAgentCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
+  app.add_subcommand("agents", "List the processes that can be profiled")->callback([&g, rc] {
+    *rc = RunAgents(g);
+  });
+  app.add_subcommand("status", "Show profd's state")->callback([&g, rc] { *rc = RunStatus(g); });
+}
+
+}  // namespace profctl

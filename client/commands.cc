@@ -1,0 +1,47 @@
+#include "client/commands.h"
+
+#include <chrono>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace profctl {
+
+void PrintJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  std::cout << out;
+  if (out.empty() || out.back() != '\n') std::cout << '\n';
+}
+
+std::string Ago(int64_t unix_ns) {
+  if (unix_ns == 0) return "-";
+  absl::Duration d = absl::Now() - absl::FromUnixNanos(unix_ns);
+  if (d < absl::Seconds(1)) return "just now";
+  if (d < absl::Minutes(1)) return absl::StrCat(absl::ToInt64Seconds(d), "s ago");
+  if (d < absl::Hours(1)) return absl::StrCat(absl::ToInt64Minutes(d), "m ago");
+  if (d < absl::Hours(48)) return absl::StrCat(absl::ToInt64Hours(d), "h ago");
+  return absl::StrCat(absl::ToInt64Hours(d) / 24, "d ago");
+}
+
+grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx, const GlobalOptions& g) {
+  absl::Duration timeout;
+  if (!absl::ParseDuration(g.timeout, &timeout)) timeout = absl::Seconds(10);
+  ctx->set_deadline(std::chrono::system_clock::now() +
+                    std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+  return ctx;
+}
+
+int Fail(const ProfdClient& client, const grpc::Status& status) {
+  std::cerr << "profctl: " << client.Explain(status) << "\n";
+  return ProfdClient::ExitCodeFor(status);
+}
+
+}  // namespace profctl

@@ -1,0 +1,32 @@
+// What every profctl subcommand shares: the global flags, the JSON printer, the deadline, and
+// the way a failed call becomes a message and an exit code. Each *_commands.cc file adds its
+// subcommands to the CLI through one Add*Commands function.
+#pragma once
+
+#include <string>
+
+#include "CLI/CLI.hpp"
+#include "client/profd_client.h"
+#include "google/protobuf/message.h"
+
+namespace profctl {
+
+struct GlobalOptions {
+  std::string target;
+  bool json = false;
+  std::string timeout = "10s";
+};
+
+// The response message as JSON (proto field names, defaults included) on stdout.
+void PrintJson(const google::protobuf::Message& message);
+// "3m ago" for a Unix time in ns; "-" for 0.
+std::string Ago(int64_t unix_ns);
+// Sets the --timeout deadline on ctx and returns it.
+grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx, const GlobalOptions& g);
+// Prints the explanation of a failed call on stderr and returns its exit code.
+int Fail(const ProfdClient& client, const grpc::Status& status);
+
+// Each sets *rc from the subcommand's callback.
+void AddAgentCommands(CLI::App& app, const GlobalOptions& g, int* rc);  // agents, status
+
+}  // namespace profctl

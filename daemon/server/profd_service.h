@@ -1,0 +1,41 @@
+// The gRPC service profctl talks to. Handlers run on gRPC's threads; each one reads the registry
+// or hands work to the component that owns it and never does slow work itself.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "daemon/agents/agent_channel_server.h"
+#include "daemon/agents/agent_registry.h"
+#include "profd/v1/profd.grpc.pb.h"
+
+namespace profd {
+
+// Facts about this profd run, fixed at start-up.
+struct DaemonIdentity {
+  std::string hostname;
+  absl::Time started;
+  std::string agent_socket;
+  std::vector<std::string> grpc_addresses;
+  std::string metrics_address;
+  std::string store_uri;
+};
+
+class ProfdService final : public v1::Profd::Service {
+ public:
+  ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
+               const AgentChannelServer* channel);
+
+  grpc::Status ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
+                          v1::ListAgentsResponse* response) override;
+  grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest* request,
+                         v1::DaemonStatus* response) override;
+
+ private:
+  const DaemonIdentity* const identity_;
+  AgentRegistry* const registry_;
+  const AgentChannelServer* const channel_;
+};
+
+}  // namespace profd

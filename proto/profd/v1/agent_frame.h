@@ -1,0 +1,28 @@
+// Framing of the agent channel, shared by the agent and profd: a 4-byte little-endian length,
+// then the message. The limit keeps a broken or hostile peer from making either side allocate
+// without bound.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace profd::v1 {
+
+inline constexpr size_t kAgentFrameHeaderBytes = 4;
+inline constexpr uint32_t kMaxAgentFrameBytes = 16u << 20;
+inline constexpr const char* kDefaultAgentSocket = "/run/profd/agent.sock";
+inline constexpr const char* kAgentSocketEnv = "PROFD_AGENT_SOCKET";
+
+inline void EncodeFrameHeader(uint32_t length, unsigned char* out) {
+  out[0] = static_cast<unsigned char>(length);
+  out[1] = static_cast<unsigned char>(length >> 8);
+  out[2] = static_cast<unsigned char>(length >> 16);
+  out[3] = static_cast<unsigned char>(length >> 24);
+}
+
+inline uint32_t DecodeFrameHeader(const unsigned char* in) {
+  return static_cast<uint32_t>(in[0]) | (static_cast<uint32_t>(in[1]) << 8) |
+         (static_cast<uint32_t>(in[2]) << 16) | (static_cast<uint32_t>(in[3]) << 24);
+}
+
+}  // namespace profd::v1

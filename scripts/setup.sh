@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Installs what profd needs to build and test on Debian bookworm. Idempotent: packages already
+# present are left alone, and apt-get update runs only when something is missing.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config git
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler  # wire + control plane
+  libabsl-dev            # Status, time, flags, strings
+  prometheus-cpp-dev     # /metrics
+  libcurl4-openssl-dev   # S3 uploads (built-in AWS SigV4)
+  zlib1g-dev             # gzip traces
+  rapidjson-dev          # reading traces (profctl report/import)
+  libcli11-dev           # profctl's command line
+  libgtest-dev libgmock-dev  # unit tests
+  prometheus             # tests: a real Prometheus scrapes profd; promtool checks /metrics
+  nodejs npm             # tests: s3rver, a real S3-protocol server
+  patchelf               # relocatable tarball
+  clang-format
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+if [ ! -d /usr/local/cuda/include ] || [ ! -e /usr/local/cuda/lib64/libcupti.so ]; then
+  echo "setup: the CUDA 13 toolkit with CUPTI is expected at /usr/local/cuda" >&2
+  exit 1
+fi
+echo "setup: ok"

@@ -1,0 +1,134 @@
+// Agent registration end to end: real profd, real libprofagent.so in a child process, real
+// profctl. No GPU needed: the child loads the agent the way the CUDA driver does.
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/support/profd_process.h"
+
+namespace profd::testing {
+namespace {
+
+const rapidjson::Value* FindAgent(const rapidjson::Document& doc, pid_t pid) {
+  if (!doc.IsObject() || !doc.HasMember("agents")) return nullptr;
+  for (const auto& a : doc["agents"].GetArray()) {
+    if (a["pid"].GetUint() == static_cast<unsigned>(pid)) return &a;
+  }
+  return nullptr;
+}
+
+bool Listed(const ProfdProcess& profd, pid_t pid) {
+  return FindAgent(profd.ProfctlJson({"agents"}), pid) != nullptr;
+}
+
+TEST(RegistrationTest, AgentRegistersReconnectsAndIsReaped) {
+  ProfdProcess profd;
+  profd.Start();
+  auto host = StartAgentHost(profd.agent_socket(), {},
+                             {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}});
+
+  ASSERT_TRUE(WaitFor([&] { return Listed(profd, host->pid()); }, absl::Seconds(2)))
+      << profd.log();
+  rapidjson::Document doc = profd.ProfctlJson({"agents"});
+  const rapidjson::Value* agent = FindAgent(doc, host->pid());
+  ASSERT_NE(agent, nullptr);
+  EXPECT_STREQ((*agent)["comm"].GetString(), "agent_host");
+  EXPECT_NE(std::string((*agent)["command_line"].GetString()).find("libprofagent.so"),
+            std::string::npos);
+  EXPECT_STREQ((*agent)["pod_name"].GetString(), "llm-7f9c");
+  EXPECT_STREQ((*agent)["pod_namespace"].GetString(), "serving");
+  EXPECT_TRUE((*agent)["injected"].GetBool());
+  EXPECT_EQ((*agent)["uid"].GetUint(), getuid());
+
+  // The human table names the process too.
+  RunResult table = profd.Profctl({"agents"});
+  EXPECT_EQ(table.exit_code, 0);
+  EXPECT_NE(table.out.find(std::to_string(host->pid())), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("serving/llm-7f9c"), std::string::npos) << table.out;
+
+  // profd dies and comes back: the agent finds it again by itself (back-off tops out at 5 s).
+  profd.Kill();
+  profd.Start();
+  EXPECT_TRUE(WaitFor([&] { return Listed(profd, host->pid()); }, absl::Seconds(8)))
+      << profd.log();
+
+  // The process exits: it leaves the list.
+  host->Kill();
+  EXPECT_TRUE(WaitFor([&] { return !Listed(profd, host->pid()); }, absl::Seconds(3)));
+  EXPECT_NE(profd.log().find("gone"), std::string::npos) << profd.log();
+}
+
+TEST(RegistrationTest, ForkedChildStaysSilentAndParentStaysRegistered) {
+  ProfdProcess profd;
+  profd.Start();
+  auto host = StartAgentHost(profd.agent_socket(), {"--fork"});
+  ASSERT_TRUE(WaitFor([&] { return Listed(profd, host->pid()); }, absl::Seconds(2)));
+  absl::SleepFor(absl::Seconds(3.5));  // the child lives 3 s, then exits
+  rapidjson::Document doc = profd.ProfctlJson({"agents"});
+  EXPECT_EQ(doc["agents"].GetArray().Size(), 1u);
+  EXPECT_NE(FindAgent(doc, host->pid()), nullptr);
+  EXPECT_TRUE(host->Running());
+}
+
+TEST(RegistrationTest, GarbageOnTheAgentSocketIsRejectedAndOthersServed) {
+  ProfdProcess profd;
+  profd.Start();
+  auto connect_raw = [&] {
+    int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strncpy(addr.sun_path, profd.agent_socket().c_str(), sizeof(addr.sun_path) - 1);
+    EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+    return fd;
+  };
+  // Not a frame of ours: an HTTP request. Its first four bytes read as a huge length.
+  int http = connect_raw();
+  const char request[] = "GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+  ASSERT_GT(write(http, request, sizeof(request) - 1), 0);
+  // A well-sized frame that is not a valid message.
+  int junk = connect_raw();
+  const unsigned char frame[] = {8, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff};
+  ASSERT_GT(write(junk, frame, sizeof(frame)), 0);
+  // Half a frame, then a half-close.
+  int half = connect_raw();
+  const unsigned char partial[] = {100, 0, 0, 0, 0x0a, 0x02};
+  ASSERT_GT(write(half, partial, sizeof(partial)), 0);
+  shutdown(half, SHUT_WR);
+
+  auto host = StartAgentHost(profd.agent_socket());
+  EXPECT_TRUE(WaitFor([&] { return Listed(profd, host->pid()); }, absl::Seconds(2)));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        rapidjson::Document s = profd.ProfctlJson({"status"});
+        return s["agent_protocol_errors"].GetString() == std::string("3");
+      },
+      absl::Seconds(3)))
+      << profd.log();
+  std::string log = profd.log();
+  EXPECT_NE(log.find("exceeds the"), std::string::npos) << log;
+  EXPECT_NE(log.find("malformed message"), std::string::npos) << log;
+  EXPECT_NE(log.find("closed in the middle of a frame"), std::string::npos) << log;
+  close(http);
+  close(junk);
+  close(half);
+}
+
+TEST(RegistrationTest, ProfctlSaysWhenProfdIsNotThere) {
+  TempDir dir;
+  RunResult r = profd::testing::Run({BuildPath("client/profctl"), "--target", "unix:" + dir.File("none.sock"),
+                     "--timeout", "2s", "agents"});
+  EXPECT_EQ(r.exit_code, 3);
+  EXPECT_NE(r.err.find("profd not reachable at unix:"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("is it running?"), std::string::npos) << r.err;
+
+  RunResult usage = profd::testing::Run({BuildPath("client/profctl"), "no-such-command"});
+  EXPECT_EQ(usage.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace profd::testing

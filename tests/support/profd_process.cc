@@ -1,0 +1,68 @@
+#include "tests/support/profd_process.h"
+
+#include <signal.h>
+
+#include <stdexcept>
+
+namespace profd::testing {
+
+ProfdProcess::ProfdProcess(std::vector<std::string> extra_flags)
+    : extra_flags_(std::move(extra_flags)) {}
+
+ProfdProcess::~ProfdProcess() { Kill(); }
+
+void ProfdProcess::Start() {
+  std::vector<std::string> argv = {BuildPath("daemon/profd"), "--runtime_dir=" + dir_.path(),
+                                   "--grpc_address=none"};
+  argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+  process_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{},
+                                          dir_.File("profd.log"));
+  bool up = WaitFor([&] { return Profctl({"status"}).exit_code == 0 || !process_->Running(); },
+                    absl::Seconds(15));
+  if (!up || !process_->Running()) {
+    throw std::runtime_error("profd did not start:\n" + log());
+  }
+}
+
+void ProfdProcess::Stop() {
+  if (!process_) return;
+  process_->Signal(SIGTERM);
+  process_->Wait(absl::Seconds(10));
+  process_.reset();
+}
+
+void ProfdProcess::Kill() {
+  if (!process_) return;
+  process_->Kill();
+  process_.reset();
+}
+
+RunResult ProfdProcess::Profctl(std::vector<std::string> args) const {
+  std::vector<std::string> argv = {BuildPath("client/profctl"), "--target", target()};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return Run(argv);
+}
+
+rapidjson::Document ProfdProcess::ProfctlJson(std::vector<std::string> args) const {
+  args.insert(args.begin(), "--json");
+  RunResult r = Profctl(args);
+  rapidjson::Document doc;
+  doc.Parse(r.out.c_str());
+  if (doc.HasParseError()) {
+    throw std::runtime_error("profctl output is not JSON (exit " + std::to_string(r.exit_code) +
+                             "):\n" + r.out + r.err);
+  }
+  return doc;
+}
+
+std::unique_ptr<Subprocess> StartAgentHost(const std::string& agent_socket,
+                                           std::vector<std::string> extra_args,
+                                           std::map<std::string, std::string> env) {
+  std::vector<std::string> argv = {BuildPath("tests/integration/agent_host"),
+                                   BuildPath("agent/libprofagent.so")};
+  argv.insert(argv.end(), extra_args.begin(), extra_args.end());
+  env["PROFD_AGENT_SOCKET"] = agent_socket;
+  return std::make_unique<Subprocess>(argv, env);
+}
+
+}  // namespace profd::testing

@@ -1,0 +1,48 @@
+// Test support: a real profd in a child process, in a private runtime folder, and the real
+// profctl pointed at it.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rapidjson/document.h"
+#include "tests/support/subprocess.h"
+
+namespace profd::testing {
+
+class ProfdProcess {
+ public:
+  // extra_flags are appended to profd's command line.
+  explicit ProfdProcess(std::vector<std::string> extra_flags = {});
+  ~ProfdProcess();
+
+  // Starts profd and waits until `profctl status` answers. Can be called again after Stop().
+  void Start();
+  void Stop();  // SIGTERM, then wait
+  void Kill();  // SIGKILL
+
+  const std::string& runtime_dir() const { return dir_.path(); }
+  std::string agent_socket() const { return dir_.File("agent.sock"); }
+  std::string target() const { return "unix:" + dir_.File("profd.sock"); }
+  std::string log() const { return ReadFileOrEmpty(dir_.File("profd.log.err")); }
+  pid_t pid() const { return process_ ? process_->pid() : -1; }
+
+  // Runs profctl --target <this profd> args...
+  RunResult Profctl(std::vector<std::string> args) const;
+  // Runs profctl --json ... and parses stdout; fails the test if it is not JSON.
+  rapidjson::Document ProfctlJson(std::vector<std::string> args) const;
+
+ private:
+  TempDir dir_;
+  std::vector<std::string> extra_flags_;
+  std::unique_ptr<Subprocess> process_;
+};
+
+// A child process that loads libprofagent.so the way the CUDA driver does (dlopen, then
+// InitializeInjection) and idles until killed. No GPU needed.
+std::unique_ptr<Subprocess> StartAgentHost(const std::string& agent_socket,
+                                           std::vector<std::string> extra_args = {},
+                                           std::map<std::string, std::string> env = {});
+
+}  // namespace profd::testing
