@@ -71,6 +71,7 @@ const CuptiLibrary& LoadCupti() {
       c.error = c.path + " lacks an entry point profd needs (CUPTI older than CUDA 12?)";
       return;
     }
+    Bind(lib, "cuptiSubscribe_v2", &c.SubscribeV2);  // CUDA 12.6+; optional
     c.GetVersion(&c.version);
     c.loaded = true;
   });
