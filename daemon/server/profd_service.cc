@@ -24,6 +24,11 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   response->set_metrics_address(identity_->metrics_address);
   response->set_store_uri(identity_->store_uri);
   response->set_agent_protocol_errors(channel_->protocol_errors());
+  if (gpus_ != nullptr) {
+    std::shared_ptr<const GpuSnapshot> gpus = gpus_->snapshot();
+    response->set_nvml_available(gpus->nvml_available);
+    response->set_nvml_error(gpus->nvml_error);
+  }
   return grpc::Status::OK;
 }
 

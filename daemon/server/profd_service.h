@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/metrics/gpu_sampler.h"
 #include "profd/v1/profd.grpc.pb.h"
 
 namespace profd {
@@ -27,6 +28,9 @@ class ProfdService final : public v1::Profd::Service {
   ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
                const AgentChannelServer* channel);
 
+  // Set before serving; null leaves nvml_available false in GetStatus.
+  void set_gpu_sampler(const GpuSampler* gpus) { gpus_ = gpus; }
+
   grpc::Status ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
                           v1::ListAgentsResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest* request,
@@ -36,6 +40,7 @@ class ProfdService final : public v1::Profd::Service {
   const DaemonIdentity* const identity_;
   AgentRegistry* const registry_;
   const AgentChannelServer* const channel_;
+  const GpuSampler* gpus_ = nullptr;
 };
 
 }  // namespace profd
