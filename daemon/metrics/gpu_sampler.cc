@@ -129,6 +129,13 @@ void GpuSampler::Run() {
     return;  // nothing to sample; the thread ends and Stop() joins it
   }
   NvmlLibrary& nvml = **loaded;
+  // Every call sampled is counted from 0, so a rate() over the error counter exists before the
+  // first error.
+  for (const char* call :
+       {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetProcessUtilization"}) {
+    errors.try_emplace(call, 0);
+  }
   LogInfo(kComponent, "NVML loaded from %s: %d GPU(s), sampled every %s", options_.library_path,
           devices.size(), absl::FormatDuration(options_.interval));
 
