@@ -198,7 +198,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       Labels labels = With(
           ProcessLabels(hostname, p.pid, agent == agent_of_pid.end() ? nullptr : agent->second,
                         p.comm),
-          {{"gpu", index}, {"uuid", g.uuid}});
+          {{"gpu", index}});
       if (p.memory_used_bytes) Add(proc_used, labels, static_cast<double>(*p.memory_used_bytes));
       if (p.sm_utilization) Add(proc_sm, std::move(labels), *p.sm_utilization);
     }
@@ -231,7 +231,9 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
         1);
     for (const v1::DeviceCounters& c : a.counters()) {
       // The agent counts by CUDA ordinal, which CUDA_VISIBLE_DEVICES renumbers; the uuid says
-      // which physical GPU it is, and NVML's index for it is what `gpu` means everywhere.
+      // which physical GPU it is, and NVML's index for it is what `gpu` means everywhere. No
+      // uuid label on process series: it is on the GPU series, joined on (hostname, gpu), and
+      // leaving it out keeps the exposition with 64 agents x 8 GPUs ~20% smaller.
       std::string uuid;
       for (const v1::DeviceInfo& d : a.devices()) {
         if (d.ordinal() == c.device()) uuid = d.uuid();
@@ -239,7 +241,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       auto nvml = nvml_index_of_uuid.find(uuid);
       const std::string gpu = std::to_string(
           nvml != nvml_index_of_uuid.end() ? nvml->second : c.device());
-      Labels labels = With(process, {{"gpu", gpu}, {"uuid", uuid}});
+      Labels labels = With(process, {{"gpu", gpu}});
       Add(launches, labels, static_cast<double>(c.kernel_launches()));
       Add(graphs, labels, static_cast<double>(c.graph_launches()));
       Add(allocated, labels, static_cast<double>(c.memory_allocated_bytes()));

@@ -111,7 +111,7 @@ TEST_F(MetricsCollectorTest, AgentCountersCarryProcessAndGpuLabels) {
   const std::string process =
       "comm=\"\",container=\"vllm\",hostname=\"node-a\",namespace=\"serving\",pid=\"4000001\","
       "pod=\"llm-7f9c\"";
-  const std::string on_gpu3 = process + ",gpu=\"3\",uuid=\"" + kUuid3 + "\"";
+  const std::string on_gpu3 = process + ",gpu=\"3\"";
   EXPECT_THAT(text, Line("profd_process_kernel_launches_total{" + on_gpu3 + "} 12345"));
   EXPECT_THAT(text, Line("profd_process_graph_launches_total{" + on_gpu3 + "} 67"));
   EXPECT_THAT(text, Line("profd_process_memory_allocated_bytes{" + on_gpu3 + "} 5368709120"));
@@ -120,7 +120,7 @@ TEST_F(MetricsCollectorTest, AgentCountersCarryProcessAndGpuLabels) {
                          ",agent_version=\"0.1.0\",injected=\"true\"} 1"));
   EXPECT_THAT(text, HasSubstr("profd_process_kernel_launches_total{comm=\"\",container=\"vllm\","
                               "hostname=\"node-a\",namespace=\"serving\",pid=\"4000011\","
-                              "pod=\"other\",gpu=\"1\",uuid=\"GPU-unknown\"} 5\n"));
+                              "pod=\"other\",gpu=\"1\"} 5\n"));
   EXPECT_THAT(text, Line("profd_agents_connected{hostname=\"node-a\"} 2"));
   EXPECT_THAT(text, Line("# TYPE profd_process_kernel_launches_total counter"));
   EXPECT_THAT(text, Line("# TYPE profd_process_memory_allocated_peak_bytes gauge"));
@@ -130,8 +130,8 @@ TEST_F(MetricsCollectorTest, AgentCountersCarryProcessAndGpuLabels) {
   EXPECT_THAT(text, Line("profd_process_sm_utilization_ratio{" + on_gpu3 + "} 0.25"));
   // ...and a process without an agent is still shown, with its comm from /proc.
   EXPECT_THAT(text, Line("profd_process_gpu_memory_used_bytes{comm=\"python3\",container=\"\","
-                         "hostname=\"node-a\",namespace=\"\",pid=\"4000002\",pod=\"\",gpu=\"3\","
-                         "uuid=\"" + std::string(kUuid3) + "\"} 1073741824"));
+                         "hostname=\"node-a\",namespace=\"\",pid=\"4000002\",pod=\"\",gpu=\"3\"} "
+                         "1073741824"));
   // No SM sample for it: left out rather than a made-up 0.
   EXPECT_THAT(text, Not(HasSubstr("profd_process_sm_utilization_ratio{comm=\"python3\"")));
 }

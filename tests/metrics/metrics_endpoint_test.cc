@@ -101,8 +101,7 @@ TEST_F(MetricsEndpointTest, NvmlGpusAndProcessesAreExportedAndProcessesThatExitV
   const std::string process =
       absl::StrCat("comm=\"agent_host\",container=\"server\",hostname=\"node-test\",namespace=\"serving\",",
                    "pid=\"", host->pid(), "\",pod=\"llm-7f9c\"");
-  const std::string on_gpu1 =
-      process + ",gpu=\"1\",uuid=\"GPU-11111111-1111-1111-1111-111111111111\"";
+  const std::string on_gpu1 = process + ",gpu=\"1\"";
   std::string text;
   ASSERT_TRUE(WaitFor(
       [&] {
