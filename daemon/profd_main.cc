@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/capture/capture_orchestrator.h"
 #include "daemon/log.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/metrics/gpu_sampler.h"
@@ -50,6 +51,14 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often agents send counters");
 ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10),
           "An agent silent this long is dropped");
+ABSL_FLAG(std::string, capture_dir, "/var/lib/profd/captures",
+          "Folder where capture folders (traces, manifest, summary) are written");
+ABSL_FLAG(absl::Duration, max_capture_duration, absl::Seconds(60),
+          "Longest capture a request may ask for");
+ABSL_FLAG(uint64_t, max_capture_events, 50'000'000,
+          "Events kept per process and capture; the trace says when it was cut");
+ABSL_FLAG(bool, record_batches, false,
+          "Also keep each capture's raw event batches (batches-<pid>.pb) for replay");
 
 namespace profd {
 namespace {
@@ -93,13 +102,24 @@ int Main(int argc, char** argv) {
   channel_options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   channel_options.agent_timeout = absl::GetFlag(FLAGS_agent_timeout);
   AgentChannelServer channel(channel_options, &registry);
+  CaptureOptions capture_options;
+  capture_options.hostname = identity.hostname;
+  capture_options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
+  capture_options.max_duration = absl::GetFlag(FLAGS_max_capture_duration);
+  capture_options.max_events = absl::GetFlag(FLAGS_max_capture_events);
+  capture_options.record_batches = absl::GetFlag(FLAGS_record_batches);
+  // Capture and store components report into daemon_metrics (daemon/metrics/daemon_metrics.h).
+  DaemonMetrics daemon_metrics;
+  capture_options.on_finished = [&daemon_metrics](const v1::CaptureInfo& info) {
+    daemon_metrics.OnCaptureFinished(info);
+  };
+  CaptureOrchestrator captures(capture_options, &registry, &channel);
+  channel.set_event_sink(&captures);
   if (absl::Status status = channel.Start(); !status.ok()) {
     LogError(kComponent, "cannot start the agent channel: %s", status.ToString());
     return 1;
   }
 
-  // Capture and store components report into daemon_metrics (daemon/metrics/daemon_metrics.h).
-  DaemonMetrics daemon_metrics;
   GpuSampler::Options gpu_options;
   gpu_options.library_path = absl::GetFlag(FLAGS_nvml_library);
   gpu_options.interval = std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
@@ -110,7 +130,8 @@ int Main(int argc, char** argv) {
       metrics_address != "none" && !metrics_address.empty()) {
     auto collector = std::make_shared<MetricsCollector>(MetricsCollector::Sources{
         identity.hostname, &registry, &gpu_sampler, &daemon_metrics,
-        [&channel] { return channel.protocol_errors(); }});
+        [&channel] { return channel.protocol_errors(); },
+        [&captures] { return static_cast<int64_t>(captures.counts().running); }});
     absl::StatusOr<std::unique_ptr<MetricsServer>> started =
         MetricsServer::Start(metrics_address, std::move(collector));
     if (!started.ok()) {
@@ -136,7 +157,7 @@ int Main(int argc, char** argv) {
     builder.AddListeningPort(identity.grpc_addresses[i], grpc::InsecureServerCredentials(),
                              &bound_ports[i]);
   }
-  ProfdService service(&identity, &registry, &channel);
+  ProfdService service(&identity, &registry, &channel, &captures);
   service.set_gpu_sampler(&gpu_sampler);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -40,6 +40,25 @@ void DaemonMetrics::OnCaptureFinished(CaptureResult result, absl::Duration durat
   state_.trace_bytes_written += trace_bytes;
 }
 
+void DaemonMetrics::OnCaptureFinished(const v1::CaptureInfo& info) {
+  CaptureResult result = CaptureResult::kSucceeded;
+  if (info.phase() == v1::CAPTURE_PHASE_FAILED) result = CaptureResult::kFailed;
+  if (info.phase() == v1::CAPTURE_PHASE_CANCELLED) result = CaptureResult::kCancelled;
+  absl::Duration duration;
+  if (info.finished_unix_ns() > info.requested_unix_ns() && info.requested_unix_ns() > 0) {
+    duration = absl::Nanoseconds(info.finished_unix_ns() - info.requested_unix_ns());
+  }
+  uint64_t events = 0;
+  uint64_t dropped = 0;
+  for (const v1::ProcessCapture& p : info.processes()) {
+    events += p.events();
+    dropped += p.dropped_records();
+  }
+  uint64_t bytes = 0;
+  for (const v1::TraceFile& f : info.files()) bytes += f.bytes();
+  OnCaptureFinished(result, duration, events, dropped, bytes);
+}
+
 void DaemonMetrics::OnUpload(bool ok, uint64_t bytes) {
   absl::MutexLock lock(&mutex_);
   if (ok) {

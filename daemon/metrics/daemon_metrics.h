@@ -2,7 +2,10 @@
 // do the work report here; MetricsCollector calls Read() on each scrape.
 //
 // How to report (any thread; each call takes a short mutex, never blocks on I/O):
-//   CaptureOrchestrator:  OnCaptureStarted() when a capture is accepted, then exactly one
+//   CaptureOrchestrator:  profd_main.cc hands OnCaptureFinished(const v1::CaptureInfo&) to
+//                         CaptureOptions::on_finished, and MetricsCollector reads the running
+//                         count from the orchestrator. A component without a CaptureInfo calls
+//                         OnCaptureStarted() when a capture is accepted, then exactly one
 //                         OnCaptureFinished(result, duration, events, dropped_records,
 //                         trace_bytes) when it ends, whatever the outcome. duration is request ->
 //                         final state; events and dropped_records sum over the processes;
@@ -23,6 +26,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "profd/v1/profd.pb.h"
 
 namespace profd {
 
@@ -57,6 +61,9 @@ class DaemonMetrics {
   void OnCaptureStarted();
   void OnCaptureFinished(CaptureResult result, absl::Duration duration, uint64_t events,
                          uint64_t dropped_records, uint64_t trace_bytes);
+  // The same from a finished capture's record: result from its phase, duration from request to
+  // finish, events and dropped records summed over its processes, bytes over its files.
+  void OnCaptureFinished(const v1::CaptureInfo& info);
   void OnUpload(bool ok, uint64_t bytes);
   void OnTraceBytesWritten(uint64_t bytes);
 

@@ -106,7 +106,9 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
 
   MetricFamily running =
       Family("profd_captures_running", "Captures in progress", MetricType::Gauge);
-  Add(running, host, static_cast<double>(daemon.captures_running));
+  Add(running, host,
+      static_cast<double>(sources_.captures_running ? sources_.captures_running()
+                                                    : daemon.captures_running));
   out.push_back(std::move(running));
 
   MetricFamily duration =

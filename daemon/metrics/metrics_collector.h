@@ -35,6 +35,8 @@ class MetricsCollector : public prometheus::Collectable {
     const GpuSampler* gpus = nullptr;
     const DaemonMetrics* daemon = nullptr;
     std::function<uint64_t()> agent_protocol_errors;  // may be empty
+    // Captures in progress, from their owner; when empty, DaemonMetrics' own count.
+    std::function<int64_t()> captures_running;
   };
 
   explicit MetricsCollector(Sources sources);

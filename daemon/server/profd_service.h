@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/capture/capture_orchestrator.h"
 #include "daemon/metrics/gpu_sampler.h"
 #include "profd/v1/profd.grpc.pb.h"
 
@@ -26,7 +27,7 @@ struct DaemonIdentity {
 class ProfdService final : public v1::Profd::Service {
  public:
   ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
-               const AgentChannelServer* channel);
+               const AgentChannelServer* channel, CaptureOrchestrator* captures);
 
   // Set before serving; null leaves nvml_available false in GetStatus.
   void set_gpu_sampler(const GpuSampler* gpus) { gpus_ = gpus; }
@@ -35,11 +36,21 @@ class ProfdService final : public v1::Profd::Service {
                           v1::ListAgentsResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest* request,
                          v1::DaemonStatus* response) override;
+  // Streams progress until the capture ends; a client that goes away leaves it running.
+  grpc::Status Capture(grpc::ServerContext* context, const v1::CaptureRequest* request,
+                       grpc::ServerWriter<v1::CaptureProgress>* writer) override;
+  grpc::Status GetCapture(grpc::ServerContext* context, const v1::GetCaptureRequest* request,
+                          v1::CaptureInfo* response) override;
+  grpc::Status ListCaptures(grpc::ServerContext* context, const v1::ListCapturesRequest* request,
+                            v1::ListCapturesResponse* response) override;
+  grpc::Status CancelCapture(grpc::ServerContext* context, const v1::CancelCaptureRequest* request,
+                             v1::CaptureInfo* response) override;
 
  private:
   const DaemonIdentity* const identity_;
   AgentRegistry* const registry_;
   const AgentChannelServer* const channel_;
+  CaptureOrchestrator* const captures_;
   const GpuSampler* gpus_ = nullptr;
 };
 

@@ -111,7 +111,7 @@ int Main(int argc, char** argv) {
   DaemonMetrics daemon;
   Fill(registry, sampler, daemon);
   auto collector = std::make_shared<MetricsCollector>(
-      MetricsCollector::Sources{"node-a", &registry, &sampler, &daemon, [] { return 0ull; }});
+      MetricsCollector::Sources{"node-a", &registry, &sampler, &daemon, [] { return 0ull; }, {}});
 
   size_t series = 0;
   for (const auto& f : collector->Collect()) series += f.metric.size();

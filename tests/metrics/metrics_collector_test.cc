@@ -83,7 +83,7 @@ class MetricsCollectorTest : public ::testing::Test {
   MetricsCollectorTest()
       : gpus_(GpuSampler::Options{}),
         collector_(MetricsCollector::Sources{"node-a", &registry_, &gpus_, &daemon_,
-                                             [] { return uint64_t{7}; }}) {}
+                                             [] { return uint64_t{7}; }, {}}) {}
 
   std::string Scrape() { return prometheus::TextSerializer().Serialize(collector_.Collect()); }
 
@@ -207,6 +207,30 @@ TEST_F(MetricsCollectorTest, CaptureAndUploadHealth) {
   EXPECT_THAT(text, Line("profd_trace_uploaded_bytes_total{" + h + "} 4000"));
   EXPECT_THAT(text, Line("profd_uploads_total{" + h + ",result=\"succeeded\"} 1"));
   EXPECT_THAT(text, Line("profd_uploads_total{" + h + ",result=\"failed\"} 1"));
+}
+
+// What profd_main.cc hands the capture orchestrator: a finished CaptureInfo becomes one capture.
+TEST_F(MetricsCollectorTest, FinishedCaptureInfoIsCounted) {
+  v1::CaptureInfo info;
+  info.set_phase(v1::CAPTURE_PHASE_CANCELLED);
+  info.set_requested_unix_ns(1'000'000'000);
+  info.set_finished_unix_ns(1'750'000'000);
+  for (uint64_t events : {100, 250}) {
+    v1::ProcessCapture* p = info.add_processes();
+    p->set_events(events);
+    p->set_dropped_records(events / 50);
+  }
+  info.add_files()->set_bytes(4096);
+  daemon_.OnCaptureFinished(info);
+  const std::string text = Scrape();
+  const std::string h = "hostname=\"node-a\"";
+  EXPECT_THAT(text, Line("profd_captures_total{" + h + ",result=\"cancelled\"} 1"));
+  EXPECT_THAT(text, Line("profd_capture_duration_seconds_sum{" + h + "} 0.75"));
+  EXPECT_THAT(text, Line("profd_capture_duration_seconds_bucket{" + h + ",le=\"0.5\"} 0"));
+  EXPECT_THAT(text, Line("profd_capture_duration_seconds_bucket{" + h + ",le=\"1\"} 1"));
+  EXPECT_THAT(text, Line("profd_capture_events_total{" + h + "} 350"));
+  EXPECT_THAT(text, Line("profd_capture_dropped_records_total{" + h + "} 7"));
+  EXPECT_THAT(text, Line("profd_trace_written_bytes_total{" + h + "} 4096"));
 }
 
 // Every family, with all its label sets, passes Prometheus' own linter.
