@@ -122,7 +122,8 @@ int Main(int argc, char** argv) {
 
   GpuSampler::Options gpu_options;
   gpu_options.library_path = absl::GetFlag(FLAGS_nvml_library);
-  gpu_options.interval = std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
+  gpu_options.interval =
+      std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
   GpuSampler gpu_sampler(gpu_options);
   gpu_sampler.Start();
   std::unique_ptr<MetricsServer> metrics_server;
@@ -179,7 +180,8 @@ int Main(int argc, char** argv) {
   if (grpc_socket != "none") chmod(grpc_socket.c_str(), 0660);
   LogInfo(kComponent, "profd %s on %s: gRPC %s; metrics %s", PROFD_VERSION, identity.hostname,
           absl::StrJoin(identity.grpc_addresses, ", "),
-          identity.metrics_address.empty() ? "off" : "http://" + identity.metrics_address + "/metrics");
+          identity.metrics_address.empty() ? "off"
+                                           : "http://" + identity.metrics_address + "/metrics");
 
   int received = 0;
   sigwait(&signals, &received);

@@ -41,8 +41,8 @@ const char* CaptureResultLabel(CaptureResult result);  // "succeeded", "failed",
 class DaemonMetrics {
  public:
   // Upper bounds of profd_capture_duration_seconds' buckets (captures last 100 ms to minutes).
-  static constexpr std::array<double, 10> kDurationBuckets = {0.1, 0.5, 1,   2.5, 5,
-                                                              10,  30,  60,  120, 300};
+  static constexpr std::array<double, 10> kDurationBuckets = {0.1, 0.5, 1,  2.5, 5,
+                                                              10,  30,  60, 120, 300};
 
   struct Snapshot {
     std::array<uint64_t, kCaptureResultCount> captures_by_result{};

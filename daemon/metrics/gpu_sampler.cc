@@ -24,8 +24,8 @@ std::string ReadComm(uint32_t pid) {
 // What the sampler thread keeps about one GPU between ticks.
 struct DeviceState {
   NvmlDevice handle = nullptr;
-  GpuSample identity;            // index, uuid, model
-  uint64_t last_seen_us = 0;     // newest process-utilization sample already used
+  GpuSample identity;                 // index, uuid, model
+  uint64_t last_seen_us = 0;          // newest process-utilization sample already used
   std::set<std::string> unsupported;  // calls this GPU answered NOT_SUPPORTED: not asked again
   std::set<std::string> warned;       // calls whose failure has been logged once
 };
@@ -57,7 +57,9 @@ GpuSampler::GpuSampler(Options options) : options_(std::move(options)) {
 
 GpuSampler::~GpuSampler() { Stop(); }
 
-void GpuSampler::Start() { thread_ = std::thread([this] { Run(); }); }
+void GpuSampler::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
 
 void GpuSampler::Stop() {
   {
@@ -108,10 +110,14 @@ void GpuSampler::Run() {
           continue;
         }
         d.handle = *handle;
-        if (auto uuid = nvml.Uuid(d.handle); uuid.ok()) d.identity.uuid = *uuid;
-        else ++errors["nvmlDeviceGetUUID"];
-        if (auto name = nvml.Name(d.handle); name.ok()) d.identity.model = *name;
-        else ++errors["nvmlDeviceGetName"];
+        if (auto uuid = nvml.Uuid(d.handle); uuid.ok())
+          d.identity.uuid = *uuid;
+        else
+          ++errors["nvmlDeviceGetUUID"];
+        if (auto name = nvml.Name(d.handle); name.ok())
+          d.identity.model = *name;
+        else
+          ++errors["nvmlDeviceGetName"];
         devices.push_back(std::move(d));
       }
     }

@@ -22,16 +22,16 @@
 namespace profd {
 
 struct GpuProcessSample {
-  uint32_t pid = 0;                          // as NVML reports it (the host's pid namespace)
-  std::string comm;                          // /proc/<pid>/comm, read once per pid
+  uint32_t pid = 0;                           // as NVML reports it (the host's pid namespace)
+  std::string comm;                           // /proc/<pid>/comm, read once per pid
   std::optional<uint64_t> memory_used_bytes;  // nvmlDeviceGetComputeRunningProcesses
   std::optional<double> sm_utilization;       // 0..1, mean of NVML's samples in the interval
 };
 
 struct GpuSample {
-  uint32_t index = 0;  // NVML index, the order nvidia-smi shows
-  std::string uuid;    // GPU-xxxxxxxx-...
-  std::string model;   // e.g. "NVIDIA H100 80GB HBM3"
+  uint32_t index = 0;                                  // NVML index, the order nvidia-smi shows
+  std::string uuid;                                    // GPU-xxxxxxxx-...
+  std::string model;                                   // e.g. "NVIDIA H100 80GB HBM3"
   std::optional<double> utilization;                   // 0..1
   std::optional<double> memory_bandwidth_utilization;  // 0..1
   std::optional<uint64_t> memory_used_bytes;

@@ -41,15 +41,13 @@ Labels With(Labels labels, std::initializer_list<ClientMetric::Label> more) {
 Labels ProcessLabels(const std::string& hostname, uint32_t pid, const v1::AgentInfo* agent,
                      const std::string& comm_without_agent) {
   if (agent == nullptr) {
-    return {{"comm", comm_without_agent}, {"container", ""}, {"hostname", hostname},
-            {"namespace", ""},            {"pid", std::to_string(pid)}, {"pod", ""}};
+    return {{"comm", comm_without_agent}, {"container", ""},
+            {"hostname", hostname},       {"namespace", ""},
+            {"pid", std::to_string(pid)}, {"pod", ""}};
   }
-  return {{"comm", agent->comm()},
-          {"container", agent->container_name()},
-          {"hostname", hostname},
-          {"namespace", agent->pod_namespace()},
-          {"pid", std::to_string(pid)},
-          {"pod", agent->pod_name()}};
+  return {{"comm", agent->comm()},      {"container", agent->container_name()},
+          {"hostname", hostname},       {"namespace", agent->pod_namespace()},
+          {"pid", std::to_string(pid)}, {"pod", agent->pod_name()}};
 }
 
 }  // namespace
@@ -81,9 +79,9 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   Add(build, With(host, {{"version", PROFD_VERSION}}), 1);
   out.push_back(std::move(build));
 
-  MetricFamily connected = Family("profd_agents_connected",
-                                  "Processes with an agent connected to this profd",
-                                  MetricType::Gauge);
+  MetricFamily connected =
+      Family("profd_agents_connected", "Processes with an agent connected to this profd",
+             MetricType::Gauge);
   Add(connected, host, static_cast<double>(agents.size()));
   out.push_back(std::move(connected));
 
@@ -95,9 +93,9 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       sources_.agent_protocol_errors ? static_cast<double>(sources_.agent_protocol_errors()) : 0);
   out.push_back(std::move(protocol_errors));
 
-  MetricFamily captures = Family(
-      "profd_captures_total", "Captures finished, by result (succeeded, failed, cancelled)",
-      MetricType::Counter);
+  MetricFamily captures =
+      Family("profd_captures_total", "Captures finished, by result (succeeded, failed, cancelled)",
+             MetricType::Counter);
   for (int r = 0; r < kCaptureResultCount; ++r) {
     Add(captures, With(host, {{"result", CaptureResultLabel(static_cast<CaptureResult>(r))}}),
         static_cast<double>(daemon.captures_by_result[r]));
@@ -112,8 +110,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   out.push_back(std::move(running));
 
   MetricFamily duration =
-      Family("profd_capture_duration_seconds",
-             "Time from a capture request to its final state", MetricType::Histogram);
+      Family("profd_capture_duration_seconds", "Time from a capture request to its final state",
+             MetricType::Histogram);
   {
     ClientMetric metric;
     metric.label = host;
@@ -141,13 +139,15 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
                  "CUPTI records lost in captures (buffers full), as the agents reported",
                  daemon.dropped_records);
   daemon_counter("profd_trace_written_bytes_total",
-                 "Bytes of trace files written to the local spool or store", daemon.trace_bytes_written);
+                 "Bytes of trace files written to the local spool or store",
+                 daemon.trace_bytes_written);
   daemon_counter("profd_trace_uploaded_bytes_total",
                  "Bytes of trace files uploaded to the remote store", daemon.trace_bytes_uploaded);
   MetricFamily uploads = Family("profd_uploads_total",
                                 "Upload attempts of trace objects, by result (succeeded, failed)",
                                 MetricType::Counter);
-  Add(uploads, With(host, {{"result", "succeeded"}}), static_cast<double>(daemon.uploads_succeeded));
+  Add(uploads, With(host, {{"result", "succeeded"}}),
+      static_cast<double>(daemon.uploads_succeeded));
   Add(uploads, With(host, {{"result", "failed"}}), static_cast<double>(daemon.uploads_failed));
   out.push_back(std::move(uploads));
 
@@ -159,23 +159,23 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   Add(nvml_available, host, gpus->nvml_available ? 1 : 0);
   out.push_back(std::move(nvml_available));
 
-  MetricFamily nvml_errors = Family("profd_nvml_errors_total", "Failed NVML calls, by entry point",
-                                    MetricType::Counter);
+  MetricFamily nvml_errors =
+      Family("profd_nvml_errors_total", "Failed NVML calls, by entry point", MetricType::Counter);
   for (const auto& [call, count] : gpus->errors_by_call) {
     Add(nvml_errors, With(host, {{"call", call}}), static_cast<double>(count));
   }
   out.push_back(std::move(nvml_errors));
 
   // GPUs, from NVML.
-  MetricFamily gpu_util = Family("profd_gpu_utilization_ratio",
-                                 "Fraction of the last sample period in which a kernel ran (NVML)",
-                                 MetricType::Gauge);
-  MetricFamily gpu_bw = Family(
-      "profd_gpu_memory_bandwidth_utilization_ratio",
-      "Fraction of the last sample period in which device memory was read or written (NVML)",
-      MetricType::Gauge);
-  MetricFamily gpu_used = Family("profd_gpu_memory_used_bytes", "Device memory in use (NVML)",
-                                 MetricType::Gauge);
+  MetricFamily gpu_util =
+      Family("profd_gpu_utilization_ratio",
+             "Fraction of the last sample period in which a kernel ran (NVML)", MetricType::Gauge);
+  MetricFamily gpu_bw =
+      Family("profd_gpu_memory_bandwidth_utilization_ratio",
+             "Fraction of the last sample period in which device memory was read or written (NVML)",
+             MetricType::Gauge);
+  MetricFamily gpu_used =
+      Family("profd_gpu_memory_used_bytes", "Device memory in use (NVML)", MetricType::Gauge);
   MetricFamily gpu_total =
       Family("profd_gpu_memory_total_bytes", "Device memory installed (NVML)", MetricType::Gauge);
   MetricFamily proc_used =
@@ -183,10 +183,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
              "Device memory a process holds on a GPU, context and allocator caches included "
              "(NVML)",
              MetricType::Gauge);
-  MetricFamily proc_sm = Family(
-      "profd_process_sm_utilization_ratio",
-      "Fraction of the GPU's SM time a process used over the last sample interval (NVML)",
-      MetricType::Gauge);
+  MetricFamily proc_sm =
+      Family("profd_process_sm_utilization_ratio",
+             "Fraction of the GPU's SM time a process used over the last sample interval (NVML)",
+             MetricType::Gauge);
   for (const GpuSample& g : gpus->gpus) {
     const std::string index = std::to_string(g.index);
     const Labels device = {
@@ -197,10 +197,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     if (g.memory_total_bytes) Add(gpu_total, device, static_cast<double>(*g.memory_total_bytes));
     for (const GpuProcessSample& p : g.processes) {
       auto agent = agent_of_pid.find(p.pid);
-      Labels labels = With(
-          ProcessLabels(hostname, p.pid, agent == agent_of_pid.end() ? nullptr : agent->second,
-                        p.comm),
-          {{"gpu", index}});
+      Labels labels =
+          With(ProcessLabels(hostname, p.pid, agent == agent_of_pid.end() ? nullptr : agent->second,
+                             p.comm),
+               {{"gpu", index}});
       if (p.memory_used_bytes) Add(proc_used, labels, static_cast<double>(*p.memory_used_bytes));
       if (p.sm_utilization) Add(proc_sm, std::move(labels), *p.sm_utilization);
     }
@@ -210,17 +210,17 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   }
 
   // Processes, from their agents' heartbeats.
-  MetricFamily info = Family("profd_process_info",
-                             "One series per process with a connected agent; always 1",
-                             MetricType::Gauge);
-  MetricFamily launches = Family("profd_process_kernel_launches_total",
-                                 "Kernel launches since the agent started, CUDA graphs excluded",
-                                 MetricType::Counter);
+  MetricFamily info =
+      Family("profd_process_info", "One series per process with a connected agent; always 1",
+             MetricType::Gauge);
+  MetricFamily launches =
+      Family("profd_process_kernel_launches_total",
+             "Kernel launches since the agent started, CUDA graphs excluded", MetricType::Counter);
   MetricFamily graphs = Family("profd_process_graph_launches_total",
                                "CUDA graph launches since the agent started", MetricType::Counter);
-  MetricFamily allocated = Family("profd_process_memory_allocated_bytes",
-                                  "Device memory the process has allocated now (agent)",
-                                  MetricType::Gauge);
+  MetricFamily allocated =
+      Family("profd_process_memory_allocated_bytes",
+             "Device memory the process has allocated now (agent)", MetricType::Gauge);
   MetricFamily peak = Family("profd_process_memory_allocated_peak_bytes",
                              "Most device memory the process had allocated at once since it "
                              "started (agent)",
@@ -228,8 +228,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   for (const v1::AgentInfo& a : agents) {
     const Labels process = ProcessLabels(hostname, a.pid(), &a, "");
     Add(info,
-        With(process, {{"agent_version", a.agent_version()},
-                       {"injected", a.injected() ? "true" : "false"}}),
+        With(process,
+             {{"agent_version", a.agent_version()}, {"injected", a.injected() ? "true" : "false"}}),
         1);
     for (const v1::DeviceCounters& c : a.counters()) {
       // The agent counts by CUDA ordinal, which CUDA_VISIBLE_DEVICES renumbers; the uuid says
@@ -241,8 +241,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
         if (d.ordinal() == c.device()) uuid = d.uuid();
       }
       auto nvml = nvml_index_of_uuid.find(uuid);
-      const std::string gpu = std::to_string(
-          nvml != nvml_index_of_uuid.end() ? nvml->second : c.device());
+      const std::string gpu =
+          std::to_string(nvml != nvml_index_of_uuid.end() ? nvml->second : c.device());
       Labels labels = With(process, {{"gpu", gpu}});
       Add(launches, labels, static_cast<double>(c.kernel_launches()));
       Add(graphs, labels, static_cast<double>(c.graph_launches()));

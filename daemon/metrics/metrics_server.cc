@@ -3,8 +3,8 @@
 #include <exception>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 
 namespace profd {
 
@@ -15,16 +15,17 @@ absl::StatusOr<std::unique_ptr<MetricsServer>> MetricsServer::Start(
   if (colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &port) || port < 0 ||
       port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--metrics_address=", address, " is not host:port (e.g. 0.0.0.0:9477, 127.0.0.1:9477), "
-        "nor 'none'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--metrics_address=", address,
+                     " is not host:port (e.g. 0.0.0.0:9477, 127.0.0.1:9477), "
+                     "nor 'none'"));
   }
   std::unique_ptr<prometheus::Exposer> exposer;
   try {
     exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
   } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", address, ": ",
-                                               e.what(), ". Is the port in use (another profd?) "
+    return absl::UnavailableError(absl::StrCat("cannot serve /metrics on ", address, ": ", e.what(),
+                                               ". Is the port in use (another profd?) "
                                                "or the address not on this host?"));
   }
   exposer->RegisterCollectable(collectable);

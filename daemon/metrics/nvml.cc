@@ -117,8 +117,7 @@ absl::StatusOr<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Load(const std::string
       handle, {"nvmlDeviceGetHandleByIndex_v2", "nvmlDeviceGetHandleByIndex"});
   api->name = Resolve<decltype(api->name)>(handle, {"nvmlDeviceGetName"});
   api->uuid = Resolve<decltype(api->uuid)>(handle, {"nvmlDeviceGetUUID"});
-  api->utilization =
-      Resolve<decltype(api->utilization)>(handle, {"nvmlDeviceGetUtilizationRates"});
+  api->utilization = Resolve<decltype(api->utilization)>(handle, {"nvmlDeviceGetUtilizationRates"});
   api->memory = Resolve<decltype(api->memory)>(handle, {"nvmlDeviceGetMemoryInfo"});
   api->compute_processes_v2 = Resolve<decltype(api->compute_processes_v2)>(
       handle,
@@ -131,14 +130,18 @@ absl::StatusOr<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Load(const std::string
       Resolve<decltype(api->process_utilization)>(handle, {"nvmlDeviceGetProcessUtilization"});
 
   const char* missing = nullptr;
-  if (api->init == nullptr) missing = "nvmlInit_v2";
-  else if (api->shutdown == nullptr) missing = "nvmlShutdown";
-  else if (api->device_count == nullptr) missing = "nvmlDeviceGetCount_v2";
-  else if (api->device_by_index == nullptr) missing = "nvmlDeviceGetHandleByIndex_v2";
+  if (api->init == nullptr)
+    missing = "nvmlInit_v2";
+  else if (api->shutdown == nullptr)
+    missing = "nvmlShutdown";
+  else if (api->device_count == nullptr)
+    missing = "nvmlDeviceGetCount_v2";
+  else if (api->device_by_index == nullptr)
+    missing = "nvmlDeviceGetHandleByIndex_v2";
   if (missing != nullptr) {
     dlclose(handle);
-    return absl::FailedPreconditionError(absl::StrCat(
-        library_path, " has no ", missing, ": not NVML, or a driver too old for profd"));
+    return absl::FailedPreconditionError(absl::StrCat(library_path, " has no ", missing,
+                                                      ": not NVML, or a driver too old for profd"));
   }
   if (nvmlReturn_t code = api->init(); code != NVML_SUCCESS) {
     std::string why = api->Describe(code);
@@ -159,8 +162,7 @@ NvmlLibrary::~NvmlLibrary() {
 
 absl::StatusOr<uint32_t> NvmlLibrary::DeviceCount() {
   unsigned int count = 0;
-  if (absl::Status s = api_->Check(api_->device_count(&count), "nvmlDeviceGetCount");
-      !s.ok()) {
+  if (absl::Status s = api_->Check(api_->device_count(&count), "nvmlDeviceGetCount"); !s.ok()) {
     return s;
   }
   return count;
@@ -168,8 +170,7 @@ absl::StatusOr<uint32_t> NvmlLibrary::DeviceCount() {
 
 absl::StatusOr<NvmlDevice> NvmlLibrary::DeviceByIndex(uint32_t index) {
   NvmlDevice device = nullptr;
-  absl::Status s =
-      api_->Check(api_->device_by_index(index, &device), "nvmlDeviceGetHandleByIndex");
+  absl::Status s = api_->Check(api_->device_by_index(index, &device), "nvmlDeviceGetHandleByIndex");
   if (!s.ok()) return s;
   return device;
 }
@@ -177,8 +178,7 @@ absl::StatusOr<NvmlDevice> NvmlLibrary::DeviceByIndex(uint32_t index) {
 absl::StatusOr<std::string> NvmlLibrary::Name(NvmlDevice device) {
   if (api_->name == nullptr) return absl::UnimplementedError("nvmlDeviceGetName: not exported");
   char name[kNvmlDeviceNameBufferSize] = {};
-  absl::Status s =
-      api_->Check(api_->name(device, name, sizeof(name) - 1), "nvmlDeviceGetName");
+  absl::Status s = api_->Check(api_->name(device, name, sizeof(name) - 1), "nvmlDeviceGetName");
   if (!s.ok()) return s;
   return std::string(name);
 }
@@ -186,8 +186,7 @@ absl::StatusOr<std::string> NvmlLibrary::Name(NvmlDevice device) {
 absl::StatusOr<std::string> NvmlLibrary::Uuid(NvmlDevice device) {
   if (api_->uuid == nullptr) return absl::UnimplementedError("nvmlDeviceGetUUID: not exported");
   char uuid[kNvmlUuidBufferSize] = {};
-  absl::Status s =
-      api_->Check(api_->uuid(device, uuid, sizeof(uuid) - 1), "nvmlDeviceGetUUID");
+  absl::Status s = api_->Check(api_->uuid(device, uuid, sizeof(uuid) - 1), "nvmlDeviceGetUUID");
   if (!s.ok()) return s;
   return std::string(uuid);
 }
@@ -197,8 +196,7 @@ absl::StatusOr<NvmlUtilization> NvmlLibrary::Utilization(NvmlDevice device) {
     return absl::UnimplementedError("nvmlDeviceGetUtilizationRates: not exported");
   }
   nvmlUtilization_t u{};
-  absl::Status s =
-      api_->Check(api_->utilization(device, &u), "nvmlDeviceGetUtilizationRates");
+  absl::Status s = api_->Check(api_->utilization(device, &u), "nvmlDeviceGetUtilizationRates");
   if (!s.ok()) return s;
   return NvmlUtilization{u.gpu, u.memory};
 }
@@ -230,7 +228,8 @@ absl::StatusOr<std::vector<NvmlProcessMemory>> NvmlLibrary::ComputeProcesses(Nvm
       if (code == NVML_SUCCESS) {
         for (unsigned int i = 0; i < std::min(count, capacity); ++i) {
           NvmlProcessMemory p{infos[i].pid, std::nullopt};
-          if (infos[i].usedGpuMemory != NVML_VALUE_NOT_AVAILABLE) p.used_bytes = infos[i].usedGpuMemory;
+          if (infos[i].usedGpuMemory != NVML_VALUE_NOT_AVAILABLE)
+            p.used_bytes = infos[i].usedGpuMemory;
           out.push_back(p);
         }
       }
@@ -240,7 +239,8 @@ absl::StatusOr<std::vector<NvmlProcessMemory>> NvmlLibrary::ComputeProcesses(Nvm
       if (code == NVML_SUCCESS) {
         for (unsigned int i = 0; i < std::min(count, capacity); ++i) {
           NvmlProcessMemory p{infos[i].pid, std::nullopt};
-          if (infos[i].usedGpuMemory != NVML_VALUE_NOT_AVAILABLE) p.used_bytes = infos[i].usedGpuMemory;
+          if (infos[i].usedGpuMemory != NVML_VALUE_NOT_AVAILABLE)
+            p.used_bytes = infos[i].usedGpuMemory;
           out.push_back(p);
         }
       }

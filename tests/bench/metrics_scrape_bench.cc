@@ -24,7 +24,9 @@ namespace {
 constexpr int kAgents = 64;
 constexpr int kGpus = 8;
 
-std::string Uuid(int gpu) { return absl::StrCat("GPU-", gpu, "0000000-1111-2222-3333-444444444444"); }
+std::string Uuid(int gpu) {
+  return absl::StrCat("GPU-", gpu, "0000000-1111-2222-3333-444444444444");
+}
 
 void Fill(AgentRegistry& registry, GpuSampler& sampler, DaemonMetrics& daemon) {
   GpuSnapshot snapshot;
@@ -48,9 +50,9 @@ void Fill(AgentRegistry& registry, GpuSampler& sampler, DaemonMetrics& daemon) {
     }
     snapshot.gpus.push_back(std::move(gpu));
   }
-  for (const char* call : {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
-                           "nvmlDeviceGetComputeRunningProcesses",
-                           "nvmlDeviceGetProcessUtilization"}) {
+  for (const char* call :
+       {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
+        "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetProcessUtilization"}) {
     snapshot.errors_by_call[call] = 0;
   }
   sampler.PublishForTesting(std::move(snapshot));

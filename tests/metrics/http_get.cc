@@ -43,8 +43,7 @@ absl::StatusOr<rapidjson::Document> PrometheusQuery(const std::string& prometheu
                                                     const std::string& expr) {
   std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
   char* escaped = curl_easy_escape(curl.get(), expr.c_str(), static_cast<int>(expr.size()));
-  std::string url =
-      absl::StrCat("http://", prometheus_address, "/api/v1/query?query=", escaped);
+  std::string url = absl::StrCat("http://", prometheus_address, "/api/v1/query?query=", escaped);
   curl_free(escaped);
   std::unique_ptr<CURL, void (*)(CURL*)> get(curl_easy_init(), curl_easy_cleanup);
   std::string body;

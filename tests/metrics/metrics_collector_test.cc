@@ -82,8 +82,8 @@ class MetricsCollectorTest : public ::testing::Test {
  protected:
   MetricsCollectorTest()
       : gpus_(GpuSampler::Options{}),
-        collector_(MetricsCollector::Sources{"node-a", &registry_, &gpus_, &daemon_,
-                                             [] { return uint64_t{7}; }, {}}) {}
+        collector_(MetricsCollector::Sources{
+            "node-a", &registry_, &gpus_, &daemon_, [] { return uint64_t{7}; }, {}}) {}
 
   std::string Scrape() { return prometheus::TextSerializer().Serialize(collector_.Collect()); }
 

@@ -43,7 +43,8 @@ size_t Count(const std::string& text, const std::string& what) {
 void ExpectPromtoolAccepts(const std::string& text) {
   TempDir dir;
   std::ofstream(dir.File("metrics.txt")) << text;
-  RunResult r = profd::testing::Run({"/bin/sh", "-c", "promtool check metrics < " + dir.File("metrics.txt")});
+  RunResult r =
+      profd::testing::Run({"/bin/sh", "-c", "promtool check metrics < " + dir.File("metrics.txt")});
   EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(r.out + r.err, "") << "promtool lint findings";
 }
@@ -55,11 +56,12 @@ class MetricsEndpointTest : public ::testing::Test {
 };
 
 TEST_F(MetricsEndpointTest, WithoutNvmlProfdRunsSaysSoOnceAndExportsZero) {
-  ProfdProcess profd({"--nvml_library=/nonexistent/libnvidia-ml.so.1",
-                      "--nvml_sample_interval=100ms"});
+  ProfdProcess profd(
+      {"--nvml_library=/nonexistent/libnvidia-ml.so.1", "--nvml_sample_interval=100ms"});
   profd.Start();
-  auto host = StartAgentHost(profd.agent_socket(), {},
-                             {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}, {"CONTAINER_NAME", "server"}});
+  auto host = StartAgentHost(
+      profd.agent_socket(), {},
+      {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}, {"CONTAINER_NAME", "server"}});
   const std::string url = MetricsUrl(profd);
   const std::string pid = absl::StrCat("pid=\"", host->pid(), "\"");
   std::string text;
@@ -68,9 +70,10 @@ TEST_F(MetricsEndpointTest, WithoutNvmlProfdRunsSaysSoOnceAndExportsZero) {
 
   EXPECT_THAT(text, HasSubstr("\nprofd_nvml_available{hostname=\"node-test\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_agents_connected{hostname=\"node-test\"} 1\n"));
-  EXPECT_THAT(text, ContainsRegex("\nprofd_process_info\\{comm=\"agent_host\",container=\"server\","
-                                  "hostname=\"node-test\",namespace=\"serving\",pid=\"[0-9]+\","
-                                  "pod=\"llm-7f9c\",agent_version=\"[^\"]+\",injected=\"true\"\\} 1\n"));
+  EXPECT_THAT(text,
+              ContainsRegex("\nprofd_process_info\\{comm=\"agent_host\",container=\"server\","
+                            "hostname=\"node-test\",namespace=\"serving\",pid=\"[0-9]+\","
+                            "pod=\"llm-7f9c\",agent_version=\"[^\"]+\",injected=\"true\"\\} 1\n"));
   EXPECT_THAT(text, Not(HasSubstr("profd_gpu_")));
   ExpectPromtoolAccepts(text);
 
@@ -78,6 +81,22 @@ TEST_F(MetricsEndpointTest, WithoutNvmlProfdRunsSaysSoOnceAndExportsZero) {
   EXPECT_FALSE(status["nvml_available"].GetBool());
   EXPECT_THAT(status["nvml_error"].GetString(),
               HasSubstr("cannot load /nonexistent/libnvidia-ml.so.1"));
+
+  // A capture of a process without CUDA fails; /metrics counts it.
+  RunResult capture =
+      profd.Profctl({"capture", "--pid", std::to_string(host->pid()), "--duration", "200ms"});
+  EXPECT_NE(capture.exit_code, 0) << capture.out << capture.err;
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        text = Scrape(url);
+        return Count(text,
+                     "\nprofd_captures_total{hostname=\"node-test\",result=\"failed\"} 1\n") == 1;
+      },
+      absl::Seconds(10)))
+      << capture.out << capture.err << text;
+  EXPECT_THAT(text,
+              HasSubstr("\nprofd_capture_duration_seconds_count{hostname=\"node-test\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("\nprofd_captures_running{hostname=\"node-test\"} 0\n"));
 
   // Ten sample intervals later the log still says it once: no retry loop filling the log.
   absl::SleepFor(absl::Seconds(1));
@@ -94,13 +113,14 @@ TEST_F(MetricsEndpointTest, NvmlGpusAndProcessesAreExportedAndProcessesThatExitV
   ProfdProcess profd({"--nvml_library=" + BuildPath("tests/metrics/libfake_nvml.so"),
                       "--nvml_sample_interval=100ms"});
   profd.Start();
-  auto host = StartAgentHost(profd.agent_socket(), {},
-                             {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}, {"CONTAINER_NAME", "server"}});
+  auto host = StartAgentHost(
+      profd.agent_socket(), {},
+      {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}, {"CONTAINER_NAME", "server"}});
   std::ofstream(pids_file) << host->pid() << " 1\n";
   const std::string url = MetricsUrl(profd);
-  const std::string process =
-      absl::StrCat("comm=\"agent_host\",container=\"server\",hostname=\"node-test\",namespace=\"serving\",",
-                   "pid=\"", host->pid(), "\",pod=\"llm-7f9c\"");
+  const std::string process = absl::StrCat(
+      "comm=\"agent_host\",container=\"server\",hostname=\"node-test\",namespace=\"serving\",",
+      "pid=\"", host->pid(), "\",pod=\"llm-7f9c\"");
   const std::string on_gpu1 = process + ",gpu=\"1\"";
   std::string text;
   ASSERT_TRUE(WaitFor(
@@ -121,10 +141,12 @@ TEST_F(MetricsEndpointTest, NvmlGpusAndProcessesAreExportedAndProcessesThatExitV
   EXPECT_THAT(text, HasSubstr("\nprofd_nvml_available{hostname=\"node-test\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_gpu_utilization_ratio{" + gpu0 + "} 0.37\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_gpu_utilization_ratio{" + gpu1 + "} 0.5\n"));
-  EXPECT_THAT(text, HasSubstr("\nprofd_gpu_memory_bandwidth_utilization_ratio{" + gpu1 + "} 0.2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("\nprofd_gpu_memory_bandwidth_utilization_ratio{" + gpu1 + "} 0.2\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_gpu_memory_used_bytes{" + gpu0 + "} 10737418240\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_gpu_memory_total_bytes{" + gpu0 + "} 85899345920\n"));
-  EXPECT_THAT(text, HasSubstr("\nprofd_process_gpu_memory_used_bytes{" + on_gpu1 + "} 1073741824\n"));
+  EXPECT_THAT(text,
+              HasSubstr("\nprofd_process_gpu_memory_used_bytes{" + on_gpu1 + "} 1073741824\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_process_sm_utilization_ratio{" + on_gpu1 + "} 0.25\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_nvml_errors_total{hostname=\"node-test\","
                               "call=\"nvmlDeviceGetUtilizationRates\"} 0\n"));
@@ -146,9 +168,10 @@ TEST_F(MetricsEndpointTest, NvmlGpusAndProcessesAreExportedAndProcessesThatExitV
 TEST_F(MetricsEndpointTest, BadMetricsAddressStopsProfdWithAReason) {
   TempDir dir;
   auto profd = [&](const std::string& address) {
-    return profd::testing::Run({BuildPath("daemon/profd"), "--runtime_dir=" + dir.path(), "--grpc_address=none",
-                "--nvml_library=/nonexistent", "--metrics_address=" + address},
-               {}, absl::Seconds(20));
+    return profd::testing::Run(
+        {BuildPath("daemon/profd"), "--runtime_dir=" + dir.path(), "--grpc_address=none",
+         "--nvml_library=/nonexistent", "--metrics_address=" + address},
+        {}, absl::Seconds(20));
   };
   RunResult malformed = profd("localhost");
   EXPECT_EQ(malformed.exit_code, 1);

@@ -13,8 +13,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "gmock/gmock.h"
@@ -109,13 +109,12 @@ class PrometheusServer {
 
     address_ = absl::StrCat("127.0.0.1:", FreePort());
     process_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{"/usr/bin/prometheus",
-                                 "--config.file=" + dir_.File("prometheus.yml"),
-                                 "--storage.tsdb.path=" + dir_.File("data"),
-                                 "--web.listen-address=" + address_},
+        std::vector<std::string>{
+            "/usr/bin/prometheus", "--config.file=" + dir_.File("prometheus.yml"),
+            "--storage.tsdb.path=" + dir_.File("data"), "--web.listen-address=" + address_},
         std::map<std::string, std::string>{}, dir_.File("prometheus.log"));
-    bool ready = WaitFor([&] { return HttpGet("http://" + address_ + "/-/ready").ok(); },
-                         absl::Seconds(30));
+    bool ready =
+        WaitFor([&] { return HttpGet("http://" + address_ + "/-/ready").ok(); }, absl::Seconds(30));
     EXPECT_TRUE(ready) << log();
   }
   ~PrometheusServer() { process_->Kill(); }
@@ -187,8 +186,9 @@ int ExpectDashboardHasData(const PrometheusServer& prometheus, bool nvml_require
         return empty.empty();
       },
       absl::Seconds(30));
-  EXPECT_TRUE(ok) << "dashboard expressions without data:\n  "
-                  << absl::StrJoin(empty, "\n  ") << "\n" << prometheus.log();
+  EXPECT_TRUE(ok) << "dashboard expressions without data:\n  " << absl::StrJoin(empty, "\n  ")
+                  << "\n"
+                  << prometheus.log();
   return exempt;
 }
 
@@ -207,8 +207,8 @@ TEST_F(PrometheusDashboardTest, EveryPanelAnswersWithoutNvmlAndExitedProcessesVa
   auto wire = std::make_unique<WireAgent>(profd.agent_socket(), WireHello(), 0, 6ull << 30);
   PrometheusServer prometheus(MetricsAddress(profd));
 
-  ASSERT_TRUE(WaitFor([&] { return prometheus.Count("profd_nvml_available") == 1; },
-                      absl::Seconds(15)))
+  ASSERT_TRUE(
+      WaitFor([&] { return prometheus.Count("profd_nvml_available") == 1; }, absl::Seconds(15)))
       << prometheus.log();
   ASSERT_EQ(prometheus.Value("profd_nvml_available"), 0);
   const int exempt = ExpectDashboardHasData(prometheus, /*nvml_required=*/false);
