@@ -32,6 +32,7 @@ int Start(const char* socket_path, bool injected) {
     if (why_not.empty()) {
       agent->set_counters_fn([](profagent::wire::Heartbeat* hb) {
         profagent::LaunchCounters::Get().FillHeartbeat(hb);
+        profagent::LaunchCounters::Get().Tick();
       });
     } else {
       profagent::Log(profagent::LogLevel::kInfo, "launch and memory counters off: %s",

@@ -58,7 +58,8 @@ LaunchCounters& LaunchCounters::Get() {
 void LaunchCounters::OnLaunch(uint32_t device, bool graph) {
   if (device >= kMaxDevices) return;
   Device& d = devices_[device];
-  (graph ? d.graph_launches : d.launches).fetch_add(1, std::memory_order_relaxed);
+  (graph ? d.graph_launches : d.launches)
+      .fetch_add(weight_.load(std::memory_order_relaxed), std::memory_order_relaxed);
   if (!d.seen.load(std::memory_order_relaxed)) d.seen.store(true, std::memory_order_relaxed);
 }
 
@@ -147,9 +148,17 @@ void CUPTIAPI LaunchCounters::Callback(void* userdata, CUpti_CallbackDomain doma
 }
 
 std::string LaunchCounters::Enable() {
-  if (const char* env = std::getenv("PROFD_AGENT_COUNTERS"); env && std::strcmp(env, "0") == 0) {
-    return "turned off by PROFD_AGENT_COUNTERS=0";
+  const char* mode = std::getenv("PROFD_AGENT_COUNTERS");
+  if (mode && (std::strcmp(mode, "off") == 0 || std::strcmp(mode, "0") == 0)) {
+    return "turned off by PROFD_AGENT_COUNTERS=off";
   }
+  if (mode && std::strcmp(mode, "exact") == 0) {
+    sample_every_ = 1;
+  } else {
+    const char* every = std::getenv("PROFD_AGENT_LAUNCH_SAMPLE_EVERY");
+    sample_every_ = every && std::atoi(every) > 0 ? static_cast<uint32_t>(std::atoi(every)) : 10;
+  }
+  weight_.store(sample_every_);
   if (!QueryCudaDevices().driver_loaded) return "the process has no CUDA driver loaded";
   const CuptiLibrary& cupti = LoadCupti();
   if (!cupti.loaded) return "cannot load CUPTI: " + cupti.error;
@@ -180,17 +189,37 @@ bool LaunchCounters::SetActive(bool active) {
   if (subscriber == nullptr) return false;
   const CuptiLibrary& cupti = LoadCupti();
   bool ok = true;
-  auto enable = [&](CUpti_CallbackId cbid) {
+  for (CUpti_CallbackId cbid : kMemory) {
     ok &= cupti.EnableCallback(active ? 1 : 0, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid) ==
           CUPTI_SUCCESS;
-  };
-  for (CUpti_CallbackId cbid : kLaunches) enable(cbid);
-  for (CUpti_CallbackId cbid : kGraphLaunches) enable(cbid);
-  for (CUpti_CallbackId cbid : kMemory) enable(cbid);
+  }
+  active_.store(active);
+  // Exact counting, or the start of a sampling interval.
+  EnableLaunchCallbacks(active && (sample_every_ == 1 || ticks_ % sample_every_ == 0));
   return ok;
 }
 
+void LaunchCounters::EnableLaunchCallbacks(bool on) {
+  CUpti_SubscriberHandle subscriber = subscriber_.load();
+  if (subscriber == nullptr || launches_on_.load() == on) return;
+  const CuptiLibrary& cupti = LoadCupti();
+  for (CUpti_CallbackId cbid : kLaunches) {
+    cupti.EnableCallback(on ? 1 : 0, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+  }
+  for (CUpti_CallbackId cbid : kGraphLaunches) {
+    cupti.EnableCallback(on ? 1 : 0, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
+  }
+  launches_on_.store(on);
+}
+
+void LaunchCounters::Tick() {
+  if (sample_every_ <= 1 || !active_.load()) return;
+  ++ticks_;
+  EnableLaunchCallbacks(ticks_ % sample_every_ == 0);
+}
+
 void LaunchCounters::FillHeartbeat(wire::Heartbeat* heartbeat) const {
+  heartbeat->launch_sample_every = sample_every_;
   for (uint32_t i = 0; i < kMaxDevices; ++i) {
     const Device& d = devices_[i];
     if (!d.seen.load(std::memory_order_relaxed)) continue;

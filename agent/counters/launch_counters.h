@@ -7,9 +7,15 @@
 // AddressTable. The peak is updated on every allocation, so a peak between two heartbeats is
 // never missed.
 //
+// What it costs decides how launches are counted (docs/OVERHEAD.md): a CUPTI launch callback
+// costs ~3 % of a launch-bound loop, so by default (PROFD_AGENT_COUNTERS=sampled) launches are
+// counted during one heartbeat interval in PROFD_AGENT_LAUNCH_SAMPLE_EVERY (10), each counting
+// 10: rate() stays right for steady work at a tenth of the cost. Memory calls are rare and always
+// counted exactly. PROFD_AGENT_COUNTERS=exact counts every launch; =off holds no CUPTI at all.
+//
 // Holding the callback subscription means holding CUPTI's one subscriber slot for the life of
-// the process: captures reuse it, but torch.profiler/Nsight cannot subscribe in that process.
-// PROFD_AGENT_COUNTERS=0 turns the counters off and keeps CUPTI free between captures.
+// the process: captures reuse it, but torch.profiler/Nsight cannot subscribe in that process
+// (PROFD_AGENT_COUNTERS=off keeps CUPTI free between captures).
 #pragma once
 
 #include <cupti.h>
@@ -34,6 +40,10 @@ class LaunchCounters {
   // Turns the callbacks off and on again without giving up the subscription (A/B overhead
   // measurement, profagent_set_counters). False when counters are not enabled.
   bool SetActive(bool active);
+  // Agent thread, at each heartbeat: moves the launch-sampling duty cycle on.
+  void Tick();
+  // 1 exact, N sampled one interval in N, 0 no launch counting.
+  uint32_t launch_sample_every() const { return sample_every_; }
   // The subscription captures must reuse (nullptr when counters are off).
   CUpti_SubscriberHandle subscriber() const { return subscriber_.load(); }
 
@@ -57,7 +67,14 @@ class LaunchCounters {
     std::atomic<uint64_t> peak{0};
     std::atomic<bool> seen{false};
   };
+  void EnableLaunchCallbacks(bool on);
+
   Device devices_[kMaxDevices];
+  uint32_t sample_every_ = 0;              // set by Enable, before any callback
+  std::atomic<uint64_t> weight_{1};        // what one counted launch adds
+  std::atomic<bool> active_{false};        // SetActive
+  std::atomic<bool> launches_on_{false};   // launch callbacks enabled now
+  uint64_t ticks_ = 0;                     // agent thread
   AddressTable pointers_;  // device pointers, and cuMemCreate handles with the top bit set
   std::atomic<CUpti_SubscriberHandle> subscriber_{nullptr};
 };

@@ -98,6 +98,7 @@ void EncodeHeartbeat(const Heartbeat& hb, std::string* out) {
   w.Varint(1, hb.realtime_ns);
   for (const DeviceCounters& c : hb.devices) WriteCounters(w, 2, c);
   for (const DeviceInfo& d : hb.device_infos) WriteDeviceInfo(w, 3, d);
+  w.Varint(4, hb.launch_sample_every);
   w.EndNested(at);
 }
 

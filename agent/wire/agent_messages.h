@@ -55,6 +55,7 @@ struct Heartbeat {
   uint64_t realtime_ns = 0;
   std::vector<DeviceCounters> devices;
   std::vector<DeviceInfo> device_infos;
+  uint32_t launch_sample_every = 0;
 };
 
 // Mirrors profd.v1.CaptureState / CaptureError.

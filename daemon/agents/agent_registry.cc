@@ -38,6 +38,7 @@ void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& hear
   it->second.set_last_heartbeat_unix_ns(absl::ToUnixNanos(now));
   if (heartbeat.device_infos_size() > 0) *it->second.mutable_devices() = heartbeat.device_infos();
   *it->second.mutable_counters() = heartbeat.devices();
+  it->second.set_launch_sample_every(heartbeat.launch_sample_every());
 }
 
 void AgentRegistry::Unregister(ConnectionId connection) {

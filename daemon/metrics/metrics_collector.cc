@@ -5,6 +5,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
+
 namespace profd {
 namespace {
 
@@ -229,7 +231,11 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     const Labels process = ProcessLabels(hostname, a.pid(), &a, "");
     Add(info,
         With(process,
-             {{"agent_version", a.agent_version()}, {"injected", a.injected() ? "true" : "false"}}),
+             {{"agent_version", a.agent_version()},
+              {"injected", a.injected() ? "true" : "false"},
+              {"launch_counting", a.launch_sample_every() == 0   ? "off"
+                                  : a.launch_sample_every() == 1 ? "exact"
+                                                                 : absl::StrCat("sampled-1/", a.launch_sample_every())}}),
         1);
     for (const v1::DeviceCounters& c : a.counters()) {
       // The agent counts by CUDA ordinal, which CUDA_VISIBLE_DEVICES renumbers; the uuid says
