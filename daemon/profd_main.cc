@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/capture/capture_orchestrator.h"
 #include "daemon/log.h"
 #include "daemon/server/profd_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -36,6 +37,12 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often agents send counters");
 ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10),
           "An agent silent this long is dropped");
+ABSL_FLAG(std::string, capture_dir, "/var/lib/profd/captures",
+          "Folder where capture folders (traces, manifest, summary) are written");
+ABSL_FLAG(absl::Duration, max_capture_duration, absl::Seconds(60),
+          "Longest capture a request may ask for");
+ABSL_FLAG(uint64_t, max_capture_events, 50'000'000,
+          "Events kept per process and capture; the trace says when it was cut");
 
 namespace profd {
 namespace {
@@ -79,6 +86,13 @@ int Main(int argc, char** argv) {
   channel_options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   channel_options.agent_timeout = absl::GetFlag(FLAGS_agent_timeout);
   AgentChannelServer channel(channel_options, &registry);
+  CaptureOptions capture_options;
+  capture_options.hostname = identity.hostname;
+  capture_options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
+  capture_options.max_duration = absl::GetFlag(FLAGS_max_capture_duration);
+  capture_options.max_events = absl::GetFlag(FLAGS_max_capture_events);
+  CaptureOrchestrator captures(capture_options, &registry, &channel);
+  channel.set_event_sink(&captures);
   if (absl::Status status = channel.Start(); !status.ok()) {
     LogError(kComponent, "cannot start the agent channel: %s", status.ToString());
     return 1;
@@ -98,7 +112,7 @@ int Main(int argc, char** argv) {
     builder.AddListeningPort(identity.grpc_addresses[i], grpc::InsecureServerCredentials(),
                              &bound_ports[i]);
   }
-  ProfdService service(&identity, &registry, &channel);
+  ProfdService service(&identity, &registry, &channel, &captures);
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
