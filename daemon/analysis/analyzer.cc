@@ -394,6 +394,13 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
   std::map<std::pair<std::string, std::string>, SyncRow> syncs;
   std::map<std::pair<int32_t, int32_t>, std::vector<Interval>> api_sync_by_thread,
       activity_sync_by_thread;
+  // Copies to or from pageable memory block the calling thread whatever the API says.
+  absl::flat_hash_map<const HostCall*, bool> pageable_copy_call;
+  for (const GpuActivity& a : trace.gpu) {
+    if (a.type != GpuActivity::Type::kMemcpy) continue;
+    if (a.src_kind != MemoryKind::kPageable && a.dst_kind != MemoryKind::kPageable) continue;
+    if (const HostCall* l = launch_for(a)) pageable_copy_call[l] = true;
+  }
   for (const HostCall& c : trace.host) {
     const std::string& name = trace.names.Name(c.name);
     if (c.type == HostCall::Type::kSync) {
@@ -414,9 +421,12 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
     p.pid = c.pid;
     ++p.api_calls;
     p.api_ns += c.dur_ns;
-    if (IsBlockingApi(name)) {
-      SyncRow& s = syncs[{std::string(StripVersion(name)), "api"}];
-      s.kind = std::string(StripVersion(name));
+    const bool blocking = IsBlockingApi(name);
+    if (blocking || pageable_copy_call.contains(&c)) {
+      std::string kind(StripVersion(name));
+      if (!blocking) kind += " (pageable copy)";
+      SyncRow& s = syncs[{kind, "api"}];
+      s.kind = kind;
       s.source = "api";
       ++s.count;
       s.total_ns += c.dur_ns;

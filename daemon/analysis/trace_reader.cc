@@ -233,6 +233,12 @@ CopyKind CopyKindFromText(std::string_view s) {
   if (s.find("DtoD") != s.npos || s.find("DeviceToDevice") != s.npos) return CopyKind::kDtoD;
   if (s.find("HtoH") != s.npos || s.find("HostToHost") != s.npos) return CopyKind::kHtoH;
   if (s.find("PtoP") != s.npos || s.find("Peer") != s.npos) return CopyKind::kPtoP;
+  // CUDA arrays live on the device.
+  if (s.find("HtoA") != s.npos) return CopyKind::kHtoD;
+  if (s.find("AtoH") != s.npos) return CopyKind::kDtoH;
+  if (s.find("AtoA") != s.npos || s.find("AtoD") != s.npos || s.find("DtoA") != s.npos) {
+    return CopyKind::kDtoD;
+  }
   return CopyKind::kUnknown;
 }
 
@@ -251,9 +257,9 @@ CopyKind CopyKindFromCupti(int64_t v) {
 MemoryKind MemoryKindFromText(std::string_view s) {
   if (s == "Pageable" || s == "pageable") return MemoryKind::kPageable;
   if (s == "Pinned" || s == "pinned") return MemoryKind::kPinned;
-  if (s == "Device" || s == "device" || s == "DeviceStatic") return MemoryKind::kDevice;
+  if (s == "Device" || s == "device" || s == "DeviceStatic" || s == "Device Static") return MemoryKind::kDevice;
   if (s == "Array" || s == "array") return MemoryKind::kArray;
-  if (s == "Managed" || s == "managed" || s == "ManagedStatic") return MemoryKind::kManaged;
+  if (s == "Managed" || s == "managed" || s == "ManagedStatic" || s == "Managed Static") return MemoryKind::kManaged;
   return MemoryKind::kUnknown;
 }
 
@@ -329,9 +335,13 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   bool StartArray() {
     if (skip_ > 0) return ++skip_, true;
     switch (level_) {
-      case Level::kRoot: level_ = Level::kEvents; events_in_root_array_ = true; break;
+      case Level::kRoot:
+        level_ = Level::kEvents;
+        events_in_root_array_ = true;
+        saw_events_ = true;
+        break;
       case Level::kTop:
-        if (key_ == Field::kTraceEvents) level_ = Level::kEvents;
+        if (key_ == Field::kTraceEvents) level_ = Level::kEvents, saw_events_ = true;
         else if (key_ == Field::kDeviceProperties) level_ = Level::kDevices;
         else skip_ = 1;
         break;
@@ -452,7 +462,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   int64_t base_time_ns() const { return base_time_ns_; }
   int64_t start_ns() const { return start_ns_; }
   int64_t end_ns() const { return end_ns_; }
-  bool saw_events() const { return level_ == Level::kDone || events_ > 0; }
+  bool saw_events() const { return saw_events_; }
 
  private:
   enum class Level { kRoot, kTop, kEvents, kEvent, kArgs, kArgArray, kDevices, kDevice, kDone };
@@ -653,6 +663,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   int array_index_ = 0;
   int skip_ = 0;
   bool events_in_root_array_ = false;
+  bool saw_events_ = false;
   bool saw_profd_ = false;
   bool has_base_time_ = false;
   int64_t base_time_ns_ = 0;
