@@ -63,7 +63,7 @@ padding:1px 6px;border-radius:3px;color:#fff;margin-right:6px;background:#999}
 std::string BarChart(const std::string& id, const std::vector<std::string>& labels,
                      const std::vector<double>& values, const std::vector<std::string>& texts,
                      const std::string& color) {
-  const int row = 22, left = 260, width = 560, right = 170;
+  const int row = 22, left = 290, width = 540, right = 170;
   int height = std::max<int>(row * static_cast<int>(labels.size()) + 10, 40);
   double max = 0;
   for (double v : values) max = std::max(max, v);
@@ -80,7 +80,7 @@ std::string BarChart(const std::string& id, const std::vector<std::string>& labe
     absl::StrAppend(
         &svg,
         absl::StrFormat("<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>", left - 6,
-                        y + 15, Esc(Cut(labels[i], 42))),
+                        y + 15, Esc(Cut(labels[i], 40))),
         absl::StrFormat("<rect class=\"bar\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
                         "fill=\"%s\"><title>%s</title></rect>",
                         left, y + 3, std::max(w, 1.0), row - 6, color, Esc(labels[i])),
@@ -107,9 +107,10 @@ std::string BusyPlot(const Report& r) {
   }
   for (int t = 0; t <= 4; ++t) {
     double x = left + t * width / 4.0;
-    absl::StrAppend(&svg, absl::StrFormat("<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s"
+    const char* anchor = t == 0 ? "start" : t == 4 ? "end" : "middle";
+    absl::StrAppend(&svg, absl::StrFormat("<text x=\"%.1f\" y=\"%d\" text-anchor=\"%s\">%s"
                                           "</text>",
-                                          x, top + height + 18,
+                                          x, top + height + 18, anchor,
                                           Esc(FormatDuration(r.window_ns * t / 4.0))));
   }
   for (size_t gi = 0; gi < r.gpus.size(); ++gi) {
@@ -185,7 +186,13 @@ std::string Th(const std::vector<std::string>& cols) {
 std::string Td(const std::vector<std::string>& cells, size_t name_from) {
   std::string s = "<tr>";
   for (size_t i = 0; i < cells.size(); ++i) {
-    absl::StrAppend(&s, i >= name_from ? "<td class=\"name\">" : "<td>", Esc(cells[i]), "</td>");
+    if (i >= name_from) {
+      // Templated kernel names run to a thousand characters: cut, the full name on hover.
+      absl::StrAppend(&s, "<td class=\"name\" title=\"", Esc(cells[i]), "\">",
+                      Esc(Cut(cells[i], 140)), "</td>");
+    } else {
+      absl::StrAppend(&s, "<td>", Esc(cells[i]), "</td>");
+    }
   }
   return s + "</tr>";
 }
