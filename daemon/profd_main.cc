@@ -43,6 +43,8 @@ ABSL_FLAG(absl::Duration, max_capture_duration, absl::Seconds(60),
           "Longest capture a request may ask for");
 ABSL_FLAG(uint64_t, max_capture_events, 50'000'000,
           "Events kept per process and capture; the trace says when it was cut");
+ABSL_FLAG(bool, record_batches, false,
+          "Also keep each capture's raw event batches (batches-<pid>.pb) for replay");
 
 namespace profd {
 namespace {
@@ -91,6 +93,7 @@ int Main(int argc, char** argv) {
   capture_options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
   capture_options.max_duration = absl::GetFlag(FLAGS_max_capture_duration);
   capture_options.max_events = absl::GetFlag(FLAGS_max_capture_events);
+  capture_options.record_batches = absl::GetFlag(FLAGS_record_batches);
   CaptureOrchestrator captures(capture_options, &registry, &channel);
   channel.set_event_sink(&captures);
   if (absl::Status status = channel.Start(); !status.ok()) {

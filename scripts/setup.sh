@@ -14,7 +14,6 @@ packages=(
   libcli11-dev           # profctl's command line
   libgtest-dev libgmock-dev  # unit tests
   prometheus             # tests: a real Prometheus scrapes profd; promtool checks /metrics
-  nodejs npm             # tests: s3rver, a real S3-protocol server
   patchelf               # relocatable tarball
   clang-format
 )
@@ -28,6 +27,15 @@ if ((${#missing[@]})); then
   [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Node.js for the tests' S3 server (s3rver from npm): the machine's own node if there is one,
+# else Debian's (the two conflict, so never both).
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends nodejs npm
 fi
 
 if [ ! -d /usr/local/cuda/include ] || [ ! -e /usr/local/cuda/lib64/libcupti.so ]; then

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "agent/counters/launch_counters.h"
 #include "agent/cuda_devices.h"
 #include "agent/cupti/cupti_library.h"
 #include "agent/log.h"
@@ -93,7 +94,7 @@ void BufferPool::Return(uint8_t* buffer) {
 
 uint32_t CuptiCapture::CuptiVersion() {
   // Never load CUPTI just to report its version: an idle agent keeps CUPTI out of the process.
-  return g_active.load() != nullptr || converter_ ? LoadCupti().version : 0;
+  return cupti_version_.load();
 }
 
 void CuptiCapture::Send(const wire::CaptureStatus& status) {
@@ -161,14 +162,32 @@ void CuptiCapture::Run(wire::StartCapture request) {
     Fail(id, wire::CaptureError::kCuptiUnavailable, "cannot load CUPTI: " + cupti.error);
     return finish();
   }
+  cupti_version_.store(cupti.version);
   // 3. Claim CUPTI: one subscriber per process. If Kineto (torch.profiler), Nsight Systems or
   // compute-sanitizer holds it, enabling activities would steal their buffers: refuse instead.
-  CUpti_SubscriberHandle subscriber = nullptr;
-  CUptiResult r = cupti.Subscribe(&subscriber, &IgnoreCallback, nullptr);
+  // The counters may already hold the subscription: then the capture works under it.
+  CUpti_SubscriberHandle subscriber = LaunchCounters::Get().subscriber();
+  const bool own_subscription = subscriber == nullptr;
+  char holder[256] = {};
+  CUptiResult r = CUPTI_SUCCESS;
+  if (!own_subscription) {
+    // already subscribed
+  } else if (cupti.SubscribeV2 != nullptr) {
+    CUpti_SubscriberParams params{};
+    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+    params.subscriberName = "profd";
+    params.oldSubscriberName = holder;
+    params.oldSubscriberSize = sizeof(holder);
+    r = cupti.SubscribeV2(&subscriber, &IgnoreCallback, nullptr, &params);
+  } else {
+    r = cupti.Subscribe(&subscriber, &IgnoreCallback, nullptr);
+  }
   if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    std::string who = holder[0] ? std::string(" (CUPTI says: ") + holder + ")" : "";
     Fail(id, wire::CaptureError::kCuptiInUse,
-         "CUPTI is held by another profiler in this process (torch.profiler/Kineto, Nsight "
-         "Systems or compute-sanitizer): stop it, then capture again");
+         "CUPTI is held by another profiler in this process" + who +
+             " — torch.profiler/Kineto, Nsight Systems or compute-sanitizer: stop it, then "
+             "capture again");
     return finish();
   }
   if (r != CUPTI_SUCCESS) {
@@ -222,7 +241,7 @@ void CuptiCapture::Run(wire::StartCapture request) {
 
   if (enabled.empty()) {
     g_active.store(nullptr);
-    cupti.Unsubscribe(subscriber);
+    if (own_subscription) cupti.Unsubscribe(subscriber);
     pool_.Release();
     Fail(id, wire::CaptureError::kCuptiFailed, "no activity kind could be enabled: " + warnings);
     return finish();
@@ -258,7 +277,7 @@ void CuptiCapture::Run(wire::StartCapture request) {
   uint64_t disabled_at = Now(CLOCK_REALTIME);
   cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   g_active.store(nullptr);
-  cupti.Unsubscribe(subscriber);
+  if (own_subscription) cupti.Unsubscribe(subscriber);
 
   status = wire::CaptureStatus{};
   {

@@ -66,6 +66,7 @@ class CuptiCapture final : public CaptureHandler {
   Agent* const agent_;
   std::thread thread_;
   std::atomic<bool> running_{false};
+  std::atomic<uint32_t> cupti_version_{0};
 
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;

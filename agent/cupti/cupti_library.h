@@ -19,6 +19,7 @@ struct CuptiLibrary {
   decltype(&cuptiGetVersion) GetVersion = nullptr;
   decltype(&cuptiGetResultString) GetResultString = nullptr;
   decltype(&cuptiSubscribe) Subscribe = nullptr;
+  decltype(&cuptiSubscribe_v2) SubscribeV2 = nullptr;  // names the holder when CUPTI is taken
   decltype(&cuptiUnsubscribe) Unsubscribe = nullptr;
   decltype(&cuptiActivityEnable) ActivityEnable = nullptr;
   decltype(&cuptiActivityDisable) ActivityDisable = nullptr;
@@ -28,6 +29,8 @@ struct CuptiLibrary {
   decltype(&cuptiActivityGetNumDroppedRecords) ActivityGetNumDroppedRecords = nullptr;
   decltype(&cuptiGetTimestamp) GetTimestamp = nullptr;
   decltype(&cuptiGetCallbackName) GetCallbackName = nullptr;
+  decltype(&cuptiEnableCallback) EnableCallback = nullptr;
+  decltype(&cuptiGetDeviceId) GetDeviceId = nullptr;
 
   // "CUPTI_ERROR_...: description" for a result code.
   std::string Describe(CUptiResult result) const;

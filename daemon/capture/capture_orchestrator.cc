@@ -312,6 +312,18 @@ class CaptureOrchestrator::Capture {
         LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
       }
     }
+    if (owner_->options_.record_batches && write_error_.empty()) {
+      std::ofstream raw(absl::StrCat(folder_, "/batches-", p.pid(), ".pb"),
+                        std::ios::binary | std::ios::app);
+      std::string bytes = batch.SerializeAsString();
+      uint64_t n = bytes.size();
+      while (n >= 0x80) {
+        raw.put(static_cast<char>((n & 0x7f) | 0x80));
+        n >>= 7;
+      }
+      raw.put(static_cast<char>(n));
+      raw << bytes;
+    }
     summary_.Add(p.pid(), batch, proc.names);
     uint64_t n = batch.kernels_size() + batch.memcpys_size() + batch.memsets_size() +
                  batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +

@@ -36,6 +36,9 @@ struct CaptureOptions {
   absl::Duration finish_timeout = absl::Seconds(30);  // ... and report the end by then
   uint64_t min_free_bytes = 64u << 20;        // refuse captures when the disk is this full
   int gzip_level = 1;
+  // Also keep the raw event batches (batches-<pid>.pb, varint-delimited EventBatch) for replay
+  // in tests and bug reports.
+  bool record_batches = false;
   // Called on the pipeline thread with the finished folder; returns where the capture now lives
   // (the folder itself when unset).
   std::function<absl::StatusOr<std::string>(const v1::CaptureInfo& info, const std::string& folder)>
