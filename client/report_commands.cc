@@ -70,8 +70,7 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, std::vector<st
         status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       std::cerr << "profctl: " << arg << " is neither a trace file here nor a capture profd knows ("
                 << client.Explain(status) << ")\n";
-      return status.error_code() == grpc::StatusCode::NOT_FOUND ? kExitNotFound
-                                                                : kExitUnreachable;
+      return status.error_code() == grpc::StatusCode::NOT_FOUND ? kExitNotFound : kExitUnreachable;
     }
     return Fail(client, status);
   }
@@ -162,8 +161,9 @@ void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
       "Bottleneck report of a trace: GPU busy/idle, top kernels, CUDA API, copies, syncs, "
       "findings with advice. Reads profd and PyTorch profiler traces (.json or .json.gz); "
       "no profd needed for a file");
-  report->add_option("trace", rf->inputs,
-                     "Trace file(s) (one per process of a capture) or a capture id")
+  report
+      ->add_option("trace", rf->inputs,
+                   "Trace file(s) (one per process of a capture) or a capture id")
       ->required();
   report->add_flag("--json", rf->json, "Print the report as JSON");
   report->add_option("--html", rf->html, "Also write a self-contained HTML report here");
@@ -172,8 +172,9 @@ void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
 
   auto df = std::make_shared<DiffFlags>();
   CLI::App* diff = app.add_subcommand(
-      "diff", "Compare two traces (before/after an optimisation): the change per kernel, API "
-              "and copy kind");
+      "diff",
+      "Compare two traces (before/after an optimisation): the change per kernel, API "
+      "and copy kind");
   diff->add_option("before", df->a, "Trace file or capture id (A)")->required();
   diff->add_option("after", df->b, "Trace file or capture id (B)")->required();
   diff->add_flag("--json", df->json, "Print the comparison as JSON");

@@ -60,8 +60,9 @@ DurationStats StatsOf(std::vector<int64_t>& d) {
   for (int64_t v : d) s.total_ns += v;
   s.avg_ns = static_cast<double>(s.total_ns) / s.count;
   size_t n = d.size();
-  s.median_ns = n % 2 == 1 ? static_cast<double>(d[n / 2])
-                           : (static_cast<double>(d[n / 2 - 1]) + static_cast<double>(d[n / 2])) / 2;
+  s.median_ns = n % 2 == 1
+                    ? static_cast<double>(d[n / 2])
+                    : (static_cast<double>(d[n / 2 - 1]) + static_cast<double>(d[n / 2])) / 2;
   if (n > 1) {
     double sq = 0;
     for (int64_t v : d) sq += (v - s.avg_ns) * (v - s.avg_ns);
@@ -92,22 +93,29 @@ std::string_view StripVersion(std::string_view name) {
 bool IsBlockingApi(std::string_view name) {
   name = StripVersion(name);
   static constexpr std::string_view kBlocking[] = {
-      "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
-      "cudaMemcpy",            "cudaMemcpy2D",          "cudaMemcpy3D",
-      "cudaMemset",            "cuCtxSynchronize",      "cuStreamSynchronize",
-      "cuEventSynchronize",    "cuMemcpyDtoH",          "cuMemcpyHtoD",
-      "cuMemcpy",              "cuMemcpyDtoD",          "cudaThreadSynchronize"};
+      "cudaDeviceSynchronize", "cudaStreamSynchronize",
+      "cudaEventSynchronize",  "cudaMemcpy",
+      "cudaMemcpy2D",          "cudaMemcpy3D",
+      "cuCtxSynchronize",      "cuStreamSynchronize",
+      "cuEventSynchronize",    "cuMemcpyDtoH",
+      "cuMemcpyHtoD",          "cuMemcpy",
+      "cuMemcpyDtoD",          "cudaThreadSynchronize"};
   return std::find(std::begin(kBlocking), std::end(kBlocking), name) != std::end(kBlocking);
 }
 
 const char* HostSideMemory(const GpuActivity& a) {
   switch (a.copy_kind) {
-    case CopyKind::kHtoD: return MemoryKindName(a.src_kind);
-    case CopyKind::kDtoH: return MemoryKindName(a.dst_kind);
-    case CopyKind::kHtoH: return MemoryKindName(a.src_kind);
+    case CopyKind::kHtoD:
+      return MemoryKindName(a.src_kind);
+    case CopyKind::kDtoH:
+      return MemoryKindName(a.dst_kind);
+    case CopyKind::kHtoH:
+      return MemoryKindName(a.src_kind);
     case CopyKind::kDtoD:
-    case CopyKind::kPtoP: return "Device";
-    case CopyKind::kUnknown: break;
+    case CopyKind::kPtoP:
+      return "Device";
+    case CopyKind::kUnknown:
+      break;
   }
   return "unknown";
 }
@@ -310,8 +318,8 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
   r.launch_delay_p90_ns = Percentile(all_delays, 0.90);
   r.launch_delay_p99_ns = Percentile(all_delays, 0.99);
   {
-    static constexpr int64_t kEdges[] = {0,       1000,    2000,    5000,      10'000,
-                                         20'000,  50'000,  100'000, 200'000,   500'000,
+    static constexpr int64_t kEdges[] = {0,         1000,      2000,      5000,      10'000,
+                                         20'000,    50'000,    100'000,   200'000,   500'000,
                                          1'000'000, 2'000'000, 5'000'000, 10'000'000};
     constexpr size_t kN = sizeof(kEdges) / sizeof(kEdges[0]);
     for (size_t i = 0; i < kN; ++i) {
@@ -325,7 +333,8 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
   }
   if (unmatched_kernels > 0) {
     r.notes.push_back(absl::StrCat(
-        unmatched_kernels, " kernels have no launch call with their correlation id (a trace "
+        unmatched_kernels,
+        " kernels have no launch call with their correlation id (a trace "
         "without CUDA API events, or kernels replayed from CUDA graphs): launch delay, queue "
         "depth and the host-wait/kernel-wait split cover the matched kernels only."));
   }
@@ -360,18 +369,17 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
     KernelRow k;
     k.name = trace.names.Name(name);
     k.stats = StatsOf(acc.durations);
-    k.time_ratio = r.kernel_time_ns > 0 ? static_cast<double>(k.stats.total_ns) / r.kernel_time_ns
-                                        : 0;
+    k.time_ratio =
+        r.kernel_time_ns > 0 ? static_cast<double>(k.stats.total_ns) / r.kernel_time_ns : 0;
     if (acc.known_time > 0) {
       k.est_occupancy = acc.occupancy_time / acc.known_time;
       k.theoretical_occupancy = acc.theoretical_time / acc.known_time;
     }
     if (!acc.configs.empty()) {
-      auto top = std::max_element(acc.configs.begin(), acc.configs.end(),
-                                  [](const auto& a, const auto& b) {
-                                    return a.second < b.second ||
-                                           (a.second == b.second && a.first > b.first);
-                                  });
+      auto top = std::max_element(
+          acc.configs.begin(), acc.configs.end(), [](const auto& a, const auto& b) {
+            return a.second < b.second || (a.second == b.second && a.first > b.first);
+          });
       const LaunchConfig& c = trace.launch_configs[top->first];
       k.launch_config = ConfigText(c);
       for (const auto& [key, value] : occ_cache) {

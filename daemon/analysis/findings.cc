@@ -9,7 +9,9 @@
 namespace profd::analysis {
 namespace {
 
-std::string GpuLabel(const GpuRow& g) { return absl::StrCat("GPU ", g.device, " (pid ", g.pid, ")"); }
+std::string GpuLabel(const GpuRow& g) {
+  return absl::StrCat("GPU ", g.device, " (pid ", g.pid, ")");
+}
 
 std::string Short(const std::string& name, size_t max = 70) {
   return name.size() <= max ? name : name.substr(0, max - 3) + "...";
@@ -24,19 +26,19 @@ void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* ou
     f.value = g.busy_ratio;
     int64_t idle = g.idle.host_wait_ns + g.idle.kernel_wait_ns + g.idle.other_ns;
     bool host_bound = idle > 0 && g.idle.host_wait_ns * 2 >= idle;
-    f.title = absl::StrCat(GpuLabel(g), " is mostly idle: kernels ran ",
-                           FormatPercent(g.busy_ratio), " of the time",
-                           host_bound ? " (CPU- or input-bound)" : "");
+    f.title =
+        absl::StrCat(GpuLabel(g), " is mostly idle: kernels ran ", FormatPercent(g.busy_ratio),
+                     " of the time", host_bound ? " (CPU- or input-bound)" : "");
     f.threshold = absl::StrCat("kernel busy time < ", FormatPercent(o.idle_busy_below),
                                " of the trace window");
-    f.evidence.push_back(absl::StrCat("busy ", FormatDuration(g.busy_ns), " of ",
-                                      FormatDuration(r.window_ns), " (", FormatPercent(g.busy_ratio),
-                                      "); copies/memsets alone ", FormatDuration(g.copy_only_ns)));
+    f.evidence.push_back(absl::StrCat(
+        "busy ", FormatDuration(g.busy_ns), " of ", FormatDuration(r.window_ns), " (",
+        FormatPercent(g.busy_ratio), "); copies/memsets alone ", FormatDuration(g.copy_only_ns)));
     auto share = [idle](int64_t v) { return idle > 0 ? FormatPercent(double(v) / idle) : "-"; };
     f.evidence.push_back(absl::StrCat(
-        "idle ", FormatDuration(g.idle_ns), ": host wait ", FormatDuration(g.idle.host_wait_ns), " (",
-        share(g.idle.host_wait_ns), "), kernel wait ", FormatDuration(g.idle.kernel_wait_ns), " (",
-        share(g.idle.kernel_wait_ns), "), other ", FormatDuration(g.idle.other_ns), " (",
+        "idle ", FormatDuration(g.idle_ns), ": host wait ", FormatDuration(g.idle.host_wait_ns),
+        " (", share(g.idle.host_wait_ns), "), kernel wait ", FormatDuration(g.idle.kernel_wait_ns),
+        " (", share(g.idle.kernel_wait_ns), "), other ", FormatDuration(g.idle.other_ns), " (",
         share(g.idle.other_ns), ")"));
     if (host_bound) {
       f.advice.push_back(
@@ -80,10 +82,11 @@ void LaunchBound(const Report& r, const AnalysisOptions& o, std::vector<Finding>
     f.evidence.push_back(absl::StrCat("median kernel ", FormatDuration(g.median_kernel_ns),
                                       "; busy ", FormatPercent(g.busy_ratio)));
     if (g.kernels_with_launch > 0) {
-      f.evidence.push_back(absl::StrCat(
-          FormatCount(g.kernels_shorter_than_launch), " of ", FormatCount(g.kernels_with_launch),
-          " kernels (", FormatPercent(short_fraction), ") ran shorter than the launch call "
-          "that queued them"));
+      f.evidence.push_back(absl::StrCat(FormatCount(g.kernels_shorter_than_launch), " of ",
+                                        FormatCount(g.kernels_with_launch), " kernels (",
+                                        FormatPercent(short_fraction),
+                                        ") ran shorter than the launch call "
+                                        "that queued them"));
       f.evidence.push_back(absl::StrCat("launch delay p50 ", FormatDuration(g.launch_delay_p50_ns),
                                         ", p90 ", FormatDuration(g.launch_delay_p90_ns)));
     }
@@ -149,16 +152,18 @@ void Copies(const Report& r, const AnalysisOptions& o, std::vector<Finding>* out
         "Move inputs once, with pinned memory and non_blocking=True, overlapped with compute.");
     out->push_back(std::move(f));
   }
-  if (pageable > 0 && (pageable >= o.pageable_min_copies || pageable_bytes >= o.pageable_min_bytes)) {
+  if (pageable > 0 &&
+      (pageable >= o.pageable_min_copies || pageable_bytes >= o.pageable_min_bytes)) {
     Finding f;
     f.id = "pageable_memory";
     f.severity = "warning";
     f.value = double(pageable);
-    f.title = absl::StrCat(FormatCount(pageable), " copies use pageable host memory (",
-                           FormatBytes(double(pageable_bytes)), ", ", FormatDuration(pageable_ns),
-                           ")");
-    f.threshold = absl::StrCat(">= ", o.pageable_min_copies, " pageable copies or >= ",
-                               FormatBytes(double(o.pageable_min_bytes)), " through them");
+    f.title =
+        absl::StrCat(FormatCount(pageable), " copies use pageable host memory (",
+                     FormatBytes(double(pageable_bytes)), ", ", FormatDuration(pageable_ns), ")");
+    f.threshold = absl::StrCat(">= ", o.pageable_min_copies,
+                               " pageable copies or >= ", FormatBytes(double(o.pageable_min_bytes)),
+                               " through them");
     table(&f, true);
     f.advice.push_back(
         "Pageable copies are staged through a driver buffer and are synchronous for the host: "
@@ -176,11 +181,12 @@ void SyncStall(const Report& r, const AnalysisOptions& o, std::vector<Finding>* 
     f.id = "sync_stall";
     f.severity = fraction >= 3 * o.sync_stall_fraction ? "critical" : "warning";
     f.value = fraction;
-    f.title = absl::StrCat("pid ", p.pid, " spends ", FormatPercent(fraction),
-                           " of the window blocked in synchronization (",
-                           FormatDuration(p.sync_ns), ")");
-    f.threshold = absl::StrCat("host time in synchronizing calls >= ",
-                               FormatPercent(o.sync_stall_fraction), " of the trace window");
+    f.title =
+        absl::StrCat("pid ", p.pid, " spends ", FormatPercent(fraction),
+                     " of the window blocked in synchronization (", FormatDuration(p.sync_ns), ")");
+    f.threshold =
+        absl::StrCat("host time in synchronizing calls >= ", FormatPercent(o.sync_stall_fraction),
+                     " of the trace window");
     bool has_api = std::any_of(r.syncs.begin(), r.syncs.end(),
                                [](const SyncRow& s) { return s.source == "api"; });
     for (const SyncRow& s : r.syncs) {
@@ -218,10 +224,9 @@ void Dominant(const Report& r, const std::vector<KernelRow>& kernels, const Anal
   bool many_calls = false;
   for (size_t i = 0; i < n; ++i) {
     const KernelRow& k = kernels[i];
-    f.evidence.push_back(absl::StrCat(Short(k.name), ": ", FormatCount(k.stats.count), " x ",
-                                      FormatDuration(k.stats.avg_ns), " = ",
-                                      FormatDuration(k.stats.total_ns), " (",
-                                      FormatPercent(k.time_ratio), ")"));
+    f.evidence.push_back(absl::StrCat(
+        Short(k.name), ": ", FormatCount(k.stats.count), " x ", FormatDuration(k.stats.avg_ns),
+        " = ", FormatDuration(k.stats.total_ns), " (", FormatPercent(k.time_ratio), ")"));
     if (k.stats.count >= 100 && k.stats.avg_ns < 20'000) many_calls = true;
   }
   f.advice.push_back(
@@ -233,13 +238,14 @@ void Dominant(const Report& r, const std::vector<KernelRow>& kernels, const Anal
         "Some of these are short kernels called many times: fuse them (torch.compile) or batch "
         "the work into fewer, larger launches.");
   }
-  f.advice.push_back("Profile the top kernel with Nsight Compute (ncu --kernel-name ...) to see "
-                     "whether it is compute- or memory-bound.");
+  f.advice.push_back(
+      "Profile the top kernel with Nsight Compute (ncu --kernel-name ...) to see "
+      "whether it is compute- or memory-bound.");
   out->push_back(std::move(f));
 }
 
-void LowOccupancy(const Report& r, const std::vector<KernelRow>& kernels,
-                  const AnalysisOptions& o, std::vector<Finding>* out) {
+void LowOccupancy(const Report& r, const std::vector<KernelRow>& kernels, const AnalysisOptions& o,
+                  std::vector<Finding>* out) {
   if (r.kernel_time_ns <= 0) return;
   double low_share = 0;
   std::vector<const KernelRow*> low;
@@ -256,17 +262,16 @@ void LowOccupancy(const Report& r, const std::vector<KernelRow>& kernels,
   f.title = absl::StrCat(low.size(), " kernels with estimated occupancy below ",
                          FormatPercent(o.low_occupancy_below), " take ", FormatPercent(low_share),
                          " of kernel time");
-  f.threshold = absl::StrCat("kernels with est. achieved occupancy < ",
-                             FormatPercent(o.low_occupancy_below), " together >= ",
-                             FormatPercent(o.low_occupancy_time_fraction), " of kernel time");
+  f.threshold = absl::StrCat(
+      "kernels with est. achieved occupancy < ", FormatPercent(o.low_occupancy_below),
+      " together >= ", FormatPercent(o.low_occupancy_time_fraction), " of kernel time");
   bool grid = false, regs = false, smem = false;
   for (size_t i = 0; i < low.size() && i < 5; ++i) {
     const KernelRow& k = *low[i];
     f.evidence.push_back(absl::StrCat(Short(k.name, 60), ": est. ", FormatPercent(k.est_occupancy),
                                       " (theoretical ", FormatPercent(k.theoretical_occupancy),
-                                      "), limited by ", k.occupancy_limiter, "; ",
-                                      k.launch_config, "; ", FormatPercent(k.time_ratio),
-                                      " of kernel time"));
+                                      "), limited by ", k.occupancy_limiter, "; ", k.launch_config,
+                                      "; ", FormatPercent(k.time_ratio), " of kernel time"));
     grid |= k.occupancy_limiter == "grid";
     regs |= k.occupancy_limiter == "registers";
     smem |= k.occupancy_limiter == "shared memory";
@@ -277,14 +282,16 @@ void LowOccupancy(const Report& r, const std::vector<KernelRow>& kernels,
         "GEMMs), or use split-K / persistent kernels for small matrices.");
   }
   if (regs) {
-    f.advice.push_back("Register-limited: cap registers (__launch_bounds__, -maxrregcount) or "
-                       "simplify the kernel.");
+    f.advice.push_back(
+        "Register-limited: cap registers (__launch_bounds__, -maxrregcount) or "
+        "simplify the kernel.");
   }
   if (smem) {
     f.advice.push_back("Shared-memory-limited: smaller tiles or fewer pipeline stages.");
   }
-  f.advice.push_back("Estimates from the launch configuration only; confirm with Nsight Compute "
-                     "(--section Occupancy).");
+  f.advice.push_back(
+      "Estimates from the launch configuration only; confirm with Nsight Compute "
+      "(--section Occupancy).");
   out->push_back(std::move(f));
 }
 

@@ -18,12 +18,23 @@ std::string Esc(const std::string& s) {
   out.reserve(s.size());
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -79,8 +90,8 @@ std::string BarChart(const std::string& id, const std::vector<std::string>& labe
     double w = max > 0 ? values[i] / max * width : 0;
     absl::StrAppend(
         &svg,
-        absl::StrFormat("<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>", left - 6,
-                        y + 15, Esc(Cut(labels[i], 40))),
+        absl::StrFormat("<text x=\"%d\" y=\"%d\" text-anchor=\"end\">%s</text>", left - 6, y + 15,
+                        Esc(Cut(labels[i], 40))),
         absl::StrFormat("<rect class=\"bar\" x=\"%d\" y=\"%d\" width=\"%.1f\" height=\"%d\" "
                         "fill=\"%s\"><title>%s</title></rect>",
                         left, y + 3, std::max(w, 1.0), row - 6, color, Esc(labels[i])),
@@ -99,11 +110,10 @@ std::string BusyPlot(const Report& r) {
       left + width + 10, top + height + bottom);
   for (int pct = 0; pct <= 100; pct += 25) {
     double y = top + height - pct / 100.0 * height;
-    absl::StrAppend(&svg,
-                    absl::StrFormat("<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" "
-                                    "stroke=\"#e3e7ee\"/><text x=\"%d\" y=\"%.1f\" "
-                                    "text-anchor=\"end\">%d%%</text>",
-                                    left, left + width, y, y, left - 4, y + 4, pct));
+    absl::StrAppend(&svg, absl::StrFormat("<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" "
+                                          "stroke=\"#e3e7ee\"/><text x=\"%d\" y=\"%.1f\" "
+                                          "text-anchor=\"end\">%d%%</text>",
+                                          left, left + width, y, y, left - 4, y + 4, pct));
   }
   for (int t = 0; t <= 4; ++t) {
     double x = left + t * width / 4.0;
@@ -126,11 +136,10 @@ std::string BusyPlot(const Report& r) {
     }
     const char* color = kColors[gi % 8];
     absl::StrAppend(
-        &svg,
-        absl::StrFormat("<polyline class=\"busy-line\" fill=\"none\" stroke=\"%s\" "
-                        "stroke-width=\"1.5\" points=\"%s\"><title>GPU %d (pid %d)</title>"
-                        "</polyline>",
-                        color, absl::StrJoin(pts, " "), g.device, g.pid));
+        &svg, absl::StrFormat("<polyline class=\"busy-line\" fill=\"none\" stroke=\"%s\" "
+                              "stroke-width=\"1.5\" points=\"%s\"><title>GPU %d (pid %d)</title>"
+                              "</polyline>",
+                              color, absl::StrJoin(pts, " "), g.device, g.pid));
   }
   absl::StrAppend(&svg, "</svg>");
   return svg;
@@ -226,30 +235,30 @@ std::string RenderHtml(const Report& r, const std::string& title) {
     absl::StrAppend(&h, "</ul></div>");
   }
 
-  absl::StrAppend(&h, "<h2>GPU busy over time</h2><div class=\"plot\"><h4>Share of each time "
-                      "bin with a kernel running</h4>",
+  absl::StrAppend(&h,
+                  "<h2>GPU busy over time</h2><div class=\"plot\"><h4>Share of each time "
+                  "bin with a kernel running</h4>",
                   BusyPlot(r), "<div class=\"legend\">");
   for (size_t gi = 0; gi < r.gpus.size(); ++gi) {
     absl::StrAppend(&h, "<span><i style=\"background:", kColors[gi % 8], "\"></i>GPU ",
                     r.gpus[gi].device, " (pid ", r.gpus[gi].pid, ")</span>");
   }
   absl::StrAppend(&h, "</div></div>");
-  absl::StrAppend(&h, "<h2>Where the window went</h2><div class=\"plot\">", IdlePlot(r),
-                  "</div>");
+  absl::StrAppend(&h, "<h2>Where the window went</h2><div class=\"plot\">", IdlePlot(r), "</div>");
 
-  absl::StrAppend(&h, "<table>",
-                  Th({"PID", "GPU", "Busy", "Copies only", "Idle", "Host wait", "Kernel wait",
-                      "Other", "Kernels", "Launch rate", "Med kernel", "Launch delay p50",
-                      "p90", "p99"}));
+  absl::StrAppend(
+      &h, "<table>",
+      Th({"PID", "GPU", "Busy", "Copies only", "Idle", "Host wait", "Kernel wait", "Other",
+          "Kernels", "Launch rate", "Med kernel", "Launch delay p50", "p90", "p99"}));
   for (const GpuRow& g : r.gpus) {
-    h += Td({absl::StrCat(g.pid), absl::StrCat(g.device), FormatPercent(g.busy_ratio),
-             FormatDuration(g.copy_only_ns), FormatDuration(g.idle_ns),
-             FormatDuration(g.idle.host_wait_ns), FormatDuration(g.idle.kernel_wait_ns),
-             FormatDuration(g.idle.other_ns), FormatCount(g.kernels),
-             FormatRate(g.launch_rate_per_s), FormatDuration(g.median_kernel_ns),
-             FormatDuration(g.launch_delay_p50_ns), FormatDuration(g.launch_delay_p90_ns),
-             FormatDuration(g.launch_delay_p99_ns)},
-            99);
+    h += Td(
+        {absl::StrCat(g.pid), absl::StrCat(g.device), FormatPercent(g.busy_ratio),
+         FormatDuration(g.copy_only_ns), FormatDuration(g.idle_ns),
+         FormatDuration(g.idle.host_wait_ns), FormatDuration(g.idle.kernel_wait_ns),
+         FormatDuration(g.idle.other_ns), FormatCount(g.kernels), FormatRate(g.launch_rate_per_s),
+         FormatDuration(g.median_kernel_ns), FormatDuration(g.launch_delay_p50_ns),
+         FormatDuration(g.launch_delay_p90_ns), FormatDuration(g.launch_delay_p99_ns)},
+        99);
   }
   absl::StrAppend(&h, "</table>");
 
@@ -264,8 +273,9 @@ std::string RenderHtml(const Report& r, const std::string& title) {
                                  FormatCount(k.stats.count), " × ",
                                  FormatDuration(k.stats.avg_ns)));
   }
-  absl::StrAppend(&h, "<h2>Top kernels</h2><div class=\"plot\"><h4>Total GPU time per kernel "
-                      "(instances × average)</h4>",
+  absl::StrAppend(&h,
+                  "<h2>Top kernels</h2><div class=\"plot\"><h4>Total GPU time per kernel "
+                  "(instances × average)</h4>",
                   BarChart("plot-top-kernels", labels, values, texts, "#2f6fdf"), "</div>");
   absl::StrAppend(&h, "<table>",
                   Th({"Time %", "Total Time", "Instances", "Avg", "Med", "Min", "Max", "StdDev",
@@ -297,30 +307,29 @@ std::string RenderHtml(const Report& r, const std::string& title) {
       double bw = static_cast<double>(width) / n;
       double bh = double(b.count) / max * height;
       double x = left + i * bw;
-      std::string range = b.hi_ns == INT64_MAX ? absl::StrCat("≥ ", FormatDuration(b.lo_ns))
-                                               : absl::StrCat(FormatDuration(b.lo_ns), "–",
-                                                              FormatDuration(b.hi_ns));
-      absl::StrAppend(&hist,
-                      absl::StrFormat("<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                                      "height=\"%.1f\" fill=\"#a05fd6\"><title>%s: %d kernels"
-                                      "</title></rect>",
-                                      x + 2, top + height - bh, bw - 4, std::max(bh, 0.5),
-                                      Esc(range), b.count),
-                      absl::StrFormat("<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>",
-                                      x + bw / 2, top + height + 16,
-                                      Esc(b.hi_ns == INT64_MAX
-                                              ? absl::StrCat("≥", FormatDuration(b.lo_ns))
-                                              : FormatDuration(b.lo_ns))),
-                      b.count > 0 ? absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\" "
-                                                    "text-anchor=\"middle\">%s</text>",
-                                                    x + bw / 2, top + height - bh - 3,
-                                                    FormatCount(b.count))
-                                  : "");
+      std::string range = b.hi_ns == INT64_MAX
+                              ? absl::StrCat("≥ ", FormatDuration(b.lo_ns))
+                              : absl::StrCat(FormatDuration(b.lo_ns), "–", FormatDuration(b.hi_ns));
+      absl::StrAppend(
+          &hist,
+          absl::StrFormat("<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                          "height=\"%.1f\" fill=\"#a05fd6\"><title>%s: %d kernels"
+                          "</title></rect>",
+                          x + 2, top + height - bh, bw - 4, std::max(bh, 0.5), Esc(range), b.count),
+          absl::StrFormat("<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", x + bw / 2,
+                          top + height + 16,
+                          Esc(b.hi_ns == INT64_MAX ? absl::StrCat("≥", FormatDuration(b.lo_ns))
+                                                   : FormatDuration(b.lo_ns))),
+          b.count > 0 ? absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\" "
+                                        "text-anchor=\"middle\">%s</text>",
+                                        x + bw / 2, top + height - bh - 3, FormatCount(b.count))
+                      : "");
     }
     absl::StrAppend(&hist, "</svg>");
   }
-  absl::StrAppend(&h, "<h2>Launch delay</h2><div class=\"plot\"><h4>Kernel start − launch call "
-                      "end (p50 ",
+  absl::StrAppend(&h,
+                  "<h2>Launch delay</h2><div class=\"plot\"><h4>Kernel start − launch call "
+                  "end (p50 ",
                   Esc(FormatDuration(r.launch_delay_p50_ns)), ", p90 ",
                   Esc(FormatDuration(r.launch_delay_p90_ns)), ", p99 ",
                   Esc(FormatDuration(r.launch_delay_p99_ns)), "); bins start at the label</h4>",
@@ -336,23 +345,23 @@ std::string RenderHtml(const Report& r, const std::string& title) {
     texts.push_back(absl::StrCat(FormatDuration(c.total_ns), ", ", FormatBytes(double(c.bytes)),
                                  ", ", absl::StrFormat("%.1f GB/s", c.bandwidth_gbps)));
   }
-  absl::StrAppend(&h, "<h2>Copies and memsets</h2><div class=\"plot\"><h4>GPU time per kind and "
-                      "host memory</h4>",
+  absl::StrAppend(&h,
+                  "<h2>Copies and memsets</h2><div class=\"plot\"><h4>GPU time per kind and "
+                  "host memory</h4>",
                   BarChart("plot-copies", labels, values, texts, "#e4572e"), "</div>");
   absl::StrAppend(&h, "<table>",
                   Th({"Kind", "Host memory", "Count", "Bytes", "GPU time", "Bandwidth"}));
   for (const CopyRow& c : r.copies) {
     absl::StrAppend(&h, "<tr><td class=\"name\">", Esc(c.kind), "</td><td class=\"name\">",
                     Esc(c.memory), "</td><td>", FormatCount(c.count), "</td><td>",
-                    Esc(FormatBytes(double(c.bytes))), "</td><td>",
-                    Esc(FormatDuration(c.total_ns)), "</td><td>",
-                    absl::StrFormat("%.1f GB/s", c.bandwidth_gbps), "</td></tr>");
+                    Esc(FormatBytes(double(c.bytes))), "</td><td>", Esc(FormatDuration(c.total_ns)),
+                    "</td><td>", absl::StrFormat("%.1f GB/s", c.bandwidth_gbps), "</td></tr>");
   }
   absl::StrAppend(&h, "</table>");
 
-  absl::StrAppend(&h, "<h2>CUDA API summary</h2><table>",
-                  Th({"Time %", "Total Time", "Num Calls", "Avg", "Med", "Min", "Max", "StdDev",
-                      "Name"}));
+  absl::StrAppend(
+      &h, "<h2>CUDA API summary</h2><table>",
+      Th({"Time %", "Total Time", "Num Calls", "Avg", "Med", "Min", "Max", "StdDev", "Name"}));
   for (const ApiRow& a : r.apis) {
     h += Td({absl::StrFormat("%.1f", a.time_ratio * 100), FormatDuration(a.stats.total_ns),
              FormatCount(a.stats.count), FormatDuration(a.stats.avg_ns),
@@ -376,10 +385,10 @@ std::string RenderHtml(const Report& r, const std::string& title) {
     absl::StrAppend(&h, "<h2>Queue depth per stream</h2><table>",
                     Th({"PID", "GPU", "Stream", "Kernels", "Max depth", "Avg depth"}));
     for (const StreamQueueRow& q : r.queues) {
-      h += Td({absl::StrCat(q.pid), absl::StrCat(q.device), absl::StrCat(q.stream),
-               FormatCount(q.kernels), absl::StrCat(q.max_depth),
-               absl::StrFormat("%.2f", q.avg_depth)},
-              99);
+      h += Td(
+          {absl::StrCat(q.pid), absl::StrCat(q.device), absl::StrCat(q.stream),
+           FormatCount(q.kernels), absl::StrCat(q.max_depth), absl::StrFormat("%.2f", q.avg_depth)},
+          99);
     }
     absl::StrAppend(&h, "</table>");
   }
@@ -388,8 +397,9 @@ std::string RenderHtml(const Report& r, const std::string& title) {
     for (const std::string& n : r.notes) absl::StrAppend(&h, "<li>", Esc(n), "</li>");
     absl::StrAppend(&h, "</ul>");
   }
-  absl::StrAppend(&h, "<p class=\"meta\">Definitions and thresholds: docs/ANALYSIS.md. "
-                      "Generated by profctl report.</p></body></html>\n");
+  absl::StrAppend(&h,
+                  "<p class=\"meta\">Definitions and thresholds: docs/ANALYSIS.md. "
+                  "Generated by profctl report.</p></body></html>\n");
   return h;
 }
 

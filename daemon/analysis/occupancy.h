@@ -17,7 +17,7 @@ struct OccupancyEstimate {
   double blocks_per_sm = 0;           // grid blocks / SMs
   double theoretical = 0;             // active_blocks * warps_per_block / max warps
   double achieved_estimate = 0;       // min(active_blocks, blocks_per_sm) * warps_per_block / max
-  std::string limiter;  // "warps", "registers", "shared memory", "blocks", "grid"
+  std::string limiter;                // "warps", "registers", "shared memory", "blocks", "grid"
 };
 
 // Fails (returns false) when the launch configuration is unknown.

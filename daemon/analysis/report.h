@@ -99,8 +99,8 @@ struct ProcessRow {
 struct KernelRow {
   std::string name;
   DurationStats stats;
-  double time_ratio = 0;        // of all kernel time
-  double est_occupancy = -1;    // time-weighted estimated achieved occupancy; -1 unknown
+  double time_ratio = 0;      // of all kernel time
+  double est_occupancy = -1;  // time-weighted estimated achieved occupancy; -1 unknown
   double theoretical_occupancy = -1;
   std::string occupancy_limiter;  // of its most used launch configuration
   std::string launch_config;      // "grid [x,y,z] block [x,y,z] regs R smem S"

@@ -129,7 +129,8 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
   std::set<std::string> fa, fb;
   for (const Finding& f : a.findings) fa.insert(f.id);
   for (const Finding& f : b.findings) fb.insert(f.id);
-  for (const std::string& id : fa) (fb.count(id) ? d.findings_both : d.findings_only_a).push_back(id);
+  for (const std::string& id : fa)
+    (fb.count(id) ? d.findings_both : d.findings_only_a).push_back(id);
   for (const std::string& id : fb) {
     if (!fa.count(id)) d.findings_only_b.push_back(id);
   }
@@ -152,9 +153,8 @@ std::string RenderDiffText(const ReportDiff& d, const std::string& label_a,
       const DeltaRow& r = v[i];
       t.AddRow({FormatDuration(r.total_a_ns), FormatDuration(r.total_b_ns),
                 (r.delta_ns() > 0 ? "+" : "") + FormatDuration(r.delta_ns()),
-                Change(r.total_a_ns, r.total_b_ns), FormatCount(r.count_a),
-                FormatCount(r.count_b), FormatDuration(r.avg_a_ns), FormatDuration(r.avg_b_ns),
-                r.name});
+                Change(r.total_a_ns, r.total_b_ns), FormatCount(r.count_a), FormatCount(r.count_b),
+                FormatDuration(r.avg_a_ns), FormatDuration(r.avg_b_ns), r.name});
     }
     out += t.empty() ? "  (none)\n" : t.Render();
     if (v.size() > max_rows) absl::StrAppend(&out, "  … ", v.size() - max_rows, " more\n");

@@ -28,8 +28,8 @@ std::string RenderText(const Report& r) {
                   FormatCount(r.kernel_count), " kernels (", FormatCount(r.distinct_kernels),
                   " distinct), kernel time ", Ns(r.kernel_time_ns), "\n");
   for (const DeviceSummary& d : r.devices) {
-    absl::StrAppend(&out, "GPU ", d.id, ": ", d.name, d.num_sms ? absl::StrCat(", ", d.num_sms,
-                                                                             " SMs") : "",
+    absl::StrAppend(&out, "GPU ", d.id, ": ", d.name,
+                    d.num_sms ? absl::StrCat(", ", d.num_sms, " SMs") : "",
                     d.assumed ? " (not in the trace)" : "", "\n");
   }
 
@@ -49,7 +49,8 @@ std::string RenderText(const Report& r) {
 
   absl::StrAppend(&out, "\nGPUS (busy = union of kernel time; idle split as in HTA)\n");
   TextTable gpus({"PID>", "GPU>", "BUSY>", "COPY ONLY>", "IDLE>", "HOST WAIT>", "KERNEL WAIT>",
-                  "OTHER>", "KERNELS>", "LAUNCH RATE>", "MED KERNEL>", "LAUNCH DELAY p50/p90/p99>"});
+                  "OTHER>", "KERNELS>", "LAUNCH RATE>", "MED KERNEL>",
+                  "LAUNCH DELAY p50/p90/p99>"});
   for (const GpuRow& g : r.gpus) {
     gpus.AddRow({absl::StrCat(g.pid), absl::StrCat(g.device), FormatPercent(g.busy_ratio),
                  Ns(g.copy_only_ns), Ns(g.idle_ns), Ns(g.idle.host_wait_ns),
@@ -86,8 +87,8 @@ std::string RenderText(const Report& r) {
   out += k.empty() ? "  (no kernels)\n" : k.Render();
 
   absl::StrAppend(&out, "\nCUDA API SUMMARY (cuda_api_sum)\n");
-  TextTable a({"Time %>", "Total Time>", "Num Calls>", "Avg>", "Med>", "Min>", "Max>", "StdDev>",
-               "Name"});
+  TextTable a(
+      {"Time %>", "Total Time>", "Num Calls>", "Avg>", "Med>", "Min>", "Max>", "StdDev>", "Name"});
   for (const ApiRow& row : r.apis) {
     a.AddRow({absl::StrFormat("%.1f", row.time_ratio * 100), Ns(row.stats.total_ns),
               FormatCount(row.stats.count), Ns(row.stats.avg_ns), Ns(row.stats.median_ns),

@@ -39,24 +39,36 @@ uint32_t Trace::InternLaunchConfig(const LaunchConfig& config) {
 
 const char* CopyKindName(CopyKind k) {
   switch (k) {
-    case CopyKind::kHtoD: return "HtoD";
-    case CopyKind::kDtoH: return "DtoH";
-    case CopyKind::kDtoD: return "DtoD";
-    case CopyKind::kHtoH: return "HtoH";
-    case CopyKind::kPtoP: return "PtoP";
-    case CopyKind::kUnknown: break;
+    case CopyKind::kHtoD:
+      return "HtoD";
+    case CopyKind::kDtoH:
+      return "DtoH";
+    case CopyKind::kDtoD:
+      return "DtoD";
+    case CopyKind::kHtoH:
+      return "HtoH";
+    case CopyKind::kPtoP:
+      return "PtoP";
+    case CopyKind::kUnknown:
+      break;
   }
   return "unknown";
 }
 
 const char* MemoryKindName(MemoryKind k) {
   switch (k) {
-    case MemoryKind::kPageable: return "Pageable";
-    case MemoryKind::kPinned: return "Pinned";
-    case MemoryKind::kDevice: return "Device";
-    case MemoryKind::kArray: return "Array";
-    case MemoryKind::kManaged: return "Managed";
-    case MemoryKind::kUnknown: break;
+    case MemoryKind::kPageable:
+      return "Pageable";
+    case MemoryKind::kPinned:
+      return "Pinned";
+    case MemoryKind::kDevice:
+      return "Device";
+    case MemoryKind::kArray:
+      return "Array";
+    case MemoryKind::kManaged:
+      return "Managed";
+    case MemoryKind::kUnknown:
+      break;
   }
   return "unknown";
 }

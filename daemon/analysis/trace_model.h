@@ -49,9 +49,9 @@ struct GpuActivity {
   enum class Type : uint8_t { kKernel, kMemcpy, kMemset };
   int64_t start_ns = 0;
   int64_t dur_ns = 0;
-  int64_t correlation = -1;  // -1: none; offset per input file so files cannot collide
-  uint64_t bytes = 0;        // memcpy/memset
-  uint32_t name = 0;         // NameTable id
+  int64_t correlation = -1;    // -1: none; offset per input file so files cannot collide
+  uint64_t bytes = 0;          // memcpy/memset
+  uint32_t name = 0;           // NameTable id
   uint32_t launch_config = 0;  // index into Trace::launch_configs (0 = unknown)
   int32_t device = 0;
   int32_t stream = 0;
@@ -97,7 +97,7 @@ DeviceProperties DefaultDeviceProperties(int32_t device);
 
 struct InputFile {
   std::string path;
-  std::string format;     // "profd" (our captures) or "kineto" (PyTorch profiler and others)
+  std::string format;  // "profd" (our captures) or "kineto" (PyTorch profiler and others)
   bool gzip = false;
   uint64_t bytes_read = 0;  // uncompressed JSON bytes
   uint64_t events = 0;      // trace events seen, all kinds

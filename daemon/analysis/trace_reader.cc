@@ -82,8 +82,8 @@ class MemorySource : public ChunkSource {
       if (rc == Z_STREAM_END) {
         inflateReset(&z_);  // concatenated gzip members
       } else if (rc != Z_OK) {
-        return absl::DataLossError(absl::StrCat("cannot decompress: ",
-                                                z_.msg ? z_.msg : "zlib error"));
+        return absl::DataLossError(
+            absl::StrCat("cannot decompress: ", z_.msg ? z_.msg : "zlib error"));
       }
     }
     return cap - z_.avail_out;
@@ -245,33 +245,54 @@ CopyKind CopyKindFromText(std::string_view s) {
 // CUpti_ActivityMemcpyKind values.
 CopyKind CopyKindFromCupti(int64_t v) {
   switch (v) {
-    case 1: case 6: return CopyKind::kHtoD;  // HTOD, ATOD-ish host side counted as HtoD
-    case 2: case 4: return CopyKind::kDtoH;
-    case 8: case 5: case 7: return CopyKind::kDtoD;
-    case 9: case 3: return CopyKind::kHtoH;
-    case 10: return CopyKind::kPtoP;
-    default: return CopyKind::kUnknown;
+    case 1:
+    case 6:
+      return CopyKind::kHtoD;  // HTOD, ATOD-ish host side counted as HtoD
+    case 2:
+    case 4:
+      return CopyKind::kDtoH;
+    case 8:
+    case 5:
+    case 7:
+      return CopyKind::kDtoD;
+    case 9:
+    case 3:
+      return CopyKind::kHtoH;
+    case 10:
+      return CopyKind::kPtoP;
+    default:
+      return CopyKind::kUnknown;
   }
 }
 
 MemoryKind MemoryKindFromText(std::string_view s) {
   if (s == "Pageable" || s == "pageable") return MemoryKind::kPageable;
   if (s == "Pinned" || s == "pinned") return MemoryKind::kPinned;
-  if (s == "Device" || s == "device" || s == "DeviceStatic" || s == "Device Static") return MemoryKind::kDevice;
+  if (s == "Device" || s == "device" || s == "DeviceStatic" || s == "Device Static")
+    return MemoryKind::kDevice;
   if (s == "Array" || s == "array") return MemoryKind::kArray;
-  if (s == "Managed" || s == "managed" || s == "ManagedStatic" || s == "Managed Static") return MemoryKind::kManaged;
+  if (s == "Managed" || s == "managed" || s == "ManagedStatic" || s == "Managed Static")
+    return MemoryKind::kManaged;
   return MemoryKind::kUnknown;
 }
 
 // CUpti_ActivityMemoryKind values.
 MemoryKind MemoryKindFromCupti(int64_t v) {
   switch (v) {
-    case 1: return MemoryKind::kPageable;
-    case 2: return MemoryKind::kPinned;
-    case 3: case 6: return MemoryKind::kDevice;
-    case 4: return MemoryKind::kArray;
-    case 5: case 7: return MemoryKind::kManaged;
-    default: return MemoryKind::kUnknown;
+    case 1:
+      return MemoryKind::kPageable;
+    case 2:
+      return MemoryKind::kPinned;
+    case 3:
+    case 6:
+      return MemoryKind::kDevice;
+    case 4:
+      return MemoryKind::kArray;
+    case 5:
+    case 7:
+      return MemoryKind::kManaged;
+    default:
+      return MemoryKind::kUnknown;
   }
 }
 
@@ -305,17 +326,30 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   bool StartObject() {
     if (skip_ > 0) return ++skip_, true;
     switch (level_) {
-      case Level::kRoot: level_ = Level::kTop; break;
-      case Level::kEvents: level_ = Level::kEvent; ev_ = Event(); ++events_; break;
-      case Level::kEvent:
-        if (key_ == Field::kArgs) level_ = Level::kArgs; else skip_ = 1;
+      case Level::kRoot:
+        level_ = Level::kTop;
         break;
-      case Level::kDevices: level_ = Level::kDevice; dev_ = DeviceProperties(); break;
+      case Level::kEvents:
+        level_ = Level::kEvent;
+        ev_ = Event();
+        ++events_;
+        break;
+      case Level::kEvent:
+        if (key_ == Field::kArgs)
+          level_ = Level::kArgs;
+        else
+          skip_ = 1;
+        break;
+      case Level::kDevices:
+        level_ = Level::kDevice;
+        dev_ = DeviceProperties();
+        break;
       case Level::kTop:
         if (key_ == Field::kProfd) saw_profd_ = true;
         skip_ = 1;
         break;
-      default: skip_ = 1;
+      default:
+        skip_ = 1;
     }
     key_ = Field::kNone;
     return true;
@@ -323,11 +357,22 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   bool EndObject(rapidjson::SizeType) {
     if (skip_ > 0) return --skip_, true;
     switch (level_) {
-      case Level::kEvent: FinishEvent(); level_ = Level::kEvents; break;
-      case Level::kArgs: level_ = Level::kEvent; break;
-      case Level::kDevice: trace_->devices.push_back(dev_); level_ = Level::kDevices; break;
-      case Level::kTop: level_ = Level::kDone; break;
-      default: break;
+      case Level::kEvent:
+        FinishEvent();
+        level_ = Level::kEvents;
+        break;
+      case Level::kArgs:
+        level_ = Level::kEvent;
+        break;
+      case Level::kDevice:
+        trace_->devices.push_back(dev_);
+        level_ = Level::kDevices;
+        break;
+      case Level::kTop:
+        level_ = Level::kDone;
+        break;
+      default:
+        break;
     }
     key_ = Field::kNone;
     return true;
@@ -341,9 +386,12 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         saw_events_ = true;
         break;
       case Level::kTop:
-        if (key_ == Field::kTraceEvents) level_ = Level::kEvents, saw_events_ = true;
-        else if (key_ == Field::kDeviceProperties) level_ = Level::kDevices;
-        else skip_ = 1;
+        if (key_ == Field::kTraceEvents)
+          level_ = Level::kEvents, saw_events_ = true;
+        else if (key_ == Field::kDeviceProperties)
+          level_ = Level::kDevices;
+        else
+          skip_ = 1;
         break;
       case Level::kArgs:
         if (key_ == Field::kGrid || key_ == Field::kBlock) {
@@ -354,7 +402,8 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
           skip_ = 1;
         }
         break;
-      default: skip_ = 1;
+      default:
+        skip_ = 1;
     }
     key_ = Field::kNone;
     return true;
@@ -362,10 +411,17 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   bool EndArray(rapidjson::SizeType) {
     if (skip_ > 0) return --skip_, true;
     switch (level_) {
-      case Level::kEvents: level_ = events_in_root_array_ ? Level::kDone : Level::kTop; break;
-      case Level::kDevices: level_ = Level::kTop; break;
-      case Level::kArgArray: level_ = Level::kArgs; break;
-      default: break;
+      case Level::kEvents:
+        level_ = events_in_root_array_ ? Level::kDone : Level::kTop;
+        break;
+      case Level::kDevices:
+        level_ = Level::kTop;
+        break;
+      case Level::kArgArray:
+        level_ = Level::kArgs;
+        break;
+      default:
+        break;
     }
     key_ = Field::kNone;
     return true;
@@ -376,36 +432,62 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     key_ = Field::kNone;
     switch (level_) {
       case Level::kTop:
-        if (Is(s, n, "traceEvents")) key_ = Field::kTraceEvents;
-        else if (Is(s, n, "deviceProperties")) key_ = Field::kDeviceProperties;
-        else if (Is(s, n, "baseTimeNanoseconds")) key_ = Field::kBaseTime;
-        else if (Is(s, n, "profd")) key_ = Field::kProfd;
+        if (Is(s, n, "traceEvents"))
+          key_ = Field::kTraceEvents;
+        else if (Is(s, n, "deviceProperties"))
+          key_ = Field::kDeviceProperties;
+        else if (Is(s, n, "baseTimeNanoseconds"))
+          key_ = Field::kBaseTime;
+        else if (Is(s, n, "profd"))
+          key_ = Field::kProfd;
         break;
       case Level::kEvent:
-        if (Is(s, n, "ph")) key_ = Field::kPh;
-        else if (Is(s, n, "cat")) key_ = Field::kCat;
-        else if (Is(s, n, "name")) key_ = Field::kName;
-        else if (Is(s, n, "pid")) key_ = Field::kPid;
-        else if (Is(s, n, "tid")) key_ = Field::kTid;
-        else if (Is(s, n, "ts")) key_ = Field::kTs;
-        else if (Is(s, n, "dur")) key_ = Field::kDur;
-        else if (Is(s, n, "args")) key_ = Field::kArgs;
+        if (Is(s, n, "ph"))
+          key_ = Field::kPh;
+        else if (Is(s, n, "cat"))
+          key_ = Field::kCat;
+        else if (Is(s, n, "name"))
+          key_ = Field::kName;
+        else if (Is(s, n, "pid"))
+          key_ = Field::kPid;
+        else if (Is(s, n, "tid"))
+          key_ = Field::kTid;
+        else if (Is(s, n, "ts"))
+          key_ = Field::kTs;
+        else if (Is(s, n, "dur"))
+          key_ = Field::kDur;
+        else if (Is(s, n, "args"))
+          key_ = Field::kArgs;
         break;
       case Level::kArgs:
-        if (Is(s, n, "correlation")) key_ = Field::kCorrelation;
-        else if (Is(s, n, "device")) key_ = Field::kDevice;
-        else if (Is(s, n, "stream")) key_ = Field::kStream;
-        else if (Is(s, n, "grid")) key_ = Field::kGrid;
-        else if (Is(s, n, "block")) key_ = Field::kBlock;
-        else if (Is(s, n, "registers per thread")) key_ = Field::kRegisters;
-        else if (Is(s, n, "shared memory")) key_ = Field::kSharedMemory;
-        else if (Is(s, n, "bytes")) key_ = Field::kBytes;
-        else if (Is(s, n, "copy kind")) key_ = Field::kCopyKind;
-        else if (Is(s, n, "src kind")) key_ = Field::kSrcKind;
-        else if (Is(s, n, "dst kind")) key_ = Field::kDstKind;
+        if (Is(s, n, "correlation"))
+          key_ = Field::kCorrelation;
+        else if (Is(s, n, "device"))
+          key_ = Field::kDevice;
+        else if (Is(s, n, "stream"))
+          key_ = Field::kStream;
+        else if (Is(s, n, "grid"))
+          key_ = Field::kGrid;
+        else if (Is(s, n, "block"))
+          key_ = Field::kBlock;
+        else if (Is(s, n, "registers per thread"))
+          key_ = Field::kRegisters;
+        else if (Is(s, n, "shared memory"))
+          key_ = Field::kSharedMemory;
+        else if (Is(s, n, "bytes"))
+          key_ = Field::kBytes;
+        else if (Is(s, n, "copy kind"))
+          key_ = Field::kCopyKind;
+        else if (Is(s, n, "src kind"))
+          key_ = Field::kSrcKind;
+        else if (Is(s, n, "dst kind"))
+          key_ = Field::kDstKind;
         break;
-      case Level::kDevice: key_ = DeviceKey(s, n); break;
-      default: break;
+      case Level::kDevice:
+        key_ = DeviceKey(s, n);
+        break;
+      default:
+        break;
     }
     return true;
   }
@@ -414,20 +496,38 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     if (skip_ > 0) return true;
     if (level_ == Level::kEvent) {
       switch (key_) {
-        case Field::kPh: ev_.ph = n > 0 ? s[0] : 0; break;
-        case Field::kCat: ev_.cat = CategoryOf(s, n); break;
-        case Field::kName: ev_.name.assign(s, n); break;
-        case Field::kPid: ev_.pid = ParseIntPrefix(s, n); break;
-        case Field::kTid: ev_.tid = ParseIntPrefix(s, n); break;
-        default: break;
+        case Field::kPh:
+          ev_.ph = n > 0 ? s[0] : 0;
+          break;
+        case Field::kCat:
+          ev_.cat = CategoryOf(s, n);
+          break;
+        case Field::kName:
+          ev_.name.assign(s, n);
+          break;
+        case Field::kPid:
+          ev_.pid = ParseIntPrefix(s, n);
+          break;
+        case Field::kTid:
+          ev_.tid = ParseIntPrefix(s, n);
+          break;
+        default:
+          break;
       }
     } else if (level_ == Level::kArgs) {
       std::string_view v(s, n);
       switch (key_) {
-        case Field::kCopyKind: ev_.copy_kind = CopyKindFromText(v); break;
-        case Field::kSrcKind: ev_.src_kind = MemoryKindFromText(v); break;
-        case Field::kDstKind: ev_.dst_kind = MemoryKindFromText(v); break;
-        default: break;
+        case Field::kCopyKind:
+          ev_.copy_kind = CopyKindFromText(v);
+          break;
+        case Field::kSrcKind:
+          ev_.src_kind = MemoryKindFromText(v);
+          break;
+        case Field::kDstKind:
+          ev_.dst_kind = MemoryKindFromText(v);
+          break;
+        default:
+          break;
       }
     } else if (level_ == Level::kDevice && key_ == Field::kDevName) {
       dev_.name.assign(s, n);
@@ -467,12 +567,41 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
  private:
   enum class Level { kRoot, kTop, kEvents, kEvent, kArgs, kArgArray, kDevices, kDevice, kDone };
   enum class Field {
-    kNone, kTraceEvents, kDeviceProperties, kBaseTime, kProfd,
-    kPh, kCat, kName, kPid, kTid, kTs, kDur, kArgs,
-    kCorrelation, kDevice, kStream, kGrid, kBlock, kRegisters, kSharedMemory, kBytes,
-    kCopyKind, kSrcKind, kDstKind,
-    kDevId, kDevName, kNumSms, kMaxThreadsPerSm, kMaxThreadsPerBlock, kRegsPerSm, kSmemPerSm,
-    kMaxBlocksPerSm, kWarpSize, kMajor, kMinor,
+    kNone,
+    kTraceEvents,
+    kDeviceProperties,
+    kBaseTime,
+    kProfd,
+    kPh,
+    kCat,
+    kName,
+    kPid,
+    kTid,
+    kTs,
+    kDur,
+    kArgs,
+    kCorrelation,
+    kDevice,
+    kStream,
+    kGrid,
+    kBlock,
+    kRegisters,
+    kSharedMemory,
+    kBytes,
+    kCopyKind,
+    kSrcKind,
+    kDstKind,
+    kDevId,
+    kDevName,
+    kNumSms,
+    kMaxThreadsPerSm,
+    kMaxThreadsPerBlock,
+    kRegsPerSm,
+    kSmemPerSm,
+    kMaxBlocksPerSm,
+    kWarpSize,
+    kMajor,
+    kMinor,
   };
   enum class Cat : uint8_t { kOther, kKernel, kMemcpy, kMemset, kRuntime, kDriver, kSync };
 
@@ -543,25 +672,54 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     switch (level_) {
       case Level::kEvent:
         switch (key_) {
-          case Field::kPid: ev_.pid = i; break;
-          case Field::kTid: ev_.tid = i; break;
-          case Field::kTs: ev_.ts = d; ev_.has_ts = true; break;
-          case Field::kDur: ev_.dur = d; break;
-          default: break;
+          case Field::kPid:
+            ev_.pid = i;
+            break;
+          case Field::kTid:
+            ev_.tid = i;
+            break;
+          case Field::kTs:
+            ev_.ts = d;
+            ev_.has_ts = true;
+            break;
+          case Field::kDur:
+            ev_.dur = d;
+            break;
+          default:
+            break;
         }
         break;
       case Level::kArgs:
         switch (key_) {
-          case Field::kCorrelation: ev_.correlation = i; break;
-          case Field::kDevice: ev_.device = i; break;
-          case Field::kStream: ev_.stream = i; break;
-          case Field::kRegisters: ev_.config.registers_per_thread = static_cast<uint32_t>(i); break;
-          case Field::kSharedMemory: ev_.config.shared_memory_bytes = static_cast<uint32_t>(i); break;
-          case Field::kBytes: ev_.bytes = static_cast<uint64_t>(i); break;
-          case Field::kCopyKind: ev_.copy_kind = CopyKindFromCupti(i); break;
-          case Field::kSrcKind: ev_.src_kind = MemoryKindFromCupti(i); break;
-          case Field::kDstKind: ev_.dst_kind = MemoryKindFromCupti(i); break;
-          default: break;
+          case Field::kCorrelation:
+            ev_.correlation = i;
+            break;
+          case Field::kDevice:
+            ev_.device = i;
+            break;
+          case Field::kStream:
+            ev_.stream = i;
+            break;
+          case Field::kRegisters:
+            ev_.config.registers_per_thread = static_cast<uint32_t>(i);
+            break;
+          case Field::kSharedMemory:
+            ev_.config.shared_memory_bytes = static_cast<uint32_t>(i);
+            break;
+          case Field::kBytes:
+            ev_.bytes = static_cast<uint64_t>(i);
+            break;
+          case Field::kCopyKind:
+            ev_.copy_kind = CopyKindFromCupti(i);
+            break;
+          case Field::kSrcKind:
+            ev_.src_kind = MemoryKindFromCupti(i);
+            break;
+          case Field::kDstKind:
+            ev_.dst_kind = MemoryKindFromCupti(i);
+            break;
+          default:
+            break;
         }
         break;
       case Level::kArgArray:
@@ -574,17 +732,38 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
       case Level::kDevice: {
         uint32_t u = static_cast<uint32_t>(i);
         switch (key_) {
-          case Field::kDevId: dev_.id = static_cast<int32_t>(i); break;
-          case Field::kNumSms: dev_.num_sms = u; break;
-          case Field::kMaxThreadsPerSm: dev_.max_threads_per_sm = u; break;
-          case Field::kMaxThreadsPerBlock: dev_.max_threads_per_block = u; break;
-          case Field::kRegsPerSm: dev_.regs_per_sm = u; break;
-          case Field::kSmemPerSm: dev_.shared_memory_per_sm = u; break;
-          case Field::kMaxBlocksPerSm: dev_.max_blocks_per_sm = u; break;
-          case Field::kWarpSize: dev_.warp_size = u; break;
-          case Field::kMajor: dev_.compute_major = static_cast<int32_t>(i); break;
-          case Field::kMinor: dev_.compute_minor = static_cast<int32_t>(i); break;
-          default: break;
+          case Field::kDevId:
+            dev_.id = static_cast<int32_t>(i);
+            break;
+          case Field::kNumSms:
+            dev_.num_sms = u;
+            break;
+          case Field::kMaxThreadsPerSm:
+            dev_.max_threads_per_sm = u;
+            break;
+          case Field::kMaxThreadsPerBlock:
+            dev_.max_threads_per_block = u;
+            break;
+          case Field::kRegsPerSm:
+            dev_.regs_per_sm = u;
+            break;
+          case Field::kSmemPerSm:
+            dev_.shared_memory_per_sm = u;
+            break;
+          case Field::kMaxBlocksPerSm:
+            dev_.max_blocks_per_sm = u;
+            break;
+          case Field::kWarpSize:
+            dev_.warp_size = u;
+            break;
+          case Field::kMajor:
+            dev_.compute_major = static_cast<int32_t>(i);
+            break;
+          case Field::kMinor:
+            dev_.compute_minor = static_cast<int32_t>(i);
+            break;
+          default:
+            break;
         }
         break;
       }
@@ -594,7 +773,8 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
           has_base_time_ = true;
         }
         break;
-      default: break;
+      default:
+        break;
     }
     key_ = Field::kNone;
     return true;
@@ -651,7 +831,8 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         trace_->host.push_back(c);
         break;
       }
-      case Cat::kOther: break;
+      case Cat::kOther:
+        break;
     }
   }
 
@@ -704,8 +885,9 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) 
   }
   if (!handler.saw_events()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        label, ": no \"traceEvents\" array found. Expected Chrome trace-event JSON as written by "
-               "profd or torch.profiler's export_chrome_trace."));
+        label,
+        ": no \"traceEvents\" array found. Expected Chrome trace-event JSON as written by "
+        "profd or torch.profiler's export_chrome_trace."));
   }
   // Align this file's clock with the first file's (our writer stores ts relative to its base).
   int64_t shift = 0;

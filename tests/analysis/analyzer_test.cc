@@ -60,7 +60,7 @@ TEST(AnalyzerTest, BusyIdleSplitLaunchDelayAndQueueDepth) {
   EXPECT_EQ(g.idle.kernel_wait_ns, 2'000);
   EXPECT_EQ(g.idle.other_ns, 31'000);
   EXPECT_DOUBLE_EQ(g.launch_rate_per_s, 40'000);  // 4 kernels in 100 µs
-  EXPECT_DOUBLE_EQ(g.median_kernel_ns, 7'500);     // (5 + 10) / 2
+  EXPECT_DOUBLE_EQ(g.median_kernel_ns, 7'500);    // (5 + 10) / 2
   EXPECT_EQ(g.kernels_with_launch, 4u);
   EXPECT_EQ(g.kernels_shorter_than_launch, 1u);
   // Delays sorted 3, 5, 12, 37; nearest rank: p50 = 2nd, p90 = p99 = 4th.

@@ -12,9 +12,9 @@
 namespace profd::analysis {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::KernelShape;
 using testing::KinetoTraceBuilder;
-using ::testing::HasSubstr;
 
 // A launch configuration that fills an H100 (100% estimated occupancy).
 const KernelShape kFull{{10000, 1, 1}, {256, 1, 1}, 32, 0};
@@ -109,7 +109,8 @@ TEST(FindingsTest, CopiesInTheHotPathFireAboveFivePercent) {
   // 1000 µs window, pinned HtoD copies taking 100 µs of GPU time: 10%.
   KinetoTraceBuilder b;
   b.CpuOp("step", 0, 1000);
-  for (int i = 0; i < 10; ++i) b.Copy("HtoD", "Pinned", "Device", i * 100, 2, i * 100 + 5, 10, 1 << 20);
+  for (int i = 0; i < 10; ++i)
+    b.Copy("HtoD", "Pinned", "Device", i * 100, 2, i * 100 + 5, 10, 1 << 20);
   Report r = ReportOf(b);
   const Finding* f = Find(r, "copies_hot_path");
   ASSERT_NE(f, nullptr) << ::testing::PrintToString(Ids(r));
@@ -120,14 +121,16 @@ TEST(FindingsTest, CopiesInTheHotPathFireAboveFivePercent) {
 
   KinetoTraceBuilder small;
   small.CpuOp("step", 0, 1000);
-  for (int i = 0; i < 2; ++i) small.Copy("HtoD", "Pinned", "Device", i * 100, 2, i * 100 + 5, 10, 4096);
+  for (int i = 0; i < 2; ++i)
+    small.Copy("HtoD", "Pinned", "Device", i * 100, 2, i * 100 + 5, 10, 4096);
   EXPECT_EQ(Find(ReportOf(small), "copies_hot_path"), nullptr);  // 2%
 }
 
 TEST(FindingsTest, PageableMemoryFiresOnCountOrBytes) {
   KinetoTraceBuilder many;
   many.CpuOp("step", 0, 100000);
-  for (int i = 0; i < 10; ++i) many.Copy("DtoH", "Device", "Pageable", i * 100, 5, i * 100 + 2, 2, 64);
+  for (int i = 0; i < 10; ++i)
+    many.Copy("DtoH", "Device", "Pageable", i * 100, 5, i * 100 + 2, 2, 64);
   Report r = ReportOf(many);
   const Finding* f = Find(r, "pageable_memory");
   ASSERT_NE(f, nullptr);
@@ -136,7 +139,8 @@ TEST(FindingsTest, PageableMemoryFiresOnCountOrBytes) {
 
   KinetoTraceBuilder few;
   few.CpuOp("step", 0, 100000);
-  for (int i = 0; i < 9; ++i) few.Copy("DtoH", "Device", "Pageable", i * 100, 5, i * 100 + 2, 2, 64);
+  for (int i = 0; i < 9; ++i)
+    few.Copy("DtoH", "Device", "Pageable", i * 100, 5, i * 100 + 2, 2, 64);
   EXPECT_EQ(Find(ReportOf(few), "pageable_memory"), nullptr);
 
   KinetoTraceBuilder big;
@@ -212,7 +216,8 @@ TEST(FindingsTest, LowOccupancyNamesTheLimiter) {
 TEST(FindingsTest, HealthyTraceHasNoFindings) {
   // Long, full kernels back to back, queued ahead, no copies or syncs.
   KinetoTraceBuilder b;
-  for (int i = 0; i < 200; ++i) b.Launch("k" + std::to_string(i % 10), i * 5.0, 4, 100 + i * 100.0, 100, 0, 7, kFull);
+  for (int i = 0; i < 200; ++i)
+    b.Launch("k" + std::to_string(i % 10), i * 5.0, 4, 100 + i * 100.0, 100, 0, 7, kFull);
   Report r = ReportOf(b);
   EXPECT_TRUE(r.findings.empty()) << ::testing::PrintToString(Ids(r));
 }

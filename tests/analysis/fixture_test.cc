@@ -9,11 +9,13 @@
 
 #include "absl/strings/match.h"
 #include "daemon/analysis/analysis.h"
+#include "daemon/analysis/render.h"
 #include "daemon/analysis/trace_reader.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/analysis/synthetic_trace.h"
+#include "tests/support/fixtures.h"
 #include "tests/support/subprocess.h"
 
 namespace profd::analysis {
@@ -171,7 +173,61 @@ TEST(FixtureTest, ReadsTracesWrittenByProfd) {
   EXPECT_TRUE(stream_sync);
 }
 
-// Real captures committed by the GPU end-to-end runs: every one must read and add up.
+// A real H200 capture (tests/fixtures/README.md: 1000 launches of profd_test_kernel, 8 MiB
+// pageable copies each way, one 8 MiB memset, one device synchronize), written by profd's
+// writer the way the capture pipeline writes it, then analyzed.
+TEST(FixtureTest, RealH200CaptureThroughProfdsWriter) {
+  std::vector<v1::EventBatch> batches = profd::testing::ReadRecordedBatches(
+      profd::testing::SourcePath("tests/fixtures/burst_1000_kernels.batches.pb"));
+  ASSERT_FALSE(batches.empty());
+  uint64_t lo = UINT64_MAX;
+  for (const auto& b : batches) {
+    for (const auto& k : b.kernels()) lo = std::min<uint64_t>(lo, k.start_ns());
+  }
+  profd::testing::TempDir dir;
+  TraceProcess process;
+  process.pid = 465;
+  process.comm = "cuda_workload";
+  process.capture_id = "fixture";
+  process.base_time_ns = static_cast<int64_t>(lo / 1000000 * 1000000);
+  auto writer = ChromeTraceWriter::Create(dir.File("trace-465.json.gz"), process);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  StringTable names;
+  ChromeTraceWriter::Footer footer;
+  for (const auto& b : batches) {
+    names.Add(b);
+    ASSERT_TRUE((*writer)->Write(b, names).ok());
+    for (const auto& d : b.devices()) footer.devices.push_back(d);
+  }
+  ASSERT_TRUE((*writer)->Finish(footer).ok());
+
+  absl::StatusOr<Report> r = AnalyzeTraceFiles({dir.File("trace-465.json.gz")});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->inputs[0].format, "profd");
+  EXPECT_EQ(r->kernel_count, 1000u);
+  ASSERT_FALSE(r->top_kernels.empty());
+  EXPECT_EQ(r->top_kernels[0].name, "profd_test_kernel(int*, int)");
+  EXPECT_EQ(r->top_kernels[0].stats.count, 1000u);
+  EXPECT_GE(r->top_kernels[0].est_occupancy, 0.0);
+  ASSERT_EQ(r->gpus.size(), 1u);
+  EXPECT_EQ(r->gpus[0].pid, 465);
+  EXPECT_EQ(r->gpus[0].kernels_with_launch, 1000u);
+  EXPECT_GT(r->gpus[0].launch_delay_p50_ns, 0);
+  EXPECT_EQ(r->gpus[0].busy_ns + r->gpus[0].copy_only_ns + r->gpus[0].idle_ns, r->window_ns);
+  std::map<std::string, uint64_t> bytes;
+  for (const CopyRow& c : r->copies) bytes[c.kind + " " + c.memory] = c.bytes;
+  EXPECT_EQ(bytes["HtoD Pageable"], 8u << 20);
+  EXPECT_EQ(bytes["DtoH Pageable"], 8u << 20);
+  EXPECT_EQ(bytes["Memset Device"], 8u << 20);
+  bool device_sync = false;
+  for (const SyncRow& s : r->syncs) device_sync |= s.kind == "cudaDeviceSynchronize";
+  EXPECT_TRUE(device_sync);
+  std::vector<std::string> ids = FindingIds(*r);
+  EXPECT_THAT(ids, Contains("pageable_memory"));  // 16 MiB through pageable buffers
+  std::printf("%s", RenderText(*r).c_str());      // kept in the test log for reading
+}
+
+// Real captures committed as trace files: every one must read and add up.
 TEST(FixtureTest, RealCapturesUnderTestsFixturesAddUp) {
   std::vector<std::string> traces;
   std::vector<std::string> dirs = {profd::testing::SourcePath("tests/fixtures")};

@@ -49,9 +49,10 @@ TEST(HtmlReportTest, RendersInHeadlessChromiumWithEveryPlot) {
   }
   profd::testing::TempDir dir;
   std::string html = dir.File("report.html");
-  RunResult report = profd::testing::Run({profd::testing::BuildPath("client/profctl"), "report",
-                          profd::testing::SourcePath("tests/analysis/fixtures/gpt2_synthetic.json.gz"),
-                          "--html", html});
+  RunResult report = profd::testing::Run(
+      {profd::testing::BuildPath("client/profctl"), "report",
+       profd::testing::SourcePath("tests/analysis/fixtures/gpt2_synthetic.json.gz"), "--html",
+       html});
   ASSERT_EQ(report.exit_code, 0) << report.err;
 
   std::string png = dir.File("report.png");
@@ -72,8 +73,8 @@ TEST(HtmlReportTest, RendersInHeadlessChromiumWithEveryPlot) {
   RunResult d = profd::testing::Run(dump, {}, absl::Seconds(120));
   ASSERT_EQ(d.exit_code, 0) << d.err;
   const std::string& dom = d.out;
-  for (const char* id : {"plot-gpu-busy", "plot-idle", "plot-top-kernels", "plot-launch-delay",
-                         "plot-copies"}) {
+  for (const char* id :
+       {"plot-gpu-busy", "plot-idle", "plot-top-kernels", "plot-launch-delay", "plot-copies"}) {
     EXPECT_THAT(dom, HasSubstr(std::string("<svg id=\"") + id + "\"")) << id;
   }
   EXPECT_THAT(dom, HasSubstr("<polyline class=\"busy-line\""));

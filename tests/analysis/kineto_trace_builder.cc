@@ -33,9 +33,9 @@ std::string Shape(const KernelShape& s) {
 
 KinetoTraceBuilder::KinetoTraceBuilder() = default;
 
-int64_t KinetoTraceBuilder::Launch(const std::string& kernel, double api_ts_us,
-                                   double api_dur_us, double ts_us, double dur_us, int device,
-                                   int stream, const KernelShape& shape, int pid, int tid) {
+int64_t KinetoTraceBuilder::Launch(const std::string& kernel, double api_ts_us, double api_dur_us,
+                                   double ts_us, double dur_us, int device, int stream,
+                                   const KernelShape& shape, int pid, int tid) {
   int64_t corr = next_correlation_++;
   if (api_dur_us > 0) Runtime("cudaLaunchKernel", api_ts_us, api_dur_us, corr, pid, tid);
   Kernel(kernel, ts_us, dur_us, device, stream, shape, corr);
@@ -83,8 +83,7 @@ void KinetoTraceBuilder::Runtime(const std::string& name, double ts_us, double d
       Quote(name), pid, tid, ts_us, dur_us, correlation));
 }
 
-void KinetoTraceBuilder::SyncRecord(const std::string& name, double ts_us, double dur_us,
-                                    int pid) {
+void KinetoTraceBuilder::SyncRecord(const std::string& name, double ts_us, double dur_us, int pid) {
   events_.push_back(absl::StrFormat(
       "{\"ph\":\"X\",\"cat\":\"cuda_sync\",\"name\":%s,\"pid\":%d,\"tid\":0,\"ts\":%.3f,"
       "\"dur\":%.3f,\"args\":{\"stream\":7,\"device\":0}}",
@@ -111,11 +110,11 @@ void KinetoTraceBuilder::DeviceProperties(int id, int num_sms) {
 
 std::string KinetoTraceBuilder::Json(bool events_last) const {
   std::string events = absl::StrCat("\"traceEvents\":[\n", absl::StrJoin(events_, ",\n"), "\n]");
-  std::string other = absl::StrCat(
-      "\"schemaVersion\":1,\"deviceProperties\":[", absl::StrJoin(devices_, ","),
-      "],\"distributedInfo\":{\"backend\":\"nccl\",\"rank\":0,\"world_size\":1},"
-      "\"record_shapes\":1,\"with_stack\":{\"nested\":[1,2,{\"x\":null}]},"
-      "\"displayTimeUnit\":\"ms\",\"baseTimeNanoseconds\":1700000000000000000");
+  std::string other =
+      absl::StrCat("\"schemaVersion\":1,\"deviceProperties\":[", absl::StrJoin(devices_, ","),
+                   "],\"distributedInfo\":{\"backend\":\"nccl\",\"rank\":0,\"world_size\":1},"
+                   "\"record_shapes\":1,\"with_stack\":{\"nested\":[1,2,{\"x\":null}]},"
+                   "\"displayTimeUnit\":\"ms\",\"baseTimeNanoseconds\":1700000000000000000");
   return events_last ? absl::StrCat("{", other, ",", events, "}\n")
                      : absl::StrCat("{", events, ",", other, "}\n");
 }

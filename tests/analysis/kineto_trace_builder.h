@@ -27,8 +27,8 @@ class KinetoTraceBuilder {
                  double dur_us, int device = 0, int stream = 7, const KernelShape& shape = {},
                  int pid = 100, int tid = 100);
   // A kernel with no launch call (GPU-only traces, graph replays).
-  void Kernel(const std::string& name, double ts_us, double dur_us, int device = 0,
-              int stream = 7, const KernelShape& shape = {}, int64_t correlation = -1);
+  void Kernel(const std::string& name, double ts_us, double dur_us, int device = 0, int stream = 7,
+              const KernelShape& shape = {}, int64_t correlation = -1);
   // cudaMemcpyAsync (api) + "Memcpy HtoD (Pageable -> Device)" on the GPU.
   int64_t Copy(const std::string& kind, const std::string& src, const std::string& dst,
                double api_ts_us, double api_dur_us, double ts_us, double dur_us, uint64_t bytes,
@@ -37,8 +37,7 @@ class KinetoTraceBuilder {
   void Runtime(const std::string& name, double ts_us, double dur_us, int64_t correlation = -1,
                int pid = 100, int tid = 100);
   void SyncRecord(const std::string& name, double ts_us, double dur_us, int pid = 100);
-  void CpuOp(const std::string& name, double ts_us, double dur_us, int pid = 100,
-             int tid = 100);
+  void CpuOp(const std::string& name, double ts_us, double dur_us, int pid = 100, int tid = 100);
   // Adds a deviceProperties entry (H100 SXM numbers unless changed).
   void DeviceProperties(int id = 0, int num_sms = 132);
   // Any raw event object (e.g. with odd types).

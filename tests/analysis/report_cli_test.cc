@@ -2,6 +2,7 @@
 // exit codes, a capture id resolved through a real profd, and `diff A B`.
 #include <string>
 
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidjson/document.h"
@@ -76,9 +77,9 @@ TEST(ReportCliTest, HtmlAndSeveralFiles) {
   EXPECT_THAT(html, HasSubstr("<svg id=\"plot-gpu-busy\""));
   EXPECT_THAT(html, ::testing::Not(HasSubstr("<script")));
   EXPECT_THAT(html, ::testing::Not(HasSubstr("http://cdn")));
-  rapidjson::Document d = Json(Profctl({"report", "--json", "--top", "3", SourcePath(kFixture),
-                                        dir.File("other.json")})
-                                   .out);
+  rapidjson::Document d =
+      Json(Profctl({"report", "--json", "--top", "3", SourcePath(kFixture), dir.File("other.json")})
+               .out);
   EXPECT_EQ(d["inputs"].Size(), 2u);
   EXPECT_EQ(d["gpus"].Size(), 2u);  // (4242, GPU 0) and (555, GPU 0)
   EXPECT_EQ(d["top_kernels"].Size(), 3u);
@@ -112,6 +113,30 @@ TEST(ReportCliTest, UnknownCaptureIdThroughARealProfd) {
   EXPECT_THAT(r.err, HasSubstr("20260101T000000Z-host-deadbeef"));
 }
 
+// `profctl report <capture id>`: a real capture by a real profd from the agent replaying the
+// recorded H200 batches, reported by id (the local store's trace files, read in place).
+TEST(ReportCliTest, ReportsACaptureById) {
+  TempDir captures;
+  profd::testing::ProfdProcess profd({"--capture_dir=" + captures.path()});
+  profd.Start();
+  profd::testing::Subprocess agent({BuildPath("tests/integration/replay_agent"),
+                                    SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")},
+                                   {{"PROFD_AGENT_SOCKET", profd.agent_socket()}});
+  ASSERT_TRUE(profd::testing::WaitFor(
+      [&] { return profd.ProfctlJson({"agents"})["agents"].Size() > 0; }, absl::Seconds(5)));
+  rapidjson::Document c =
+      profd.ProfctlJson({"capture", "--pid", std::to_string(agent.pid()), "--duration", "500ms"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd.log();
+  std::string id = c["capture_id"].GetString();
+
+  RunResult r = profd.Profctl({"report", "--json", id});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  rapidjson::Document d = Json(r.out);
+  EXPECT_EQ(d["kernel_count"].GetUint64(), 1000u);
+  EXPECT_EQ(d["inputs"][0]["format"].GetString(), std::string("profd"));
+  EXPECT_EQ(d["gpus"][0]["pid"].GetInt(), agent.pid());
+}
+
 TEST(ReportCliTest, DiffShowsTheChangePerKernel) {
   TempDir dir;
   // Before: 10 GEMMs of 100 µs and 100 tiny relu kernels. After: relu fused into the GEMM.
@@ -131,7 +156,8 @@ TEST(ReportCliTest, DiffShowsTheChangePerKernel) {
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("KERNELS"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("1.00 ms +0 ns +-1.00 ms +gone +10 +0 .*gemm\n"));
-  EXPECT_THAT(r.out, ::testing::ContainsRegex("0 ns +800.0 µs +\\+800.0 µs +new +0 +10 .*gemm_relu"));
+  EXPECT_THAT(r.out,
+              ::testing::ContainsRegex("0 ns +800.0 µs +\\+800.0 µs +new +0 +10 .*gemm_relu"));
   EXPECT_THAT(r.out, ::testing::ContainsRegex("kernels +110 +10 +-90.9%"));
   EXPECT_THAT(r.out, HasSubstr("gone in B:  launch_bound"));
 

@@ -64,18 +64,18 @@ constexpr const char* kEmbedding =
 // One transformer block of GPT-2 small at batch 8 x 128 tokens, fp16 (durations in µs).
 const Op kLayer[] = {
     {"aten::layer_norm", kLayerNorm, 4.0, 1024, 128, 28, 0},
-    {"aten::addmm", kGemm, 26.0, 72, 384, 168, 201728},        // c_attn 768 -> 2304
+    {"aten::addmm", kGemm, 26.0, 72, 384, 168, 201728},  // c_attn 768 -> 2304
     {"aten::contiguous", kCopy, 3.5, 4608, 128, 16, 0},
-    {"aten::bmm", kSmallGemm, 8.0, 96, 128, 128, 49152},        // q @ k^T per head
+    {"aten::bmm", kSmallGemm, 8.0, 96, 128, 128, 49152},  // q @ k^T per head
     {"aten::_softmax", kSoftmax, 5.0, 1536, 128, 32, 0},
-    {"aten::bmm", kSmallGemm, 7.5, 96, 128, 128, 49152},        // attn @ v
+    {"aten::bmm", kSmallGemm, 7.5, 96, 128, 128, 49152},  // attn @ v
     {"aten::contiguous", kCopy, 3.5, 4608, 128, 16, 0},
-    {"aten::addmm", kGemm, 11.0, 24, 384, 168, 201728},        // c_proj 768 -> 768
+    {"aten::addmm", kGemm, 11.0, 24, 384, 168, 201728},  // c_proj 768 -> 768
     {"aten::add", kAdd, 3.0, 1536, 128, 20, 0},
     {"aten::layer_norm", kLayerNorm, 4.0, 1024, 128, 28, 0},
-    {"aten::addmm", kGemm, 34.0, 96, 384, 168, 201728},        // c_fc 768 -> 3072
+    {"aten::addmm", kGemm, 34.0, 96, 384, 168, 201728},  // c_fc 768 -> 3072
     {"aten::gelu", kGelu, 6.0, 6144, 128, 24, 0},
-    {"aten::addmm", kGemm, 33.0, 24, 384, 168, 201728},        // c_proj 3072 -> 768
+    {"aten::addmm", kGemm, 33.0, 24, 384, 168, 201728},  // c_proj 3072 -> 768
     {"aten::add", kAdd, 3.0, 1536, 128, 20, 0},
 };
 
@@ -85,14 +85,15 @@ class Generator {
       : o_(o), sink_(sink), rng_(o.seed) {}
 
   uint64_t Run() {
-    sink_("{\"schemaVersion\":1,\"deviceProperties\":[{\"id\":0,\"name\":\"NVIDIA H100 80GB "
-          "HBM3\",\"totalGlobalMem\":85045968896,\"computeMajor\":9,\"computeMinor\":0,"
-          "\"maxThreadsPerBlock\":1024,\"maxThreadsPerMultiprocessor\":2048,\"regsPerBlock\":"
-          "65536,\"regsPerMultiprocessor\":65536,\"warpSize\":32,\"sharedMemPerBlock\":49152,"
-          "\"sharedMemPerMultiprocessor\":233472,\"numSms\":132,\"sharedMemPerBlockOptin\":"
-          "232448}],\"distributedInfo\":{\"backend\":\"nccl\",\"rank\":0,\"world_size\":1},"
-          "\"record_shapes\":1,\"displayTimeUnit\":\"ms\",\"baseTimeNanoseconds\":"
-          "1700000000000000000,\"traceEvents\":[\n");
+    sink_(
+        "{\"schemaVersion\":1,\"deviceProperties\":[{\"id\":0,\"name\":\"NVIDIA H100 80GB "
+        "HBM3\",\"totalGlobalMem\":85045968896,\"computeMajor\":9,\"computeMinor\":0,"
+        "\"maxThreadsPerBlock\":1024,\"maxThreadsPerMultiprocessor\":2048,\"regsPerBlock\":"
+        "65536,\"regsPerMultiprocessor\":65536,\"warpSize\":32,\"sharedMemPerBlock\":49152,"
+        "\"sharedMemPerMultiprocessor\":233472,\"numSms\":132,\"sharedMemPerBlockOptin\":"
+        "232448}],\"distributedInfo\":{\"backend\":\"nccl\",\"rank\":0,\"world_size\":1},"
+        "\"record_shapes\":1,\"displayTimeUnit\":\"ms\",\"baseTimeNanoseconds\":"
+        "1700000000000000000,\"traceEvents\":[\n");
     cpu_ = 1000.0;
     gpu_ = 0;
     for (int step = 0; step < o_.steps; ++step) Step(step);
@@ -120,15 +121,17 @@ class Generator {
   }
 
   void Host(const char* cat, const std::string& name, double ts, double dur, int64_t corr) {
-    Event(absl::StrFormat("{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,"
-                          "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"cbid\":211,\"correlation\":%d}}",
-                          cat, name, o_.pid, o_.pid, ts, dur, corr));
+    Event(
+        absl::StrFormat("{\"ph\":\"X\",\"cat\":\"%s\",\"name\":\"%s\",\"pid\":%d,\"tid\":%d,"
+                        "\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"cbid\":211,\"correlation\":%d}}",
+                        cat, name, o_.pid, o_.pid, ts, dur, corr));
   }
   void CpuOp(const std::string& name, double ts, double dur) {
     if (!o_.cpu_ops) return;
-    Event(absl::StrFormat("{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"%s\",\"pid\":%d,\"tid\":"
-                          "%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"External id\":%d}}",
-                          name, o_.pid, o_.pid, ts, dur, ++external_));
+    Event(
+        absl::StrFormat("{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":\"%s\",\"pid\":%d,\"tid\":"
+                        "%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{\"External id\":%d}}",
+                        name, o_.pid, o_.pid, ts, dur, ++external_));
   }
 
   // An aten op on the CPU that launches one kernel; the GPU runs it when the stream frees up.
@@ -190,9 +193,10 @@ class Generator {
     double sync_end = std::max(gpu_, sync_start) + 3.0;
     Host("cuda_runtime", "cudaStreamSynchronize", sync_start, sync_end - sync_start, corr);
     cpu_ = sync_end + Jitter(250.0, 0.2);  // sampling, request bookkeeping in Python
-    Event(absl::StrFormat("{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"ProfilerStep#%d\","
-                          "\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{}}",
-                          step, o_.pid, o_.pid, step_start, cpu_ - step_start));
+    Event(
+        absl::StrFormat("{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":\"ProfilerStep#%d\","
+                        "\"pid\":%d,\"tid\":%d,\"ts\":%.3f,\"dur\":%.3f,\"args\":{}}",
+                        step, o_.pid, o_.pid, step_start, cpu_ - step_start));
   }
 
   SyntheticOptions o_;

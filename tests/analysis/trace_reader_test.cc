@@ -16,10 +16,10 @@
 namespace profd::analysis {
 namespace {
 
-using testing::KinetoTraceBuilder;
-using testing::KernelShape;
-using testing::WriteFile;
 using ::testing::HasSubstr;
+using testing::KernelShape;
+using testing::KinetoTraceBuilder;
+using testing::WriteFile;
 
 KinetoTraceBuilder SmallTrace() {
   KinetoTraceBuilder b;
@@ -101,7 +101,8 @@ TEST(TraceReaderTest, ReadsBuffersGzipOrPlain) {
 TEST(TraceReaderTest, ReadsLargeTracesAcrossManyChunks) {
   // More than the reader's 1 MiB chunks several times over, so events straddle chunk edges.
   KinetoTraceBuilder b;
-  for (int i = 0; i < 30000; ++i) b.Launch("k" + std::to_string(i % 7), i * 10.0, 2, i * 10.0 + 3, 5);
+  for (int i = 0; i < 30000; ++i)
+    b.Launch("k" + std::to_string(i % 7), i * 10.0, 2, i * 10.0 + 3, 5);
   std::string json = b.Json();
   ASSERT_GT(json.size(), 8u << 20);
   Trace t;

@@ -89,8 +89,7 @@ int main(int argc, char** argv) {
     Spread rd = Of(read_s), tot = Of(total_s);
     double file_mb = FileSize(path) / 1e6, json_mb = json_bytes / 1e6;
     std::printf("%-8s read only:      %6.2f s [%.2f, %.2f]  %6.2f M events/s  %7.1f MB/s JSON",
-                ext + 1, rd.median, rd.min, rd.max, events / rd.median / 1e6,
-                json_mb / rd.median);
+                ext + 1, rd.median, rd.min, rd.max, events / rd.median / 1e6, json_mb / rd.median);
     if (file_mb != json_mb) std::printf("  %6.1f MB/s gzip", file_mb / rd.median);
     std::printf("\n%-8s read + analyze: %6.2f s [%.2f, %.2f]  %6.2f M events/s  %7.1f MB/s JSON",
                 ext + 1, tot.median, tot.min, tot.max, events / tot.median / 1e6,
