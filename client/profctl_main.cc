@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   int rc = kExitOk;
   AddAgentCommands(app, g, &rc);
   AddCaptureCommands(app, g, &rc);
+  AddReportCommands(app, g, &rc);
 
   try {
     app.parse(argc, argv);

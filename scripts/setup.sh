@@ -14,6 +14,7 @@ packages=(
   libcli11-dev           # profctl's command line
   libgtest-dev libgmock-dev  # unit tests
   prometheus             # tests: a real Prometheus scrapes profd; promtool checks /metrics
+  chromium               # tests: headless Chromium renders the HTML report (profctl report --html)
   patchelf               # relocatable tarball
   clang-format
 )

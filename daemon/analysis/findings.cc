@@ -1,0 +1,316 @@
+#include "daemon/analysis/findings.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/analysis/format.h"
+
+namespace profd::analysis {
+namespace {
+
+std::string GpuLabel(const GpuRow& g) {
+  return absl::StrCat("GPU ", g.device, " (pid ", g.pid, ")");
+}
+
+std::string Short(const std::string& name, size_t max = 70) {
+  return name.size() <= max ? name : name.substr(0, max - 3) + "...";
+}
+
+void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* out) {
+  for (const GpuRow& g : r.gpus) {
+    if (r.window_ns <= 0 || g.busy_ratio >= o.idle_busy_below) continue;
+    Finding f;
+    f.id = "gpu_idle";
+    f.severity = g.busy_ratio < o.idle_busy_below / 2 ? "critical" : "warning";
+    f.value = g.busy_ratio;
+    int64_t idle = g.idle.host_wait_ns + g.idle.kernel_wait_ns + g.idle.other_ns;
+    bool host_bound = idle > 0 && g.idle.host_wait_ns * 2 >= idle;
+    f.title =
+        absl::StrCat(GpuLabel(g), " is mostly idle: kernels ran ", FormatPercent(g.busy_ratio),
+                     " of the time", host_bound ? " (CPU- or input-bound)" : "");
+    f.threshold = absl::StrCat("kernel busy time < ", FormatPercent(o.idle_busy_below),
+                               " of the trace window");
+    f.evidence.push_back(absl::StrCat(
+        "busy ", FormatDuration(g.busy_ns), " of ", FormatDuration(r.window_ns), " (",
+        FormatPercent(g.busy_ratio), "); copies/memsets alone ", FormatDuration(g.copy_only_ns)));
+    auto share = [idle](int64_t v) { return idle > 0 ? FormatPercent(double(v) / idle) : "-"; };
+    f.evidence.push_back(absl::StrCat(
+        "idle ", FormatDuration(g.idle_ns), ": host wait ", FormatDuration(g.idle.host_wait_ns),
+        " (", share(g.idle.host_wait_ns), "), kernel wait ", FormatDuration(g.idle.kernel_wait_ns),
+        " (", share(g.idle.kernel_wait_ns), "), other ", FormatDuration(g.idle.other_ns), " (",
+        share(g.idle.other_ns), ")"));
+    if (host_bound) {
+      f.advice.push_back(
+          "Host wait dominates: the CPU did not enqueue work fast enough. Look at the CPU side "
+          "between steps (data loading and preprocessing, tokenization, Python overhead, "
+          "request batching): use DataLoader workers with pin_memory, prefetch, larger batches.");
+    } else {
+      f.advice.push_back(
+          "The GPU had work queued but waited (other streams, events, or launch overhead): check "
+          "the synchronization and launch-bound findings, and cross-stream dependencies.");
+    }
+    f.advice.push_back(
+        "Confirm on the timeline (open the trace in Perfetto UI) what the host does in the gaps.");
+    out->push_back(std::move(f));
+  }
+}
+
+void LaunchBound(const Report& r, const AnalysisOptions& o, std::vector<Finding>* out) {
+  for (const GpuRow& g : r.gpus) {
+    if (g.kernels < o.launch_bound_min_kernels || g.busy_ratio >= o.launch_bound_busy_below) {
+      continue;
+    }
+    double short_fraction = g.kernels_with_launch > 0
+                                ? double(g.kernels_shorter_than_launch) / g.kernels_with_launch
+                                : 0;
+    bool many_short = g.kernels_with_launch > 0 && short_fraction >= o.launch_bound_short_fraction;
+    bool tiny = g.median_kernel_ns < double(o.launch_bound_median_kernel_ns);
+    if (!many_short && !tiny) continue;
+    Finding f;
+    f.id = "launch_bound";
+    f.severity = "warning";
+    f.value = short_fraction;
+    f.title = absl::StrCat(GpuLabel(g), " is launch-bound: ", FormatCount(g.kernels),
+                           " short kernels at ", FormatRate(g.launch_rate_per_s));
+    f.threshold = absl::StrFormat(
+        ">= %d kernels, busy < %s, and (>= %s of kernels shorter than their launch call, or "
+        "median kernel < %s)",
+        o.launch_bound_min_kernels, FormatPercent(o.launch_bound_busy_below),
+        FormatPercent(o.launch_bound_short_fraction),
+        FormatDuration(o.launch_bound_median_kernel_ns));
+    f.evidence.push_back(absl::StrCat("median kernel ", FormatDuration(g.median_kernel_ns),
+                                      "; busy ", FormatPercent(g.busy_ratio)));
+    if (g.kernels_with_launch > 0) {
+      f.evidence.push_back(absl::StrCat(FormatCount(g.kernels_shorter_than_launch), " of ",
+                                        FormatCount(g.kernels_with_launch), " kernels (",
+                                        FormatPercent(short_fraction),
+                                        ") ran shorter than the launch call "
+                                        "that queued them"));
+      f.evidence.push_back(absl::StrCat("launch delay p50 ", FormatDuration(g.launch_delay_p50_ns),
+                                        ", p90 ", FormatDuration(g.launch_delay_p90_ns)));
+    }
+    f.evidence.push_back(absl::StrCat("kernel-wait gaps (< ", FormatDuration(o.kernel_wait_gap_ns),
+                                      " between queued kernels) ",
+                                      FormatDuration(g.idle.kernel_wait_ns), ", host wait ",
+                                      FormatDuration(g.idle.host_wait_ns)));
+    f.advice.push_back(
+        "Capture the step in a CUDA Graph (torch.cuda.graphs / torch.compile(mode=\"reduce-"
+        "overhead\")): one launch replays all kernels.");
+    f.advice.push_back(
+        "Fuse small kernels: torch.compile, fused optimizers/LayerNorm/attention, merge small "
+        "linear layers into one larger GEMM.");
+    f.advice.push_back("Give each kernel more work: larger batches, fewer Python-level loops.");
+    out->push_back(std::move(f));
+  }
+}
+
+void Copies(const Report& r, const AnalysisOptions& o, std::vector<Finding>* out) {
+  int64_t host_copy_ns = 0;
+  uint64_t host_copy_bytes = 0, host_copies = 0;
+  uint64_t pageable = 0, pageable_bytes = 0;
+  int64_t pageable_ns = 0;
+  for (const CopyRow& c : r.copies) {
+    if (c.kind == "HtoD" || c.kind == "DtoH" || c.kind == "HtoH") {
+      host_copy_ns += c.total_ns;
+      host_copy_bytes += c.bytes;
+      host_copies += c.count;
+    }
+    if (c.memory == "Pageable") {
+      pageable += c.count;
+      pageable_bytes += c.bytes;
+      pageable_ns += c.total_ns;
+    }
+  }
+  auto table = [&](Finding* f, bool pageable_only) {
+    for (const CopyRow& c : r.copies) {
+      if (c.kind == "Memset" || c.kind == "DtoD" || c.kind == "PtoP") continue;
+      if (pageable_only && c.memory != "Pageable") continue;
+      f->evidence.push_back(absl::StrCat(c.kind, " ", c.memory, ": ", FormatCount(c.count),
+                                         " copies, ", FormatBytes(double(c.bytes)), " in ",
+                                         FormatDuration(c.total_ns), " (",
+                                         absl::StrFormat("%.1f", c.bandwidth_gbps), " GB/s)"));
+    }
+  };
+  double fraction = r.window_ns > 0 ? double(host_copy_ns) / r.window_ns : 0;
+  if (host_copies > 0 && fraction >= o.copies_hot_path_fraction) {
+    Finding f;
+    f.id = "copies_hot_path";
+    f.severity = fraction >= 4 * o.copies_hot_path_fraction ? "critical" : "warning";
+    f.value = fraction;
+    f.title = absl::StrCat("Host<->device copies take ", FormatPercent(fraction),
+                           " of the window (", FormatCount(host_copies), " copies, ",
+                           FormatBytes(double(host_copy_bytes)), ")");
+    f.threshold = absl::StrCat("HtoD+DtoH copy time on the GPU >= ",
+                               FormatPercent(o.copies_hot_path_fraction), " of the trace window");
+    table(&f, false);
+    f.advice.push_back(
+        "Keep tensors on the device between steps: create them there (device=\"cuda\"), avoid "
+        ".cpu()/.numpy()/.tolist() and CPU-side masks or indices in the loop (torch.where with a "
+        "CPU condition copies both ways).");
+    f.advice.push_back(
+        "Move inputs once, with pinned memory and non_blocking=True, overlapped with compute.");
+    out->push_back(std::move(f));
+  }
+  if (pageable > 0 &&
+      (pageable >= o.pageable_min_copies || pageable_bytes >= o.pageable_min_bytes)) {
+    Finding f;
+    f.id = "pageable_memory";
+    f.severity = "warning";
+    f.value = double(pageable);
+    f.title =
+        absl::StrCat(FormatCount(pageable), " copies use pageable host memory (",
+                     FormatBytes(double(pageable_bytes)), ", ", FormatDuration(pageable_ns), ")");
+    f.threshold = absl::StrCat(">= ", o.pageable_min_copies,
+                               " pageable copies or >= ", FormatBytes(double(o.pageable_min_bytes)),
+                               " through them");
+    table(&f, true);
+    f.advice.push_back(
+        "Pageable copies are staged through a driver buffer and are synchronous for the host: "
+        "pin the host buffers (DataLoader(pin_memory=True), tensor.pin_memory(), "
+        "cudaHostAlloc) and copy with non_blocking=True.");
+    out->push_back(std::move(f));
+  }
+}
+
+void SyncStall(const Report& r, const AnalysisOptions& o, std::vector<Finding>* out) {
+  for (const ProcessRow& p : r.processes) {
+    double fraction = r.window_ns > 0 ? double(p.sync_ns) / r.window_ns : 0;
+    if (p.sync_ns == 0 || fraction < o.sync_stall_fraction) continue;
+    Finding f;
+    f.id = "sync_stall";
+    f.severity = fraction >= 3 * o.sync_stall_fraction ? "critical" : "warning";
+    f.value = fraction;
+    f.title =
+        absl::StrCat("pid ", p.pid, " spends ", FormatPercent(fraction),
+                     " of the window blocked in synchronization (", FormatDuration(p.sync_ns), ")");
+    f.threshold =
+        absl::StrCat("host time in synchronizing calls >= ", FormatPercent(o.sync_stall_fraction),
+                     " of the trace window");
+    bool has_api = std::any_of(r.syncs.begin(), r.syncs.end(),
+                               [](const SyncRow& s) { return s.source == "api"; });
+    for (const SyncRow& s : r.syncs) {
+      if (has_api && s.source != "api") continue;
+      f.evidence.push_back(absl::StrCat(s.kind, " (", s.source, "): ", FormatCount(s.count),
+                                        " calls, ", FormatDuration(s.total_ns), ", longest ",
+                                        FormatDuration(s.max_ns)));
+    }
+    f.advice.push_back(
+        "Each .item(), .cpu(), .tolist(), print(tensor) or bool(tensor) of a CUDA tensor is a "
+        "cudaMemcpy + cudaStreamSynchronize: keep the values on the GPU, read them once per "
+        "step or asynchronously (non_blocking copy into pinned memory + an event).");
+    f.advice.push_back(
+        "Drop torch.cuda.synchronize()/cudaDeviceSynchronize() from the serving path; wait on "
+        "a CUDA event for the one stream that matters instead.");
+    out->push_back(std::move(f));
+  }
+}
+
+void Dominant(const Report& r, const std::vector<KernelRow>& kernels, const AnalysisOptions& o,
+              std::vector<Finding>* out) {
+  size_t n = static_cast<size_t>(std::max(1, o.dominant_top_n));
+  if (kernels.size() <= n || r.kernel_time_ns <= 0) return;
+  double share = 0;
+  for (size_t i = 0; i < n; ++i) share += kernels[i].time_ratio;
+  if (share < o.dominant_fraction) return;
+  Finding f;
+  f.id = "dominant_kernels";
+  f.severity = "info";
+  f.value = share;
+  f.title = absl::StrCat(n, " of ", kernels.size(), " kernels take ", FormatPercent(share),
+                         " of GPU kernel time: optimise these first");
+  f.threshold = absl::StrCat("top ", n, " kernels >= ", FormatPercent(o.dominant_fraction),
+                             " of kernel time, with more than ", n, " distinct kernels");
+  bool many_calls = false;
+  for (size_t i = 0; i < n; ++i) {
+    const KernelRow& k = kernels[i];
+    f.evidence.push_back(absl::StrCat(
+        Short(k.name), ": ", FormatCount(k.stats.count), " x ", FormatDuration(k.stats.avg_ns),
+        " = ", FormatDuration(k.stats.total_ns), " (", FormatPercent(k.time_ratio), ")"));
+    if (k.stats.count >= 100 && k.stats.avg_ns < 20'000) many_calls = true;
+  }
+  f.advice.push_back(
+      "Rank by count x time, not time per call: a kernel called thousands of times for a few "
+      "µs each gains most from fusion or CUDA Graphs, a long one from a better algorithm, "
+      "precision (fp16/bf16, TF32) or a tuned library kernel.");
+  if (many_calls) {
+    f.advice.push_back(
+        "Some of these are short kernels called many times: fuse them (torch.compile) or batch "
+        "the work into fewer, larger launches.");
+  }
+  f.advice.push_back(
+      "Profile the top kernel with Nsight Compute (ncu --kernel-name ...) to see "
+      "whether it is compute- or memory-bound.");
+  out->push_back(std::move(f));
+}
+
+void LowOccupancy(const Report& r, const std::vector<KernelRow>& kernels, const AnalysisOptions& o,
+                  std::vector<Finding>* out) {
+  if (r.kernel_time_ns <= 0) return;
+  double low_share = 0;
+  std::vector<const KernelRow*> low;
+  for (const KernelRow& k : kernels) {
+    if (k.est_occupancy < 0 || k.est_occupancy >= o.low_occupancy_below) continue;
+    low_share += k.time_ratio;
+    low.push_back(&k);
+  }
+  if (low.empty() || low_share < o.low_occupancy_time_fraction) return;
+  Finding f;
+  f.id = "low_occupancy";
+  f.severity = "warning";
+  f.value = low_share;
+  f.title = absl::StrCat(low.size(), " kernels with estimated occupancy below ",
+                         FormatPercent(o.low_occupancy_below), " take ", FormatPercent(low_share),
+                         " of kernel time");
+  f.threshold = absl::StrCat(
+      "kernels with est. achieved occupancy < ", FormatPercent(o.low_occupancy_below),
+      " together >= ", FormatPercent(o.low_occupancy_time_fraction), " of kernel time");
+  bool grid = false, regs = false, smem = false;
+  for (size_t i = 0; i < low.size() && i < 5; ++i) {
+    const KernelRow& k = *low[i];
+    f.evidence.push_back(absl::StrCat(Short(k.name, 60), ": est. ", FormatPercent(k.est_occupancy),
+                                      " (theoretical ", FormatPercent(k.theoretical_occupancy),
+                                      "), limited by ", k.occupancy_limiter, "; ", k.launch_config,
+                                      "; ", FormatPercent(k.time_ratio), " of kernel time"));
+    grid |= k.occupancy_limiter == "grid";
+    regs |= k.occupancy_limiter == "registers";
+    smem |= k.occupancy_limiter == "shared memory";
+  }
+  if (grid) {
+    f.advice.push_back(
+        "Grid too small to fill the SMs: batch more work per launch (larger batch, merge small "
+        "GEMMs), or use split-K / persistent kernels for small matrices.");
+  }
+  if (regs) {
+    f.advice.push_back(
+        "Register-limited: cap registers (__launch_bounds__, -maxrregcount) or "
+        "simplify the kernel.");
+  }
+  if (smem) {
+    f.advice.push_back("Shared-memory-limited: smaller tiles or fewer pipeline stages.");
+  }
+  f.advice.push_back(
+      "Estimates from the launch configuration only; confirm with Nsight Compute "
+      "(--section Occupancy).");
+  out->push_back(std::move(f));
+}
+
+}  // namespace
+
+std::vector<Finding> BuildFindings(const Report& report, const std::vector<KernelRow>& all_kernels,
+                                   const AnalysisOptions& options) {
+  std::vector<Finding> out;
+  GpuIdle(report, options, &out);
+  LaunchBound(report, options, &out);
+  Copies(report, options, &out);
+  SyncStall(report, options, &out);
+  Dominant(report, all_kernels, options, &out);
+  LowOccupancy(report, all_kernels, options, &out);
+  auto rank = [](const std::string& s) { return s == "critical" ? 0 : s == "warning" ? 1 : 2; };
+  std::stable_sort(out.begin(), out.end(), [&](const Finding& a, const Finding& b) {
+    return rank(a.severity) < rank(b.severity);
+  });
+  return out;
+}
+
+}  // namespace profd::analysis

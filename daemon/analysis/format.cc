@@ -1,0 +1,42 @@
+#include "daemon/analysis/format.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace profd::analysis {
+
+std::string FormatDuration(double ns) {
+  double a = std::fabs(ns);
+  if (a < 1e3) return absl::StrFormat("%.0f ns", ns);
+  if (a < 1e6) return absl::StrFormat("%.1f µs", ns / 1e3);
+  if (a < 1e9) return absl::StrFormat("%.2f ms", ns / 1e6);
+  return absl::StrFormat("%.2f s", ns / 1e9);
+}
+
+std::string FormatBytes(double bytes) {
+  if (bytes < 1024) return absl::StrFormat("%.0f B", bytes);
+  if (bytes < 1024.0 * 1024) return absl::StrFormat("%.1f KiB", bytes / 1024);
+  if (bytes < 1024.0 * 1024 * 1024) return absl::StrFormat("%.1f MiB", bytes / (1024.0 * 1024));
+  return absl::StrFormat("%.2f GiB", bytes / (1024.0 * 1024 * 1024));
+}
+
+std::string FormatPercent(double ratio) { return absl::StrFormat("%.1f%%", ratio * 100); }
+
+std::string FormatCount(uint64_t n) {
+  std::string digits = std::to_string(n);
+  std::string out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string FormatRate(double per_s) {
+  if (per_s >= 1e6) return absl::StrFormat("%.2fM/s", per_s / 1e6);
+  if (per_s >= 1e3) return absl::StrFormat("%.1fk/s", per_s / 1e3);
+  return absl::StrFormat("%.0f/s", per_s);
+}
+
+}  // namespace profd::analysis

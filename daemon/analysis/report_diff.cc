@@ -1,0 +1,244 @@
+#include "daemon/analysis/report_diff.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/analysis/format.h"
+#include "daemon/analysis/text_table.h"
+#include "rapidjson/prettywriter.h"
+#include "rapidjson/stringbuffer.h"
+
+namespace profd::analysis {
+namespace {
+
+void SortRows(std::vector<DeltaRow>* rows) {
+  std::sort(rows->begin(), rows->end(), [](const DeltaRow& x, const DeltaRow& y) {
+    int64_t mx = std::max(x.total_a_ns, x.total_b_ns), my = std::max(y.total_a_ns, y.total_b_ns);
+    if (mx != my) return mx > my;
+    return x.name < y.name;
+  });
+}
+
+std::string Change(double a, double b) {
+  if (a == 0 && b == 0) return "";
+  if (a == 0) return "new";
+  if (b == 0) return "gone";
+  return absl::StrFormat("%+.1f%%", (b - a) / a * 100);
+}
+
+std::string Value(double v, const std::string& unit) {
+  if (unit == "ns") return FormatDuration(v);
+  if (unit == "ratio") return FormatPercent(v);
+  if (unit == "per_s") return FormatRate(v);
+  return FormatCount(static_cast<uint64_t>(std::llround(v)));
+}
+
+}  // namespace
+
+ReportDiff DiffReports(const Report& a, const Report& b) {
+  ReportDiff d;
+  auto metric = [&](const std::string& name, double va, double vb, const std::string& unit) {
+    d.overview.push_back({name, va, vb, unit});
+  };
+  metric("window", double(a.window_ns), double(b.window_ns), "ns");
+  metric("kernel time", double(a.kernel_time_ns), double(b.kernel_time_ns), "ns");
+  metric("kernels", double(a.kernel_count), double(b.kernel_count), "count");
+  metric("distinct kernels", double(a.distinct_kernels), double(b.distinct_kernels), "count");
+  metric("CUDA API time", double(a.api_time_ns), double(b.api_time_ns), "ns");
+  metric("launch delay p50", double(a.launch_delay_p50_ns), double(b.launch_delay_p50_ns), "ns");
+  metric("launch delay p90", double(a.launch_delay_p90_ns), double(b.launch_delay_p90_ns), "ns");
+  metric("launch delay p99", double(a.launch_delay_p99_ns), double(b.launch_delay_p99_ns), "ns");
+  auto sum_sync = [](const Report& r) {
+    int64_t s = 0;
+    for (const ProcessRow& p : r.processes) s += p.sync_ns;
+    return double(s);
+  };
+  metric("host blocked in sync", sum_sync(a), sum_sync(b), "ns");
+  std::map<int32_t, std::pair<const GpuRow*, const GpuRow*>> gpus;  // by device
+  for (const GpuRow& g : a.gpus) gpus[g.device].first = &g;
+  for (const GpuRow& g : b.gpus) gpus[g.device].second = &g;
+  for (const auto& [dev, p] : gpus) {
+    auto get = [](const GpuRow* g, auto f) { return g ? f(*g) : 0.0; };
+    std::string gpu = absl::StrCat("GPU ", dev, " ");
+    metric(gpu + "busy", get(p.first, [](const GpuRow& g) { return g.busy_ratio; }),
+           get(p.second, [](const GpuRow& g) { return g.busy_ratio; }), "ratio");
+    metric(gpu + "idle host wait",
+           get(p.first, [](const GpuRow& g) { return double(g.idle.host_wait_ns); }),
+           get(p.second, [](const GpuRow& g) { return double(g.idle.host_wait_ns); }), "ns");
+    metric(gpu + "idle kernel wait",
+           get(p.first, [](const GpuRow& g) { return double(g.idle.kernel_wait_ns); }),
+           get(p.second, [](const GpuRow& g) { return double(g.idle.kernel_wait_ns); }), "ns");
+    metric(gpu + "launch rate", get(p.first, [](const GpuRow& g) { return g.launch_rate_per_s; }),
+           get(p.second, [](const GpuRow& g) { return g.launch_rate_per_s; }), "per_s");
+  }
+
+  std::map<std::string, DeltaRow> kernels, apis, copies;
+  for (const KernelRow& k : a.top_kernels) {
+    DeltaRow& r = kernels[k.name];
+    r.name = k.name;
+    r.count_a = k.stats.count;
+    r.total_a_ns = k.stats.total_ns;
+    r.avg_a_ns = k.stats.avg_ns;
+  }
+  for (const KernelRow& k : b.top_kernels) {
+    DeltaRow& r = kernels[k.name];
+    r.name = k.name;
+    r.count_b = k.stats.count;
+    r.total_b_ns = k.stats.total_ns;
+    r.avg_b_ns = k.stats.avg_ns;
+  }
+  for (const ApiRow& k : a.apis) {
+    DeltaRow& r = apis[k.name];
+    r.name = k.name;
+    r.count_a = k.stats.count;
+    r.total_a_ns = k.stats.total_ns;
+    r.avg_a_ns = k.stats.avg_ns;
+  }
+  for (const ApiRow& k : b.apis) {
+    DeltaRow& r = apis[k.name];
+    r.name = k.name;
+    r.count_b = k.stats.count;
+    r.total_b_ns = k.stats.total_ns;
+    r.avg_b_ns = k.stats.avg_ns;
+  }
+  for (const CopyRow& c : a.copies) {
+    DeltaRow& r = copies[c.kind + " " + c.memory];
+    r.name = c.kind + " " + c.memory;
+    r.count_a = c.count;
+    r.total_a_ns = c.total_ns;
+    r.avg_a_ns = c.count ? double(c.total_ns) / c.count : 0;
+  }
+  for (const CopyRow& c : b.copies) {
+    DeltaRow& r = copies[c.kind + " " + c.memory];
+    r.name = c.kind + " " + c.memory;
+    r.count_b = c.count;
+    r.total_b_ns = c.total_ns;
+    r.avg_b_ns = c.count ? double(c.total_ns) / c.count : 0;
+  }
+  for (auto& [n, r] : kernels) d.kernels.push_back(r);
+  for (auto& [n, r] : apis) d.apis.push_back(r);
+  for (auto& [n, r] : copies) d.copies.push_back(r);
+  SortRows(&d.kernels);
+  SortRows(&d.apis);
+  SortRows(&d.copies);
+
+  std::set<std::string> fa, fb;
+  for (const Finding& f : a.findings) fa.insert(f.id);
+  for (const Finding& f : b.findings) fb.insert(f.id);
+  for (const std::string& id : fa)
+    (fb.count(id) ? d.findings_both : d.findings_only_a).push_back(id);
+  for (const std::string& id : fb) {
+    if (!fa.count(id)) d.findings_only_b.push_back(id);
+  }
+  return d;
+}
+
+std::string RenderDiffText(const ReportDiff& d, const std::string& label_a,
+                           const std::string& label_b, size_t max_rows) {
+  std::string out = absl::StrCat("A: ", label_a, "\nB: ", label_b, "\n\nOVERVIEW\n");
+  TextTable o({"METRIC", "A>", "B>", "CHANGE>"});
+  for (const auto& m : d.overview) {
+    o.AddRow({m.name, Value(m.a, m.unit), Value(m.b, m.unit), Change(m.a, m.b)});
+  }
+  out += o.Render();
+  auto rows = [&](const char* title, const std::vector<DeltaRow>& v, const char* count_name) {
+    absl::StrAppend(&out, "\n", title, "\n");
+    TextTable t({"TOTAL A>", "TOTAL B>", "DELTA>", "CHANGE>", std::string(count_name) + " A>",
+                 std::string(count_name) + " B>", "AVG A>", "AVG B>", "NAME"});
+    for (size_t i = 0; i < v.size() && i < max_rows; ++i) {
+      const DeltaRow& r = v[i];
+      t.AddRow({FormatDuration(r.total_a_ns), FormatDuration(r.total_b_ns),
+                (r.delta_ns() > 0 ? "+" : "") + FormatDuration(r.delta_ns()),
+                Change(r.total_a_ns, r.total_b_ns), FormatCount(r.count_a), FormatCount(r.count_b),
+                FormatDuration(r.avg_a_ns), FormatDuration(r.avg_b_ns), r.name});
+    }
+    out += t.empty() ? "  (none)\n" : t.Render();
+    if (v.size() > max_rows) absl::StrAppend(&out, "  … ", v.size() - max_rows, " more\n");
+  };
+  rows("KERNELS", d.kernels, "INSTANCES");
+  rows("CUDA API", d.apis, "CALLS");
+  rows("COPIES AND MEMSETS", d.copies, "COUNT");
+  absl::StrAppend(&out, "\nFINDINGS\n");
+  for (const auto& id : d.findings_only_a) absl::StrAppend(&out, "  gone in B:  ", id, "\n");
+  for (const auto& id : d.findings_only_b) absl::StrAppend(&out, "  new in B:   ", id, "\n");
+  for (const auto& id : d.findings_both) absl::StrAppend(&out, "  in both:    ", id, "\n");
+  if (d.findings_only_a.empty() && d.findings_only_b.empty() && d.findings_both.empty()) {
+    absl::StrAppend(&out, "  none in either\n");
+  }
+  return out;
+}
+
+std::string DiffToJson(const ReportDiff& d, const std::string& label_a,
+                       const std::string& label_b) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buffer);
+  w.SetIndent(' ', 1);
+  w.StartObject();
+  w.Key("a");
+  w.String(label_a.c_str());
+  w.Key("b");
+  w.String(label_b.c_str());
+  w.Key("overview");
+  w.StartArray();
+  for (const auto& m : d.overview) {
+    w.StartObject();
+    w.Key("name");
+    w.String(m.name.c_str());
+    w.Key("unit");
+    w.String(m.unit.c_str());
+    w.Key("a");
+    w.Double(m.a);
+    w.Key("b");
+    w.Double(m.b);
+    w.EndObject();
+  }
+  w.EndArray();
+  auto rows = [&](const char* key, const std::vector<DeltaRow>& v) {
+    w.Key(key);
+    w.StartArray();
+    for (const DeltaRow& r : v) {
+      w.StartObject();
+      w.Key("name");
+      w.String(r.name.c_str());
+      w.Key("count_a");
+      w.Uint64(r.count_a);
+      w.Key("count_b");
+      w.Uint64(r.count_b);
+      w.Key("total_a_ns");
+      w.Int64(r.total_a_ns);
+      w.Key("total_b_ns");
+      w.Int64(r.total_b_ns);
+      w.Key("delta_ns");
+      w.Int64(r.delta_ns());
+      w.Key("avg_a_ns");
+      w.Double(r.avg_a_ns);
+      w.Key("avg_b_ns");
+      w.Double(r.avg_b_ns);
+      w.EndObject();
+    }
+    w.EndArray();
+  };
+  rows("kernels", d.kernels);
+  rows("cuda_api", d.apis);
+  rows("copies", d.copies);
+  auto ids = [&](const char* key, const std::vector<std::string>& v) {
+    w.Key(key);
+    w.StartArray();
+    for (const auto& s : v) w.String(s.c_str());
+    w.EndArray();
+  };
+  w.Key("findings");
+  w.StartObject();
+  ids("only_a", d.findings_only_a);
+  ids("only_b", d.findings_only_b);
+  ids("both", d.findings_both);
+  w.EndObject();
+  w.EndObject();
+  return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
+}
+
+}  // namespace profd::analysis

@@ -1,0 +1,40 @@
+// Before/after comparison of two reports (`profctl diff A B`): the same tables side by side
+// with the change per kernel, per API and per copy kind, and which findings appeared or went.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "daemon/analysis/report.h"
+
+namespace profd::analysis {
+
+struct DeltaRow {
+  std::string name;
+  uint64_t count_a = 0, count_b = 0;
+  int64_t total_a_ns = 0, total_b_ns = 0;
+  double avg_a_ns = 0, avg_b_ns = 0;
+  int64_t delta_ns() const { return total_b_ns - total_a_ns; }
+};
+
+struct ReportDiff {
+  struct Metric {
+    std::string name;
+    double a = 0, b = 0;
+    std::string unit;  // "ns", "ratio", "count", "per_s"
+  };
+  std::vector<Metric> overview;
+  std::vector<DeltaRow> kernels;  // by largest total in either, then by |delta|
+  std::vector<DeltaRow> apis;
+  std::vector<DeltaRow> copies;  // "HtoD Pageable", ...
+  std::vector<std::string> findings_only_a, findings_only_b, findings_both;
+};
+
+// Reports should be computed with a large top_kernels/top_apis so no kernel is cut.
+ReportDiff DiffReports(const Report& a, const Report& b);
+std::string RenderDiffText(const ReportDiff& diff, const std::string& label_a,
+                           const std::string& label_b, size_t max_rows = 25);
+std::string DiffToJson(const ReportDiff& diff, const std::string& label_a,
+                       const std::string& label_b);
+
+}  // namespace profd::analysis

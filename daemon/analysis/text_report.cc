@@ -1,0 +1,135 @@
+// RenderText: the terminal report, findings first, then the tables users compare with
+// `nsys stats` (cuda_gpu_kern_sum, cuda_api_sum, memory operations).
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "daemon/analysis/format.h"
+#include "daemon/analysis/render.h"
+#include "daemon/analysis/text_table.h"
+
+namespace profd::analysis {
+namespace {
+
+std::string Ns(double ns) { return FormatDuration(ns); }
+std::string Occ(double v) { return v < 0 ? "-" : absl::StrFormat("%.0f%%", v * 100); }
+
+}  // namespace
+
+std::string RenderText(const Report& r) {
+  std::string out;
+  std::vector<std::string> inputs;
+  for (const InputSummary& in : r.inputs) {
+    inputs.push_back(absl::StrCat(in.path, " (", in.format, in.gzip ? ", gzip" : "", ")"));
+  }
+  absl::StrAppend(&out, "Trace: ", absl::StrJoin(inputs, ", "), "\n");
+  absl::StrAppend(&out, "Window: ", Ns(r.window_ns), ", ", FormatCount(r.events), " events, ",
+                  FormatCount(r.kernel_count), " kernels (", FormatCount(r.distinct_kernels),
+                  " distinct), kernel time ", Ns(r.kernel_time_ns), "\n");
+  for (const DeviceSummary& d : r.devices) {
+    absl::StrAppend(&out, "GPU ", d.id, ": ", d.name,
+                    d.num_sms ? absl::StrCat(", ", d.num_sms, " SMs") : "",
+                    d.assumed ? " (not in the trace)" : "", "\n");
+  }
+
+  absl::StrAppend(&out, "\nFINDINGS\n");
+  if (r.findings.empty()) {
+    absl::StrAppend(&out, "  No finding fired (thresholds in docs/ANALYSIS.md and --json).\n");
+  }
+  for (size_t i = 0; i < r.findings.size(); ++i) {
+    const Finding& f = r.findings[i];
+    std::string sev = f.severity;
+    std::transform(sev.begin(), sev.end(), sev.begin(), ::toupper);
+    absl::StrAppend(&out, "  ", i + 1, ". [", sev, "] ", f.title, "\n");
+    absl::StrAppend(&out, "     rule: ", f.threshold, "\n");
+    for (const std::string& e : f.evidence) absl::StrAppend(&out, "     - ", e, "\n");
+    for (const std::string& a : f.advice) absl::StrAppend(&out, "     > ", a, "\n");
+  }
+
+  absl::StrAppend(&out, "\nGPUS (busy = union of kernel time; idle split as in HTA)\n");
+  TextTable gpus({"PID>", "GPU>", "BUSY>", "COPY ONLY>", "IDLE>", "HOST WAIT>", "KERNEL WAIT>",
+                  "OTHER>", "KERNELS>", "LAUNCH RATE>", "MED KERNEL>",
+                  "LAUNCH DELAY p50/p90/p99>"});
+  for (const GpuRow& g : r.gpus) {
+    gpus.AddRow({absl::StrCat(g.pid), absl::StrCat(g.device), FormatPercent(g.busy_ratio),
+                 Ns(g.copy_only_ns), Ns(g.idle_ns), Ns(g.idle.host_wait_ns),
+                 Ns(g.idle.kernel_wait_ns), Ns(g.idle.other_ns), FormatCount(g.kernels),
+                 FormatRate(g.launch_rate_per_s), Ns(g.median_kernel_ns),
+                 g.kernels_with_launch == 0
+                     ? "-"
+                     : absl::StrCat(Ns(g.launch_delay_p50_ns), " / ", Ns(g.launch_delay_p90_ns),
+                                    " / ", Ns(g.launch_delay_p99_ns))});
+  }
+  out += gpus.empty() ? "  (no GPU activity in the trace)\n" : gpus.Render();
+
+  if (!r.processes.empty()) {
+    absl::StrAppend(&out, "\nPROCESSES\n");
+    TextTable procs({"PID>", "GPUS", "CUDA API CALLS>", "API TIME>", "SYNC (HOST BLOCKED)>",
+                     "KERNELS>", "LAUNCH RATE>"});
+    for (const ProcessRow& p : r.processes) {
+      procs.AddRow({absl::StrCat(p.pid), p.devices.empty() ? "-" : absl::StrJoin(p.devices, ","),
+                    FormatCount(p.api_calls), Ns(p.api_ns), Ns(p.sync_ns), FormatCount(p.kernels),
+                    FormatRate(p.launch_rate_per_s)});
+    }
+    out += procs.Render();
+  }
+
+  absl::StrAppend(&out, "\nTOP KERNELS (cuda_gpu_kern_sum)\n");
+  TextTable k({"Time %>", "Total Time>", "Instances>", "Avg>", "Med>", "Min>", "Max>", "StdDev>",
+               "Est. Occ>", "Name"});
+  for (const KernelRow& row : r.top_kernels) {
+    k.AddRow({absl::StrFormat("%.1f", row.time_ratio * 100), Ns(row.stats.total_ns),
+              FormatCount(row.stats.count), Ns(row.stats.avg_ns), Ns(row.stats.median_ns),
+              Ns(row.stats.min_ns), Ns(row.stats.max_ns), Ns(row.stats.stddev_ns),
+              Occ(row.est_occupancy), row.name});
+  }
+  out += k.empty() ? "  (no kernels)\n" : k.Render();
+
+  absl::StrAppend(&out, "\nCUDA API SUMMARY (cuda_api_sum)\n");
+  TextTable a(
+      {"Time %>", "Total Time>", "Num Calls>", "Avg>", "Med>", "Min>", "Max>", "StdDev>", "Name"});
+  for (const ApiRow& row : r.apis) {
+    a.AddRow({absl::StrFormat("%.1f", row.time_ratio * 100), Ns(row.stats.total_ns),
+              FormatCount(row.stats.count), Ns(row.stats.avg_ns), Ns(row.stats.median_ns),
+              Ns(row.stats.min_ns), Ns(row.stats.max_ns), Ns(row.stats.stddev_ns), row.name});
+  }
+  out += a.empty() ? "  (no CUDA API events in the trace)\n" : a.Render();
+
+  absl::StrAppend(&out, "\nCOPIES AND MEMSETS\n");
+  TextTable c({"KIND", "HOST MEMORY", "COUNT>", "BYTES>", "GPU TIME>", "BANDWIDTH>"});
+  for (const CopyRow& row : r.copies) {
+    c.AddRow({row.kind, row.memory, FormatCount(row.count), FormatBytes(double(row.bytes)),
+              Ns(row.total_ns), absl::StrFormat("%.1f GB/s", row.bandwidth_gbps)});
+  }
+  out += c.empty() ? "  (none)\n" : c.Render();
+
+  absl::StrAppend(&out, "\nSYNCHRONIZATION\n");
+  TextTable s({"KIND", "SOURCE", "COUNT>", "TOTAL>", "MAX>"});
+  for (const SyncRow& row : r.syncs) {
+    s.AddRow({row.kind, row.source, FormatCount(row.count), Ns(row.total_ns), Ns(row.max_ns)});
+  }
+  out += s.empty() ? "  (none)\n" : s.Render();
+
+  absl::StrAppend(&out, "\nLAUNCH DELAY (kernel start - launch call end): p50 ",
+                  Ns(r.launch_delay_p50_ns), ", p90 ", Ns(r.launch_delay_p90_ns), ", p99 ",
+                  Ns(r.launch_delay_p99_ns), "\n");
+
+  if (!r.queues.empty()) {
+    absl::StrAppend(&out, "\nQUEUE DEPTH PER STREAM (launched, not finished)\n");
+    TextTable q({"PID>", "GPU>", "STREAM>", "KERNELS>", "MAX>", "AVG>"});
+    for (const StreamQueueRow& row : r.queues) {
+      q.AddRow({absl::StrCat(row.pid), absl::StrCat(row.device), absl::StrCat(row.stream),
+                FormatCount(row.kernels), absl::StrCat(row.max_depth),
+                absl::StrFormat("%.2f", row.avg_depth)});
+    }
+    out += q.Render();
+  }
+  if (!r.notes.empty()) {
+    absl::StrAppend(&out, "\nNOTES\n");
+    for (const std::string& n : r.notes) absl::StrAppend(&out, "  - ", n, "\n");
+  }
+  return out;
+}
+
+}  // namespace profd::analysis

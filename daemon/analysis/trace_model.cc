@@ -1,0 +1,92 @@
+#include "daemon/analysis/trace_model.h"
+
+#include "absl/hash/hash.h"
+
+namespace profd::analysis {
+
+uint32_t NameTable::Intern(std::string_view name) {
+  auto it = ids_.find(absl::string_view(name.data(), name.size()));
+  if (it != ids_.end()) return it->second;
+  uint32_t id = static_cast<uint32_t>(names_.size());
+  names_.emplace_back(name);
+  ids_.emplace(names_.back(), id);
+  return id;
+}
+
+bool LaunchConfig::operator==(const LaunchConfig& o) const {
+  return grid[0] == o.grid[0] && grid[1] == o.grid[1] && grid[2] == o.grid[2] &&
+         block[0] == o.block[0] && block[1] == o.block[1] && block[2] == o.block[2] &&
+         registers_per_thread == o.registers_per_thread &&
+         shared_memory_bytes == o.shared_memory_bytes;
+}
+
+size_t Trace::ConfigHash::operator()(const LaunchConfig& c) const {
+  return absl::HashOf(c.grid[0], c.grid[1], c.grid[2], c.block[0], c.block[1], c.block[2],
+                      c.registers_per_thread, c.shared_memory_bytes);
+}
+
+uint32_t Trace::InternLaunchConfig(const LaunchConfig& config) {
+  if (!config.Known() && config.registers_per_thread == 0 && config.shared_memory_bytes == 0) {
+    return 0;
+  }
+  auto it = config_ids_.find(config);
+  if (it != config_ids_.end()) return it->second;
+  uint32_t id = static_cast<uint32_t>(launch_configs.size());
+  launch_configs.push_back(config);
+  config_ids_.emplace(config, id);
+  return id;
+}
+
+const char* CopyKindName(CopyKind k) {
+  switch (k) {
+    case CopyKind::kHtoD:
+      return "HtoD";
+    case CopyKind::kDtoH:
+      return "DtoH";
+    case CopyKind::kDtoD:
+      return "DtoD";
+    case CopyKind::kHtoH:
+      return "HtoH";
+    case CopyKind::kPtoP:
+      return "PtoP";
+    case CopyKind::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+const char* MemoryKindName(MemoryKind k) {
+  switch (k) {
+    case MemoryKind::kPageable:
+      return "Pageable";
+    case MemoryKind::kPinned:
+      return "Pinned";
+    case MemoryKind::kDevice:
+      return "Device";
+    case MemoryKind::kArray:
+      return "Array";
+    case MemoryKind::kManaged:
+      return "Managed";
+    case MemoryKind::kUnknown:
+      break;
+  }
+  return "unknown";
+}
+
+DeviceProperties DefaultDeviceProperties(int32_t device) {
+  DeviceProperties p;
+  p.id = device;
+  p.name = "assumed H100/H200 SXM (sm_90)";
+  p.num_sms = 132;
+  p.max_threads_per_sm = 2048;
+  p.max_threads_per_block = 1024;
+  p.regs_per_sm = 65536;
+  p.shared_memory_per_sm = 233472;  // 228 KiB
+  p.max_blocks_per_sm = 32;
+  p.warp_size = 32;
+  p.compute_major = 9;
+  p.compute_minor = 0;
+  return p;
+}
+
+}  // namespace profd::analysis

@@ -1,0 +1,135 @@
+// The in-memory trace the analysis works on: only the GPU-side activity (kernels, copies,
+// memsets), the CUDA API calls on the host and the device properties, in columns small enough
+// that a 1 GB JSON trace fits in a few hundred MB. Filled by TraceReader from our captures or
+// from PyTorch profiler / Kineto JSON, or directly by a pipeline that already holds the events.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace profd::analysis {
+
+// Interns strings (kernel and API names repeat millions of times) into dense ids.
+class NameTable {
+ public:
+  uint32_t Intern(std::string_view name);
+  const std::string& Name(uint32_t id) const { return names_[id]; }
+  size_t size() const { return names_.size(); }
+
+ private:
+  std::vector<std::string> names_;
+  absl::flat_hash_map<std::string, uint32_t> ids_;
+};
+
+// Grid, block, registers and shared memory of a launch. Interned too: a model launches a few
+// hundred distinct configurations millions of times.
+struct LaunchConfig {
+  uint32_t grid[3] = {0, 0, 0};
+  uint32_t block[3] = {0, 0, 0};
+  uint32_t registers_per_thread = 0;
+  uint32_t shared_memory_bytes = 0;  // static + dynamic per block
+  bool operator==(const LaunchConfig& o) const;
+  uint64_t Blocks() const { return uint64_t{grid[0]} * grid[1] * grid[2]; }
+  uint64_t ThreadsPerBlock() const { return uint64_t{block[0]} * block[1] * block[2]; }
+  bool Known() const { return Blocks() > 0 && ThreadsPerBlock() > 0; }
+};
+
+enum class CopyKind : uint8_t { kUnknown, kHtoD, kDtoH, kDtoD, kHtoH, kPtoP };
+enum class MemoryKind : uint8_t { kUnknown, kPageable, kPinned, kDevice, kArray, kManaged };
+
+const char* CopyKindName(CopyKind k);      // "HtoD", ...
+const char* MemoryKindName(MemoryKind k);  // "Pageable", ...
+
+// A kernel, memcpy or memset as it ran on a GPU.
+struct GpuActivity {
+  enum class Type : uint8_t { kKernel, kMemcpy, kMemset };
+  int64_t start_ns = 0;
+  int64_t dur_ns = 0;
+  int64_t correlation = -1;    // -1: none; offset per input file so files cannot collide
+  uint64_t bytes = 0;          // memcpy/memset
+  uint32_t name = 0;           // NameTable id
+  uint32_t launch_config = 0;  // index into Trace::launch_configs (0 = unknown)
+  int32_t device = 0;
+  int32_t stream = 0;
+  uint16_t file = 0;  // which input file it came from
+  Type type = Type::kKernel;
+  CopyKind copy_kind = CopyKind::kUnknown;
+  MemoryKind src_kind = MemoryKind::kUnknown;
+  MemoryKind dst_kind = MemoryKind::kUnknown;
+  int64_t end_ns() const { return start_ns + dur_ns; }
+};
+
+// A CUDA runtime or driver API call, or a synchronization record, on a host thread.
+struct HostCall {
+  enum class Type : uint8_t { kRuntime, kDriver, kSync };
+  int64_t start_ns = 0;
+  int64_t dur_ns = 0;
+  int64_t correlation = -1;
+  uint32_t name = 0;
+  int32_t pid = 0;
+  int32_t tid = 0;
+  uint16_t file = 0;
+  Type type = Type::kRuntime;
+  int64_t end_ns() const { return start_ns + dur_ns; }
+};
+
+// What the occupancy estimate needs of a GPU (cudaDeviceProp names).
+struct DeviceProperties {
+  int32_t id = 0;
+  std::string name;
+  uint32_t num_sms = 0;
+  uint32_t max_threads_per_sm = 0;
+  uint32_t max_threads_per_block = 0;
+  uint32_t regs_per_sm = 0;
+  uint32_t shared_memory_per_sm = 0;
+  uint32_t max_blocks_per_sm = 0;
+  uint32_t warp_size = 0;
+  int32_t compute_major = 0;
+  int32_t compute_minor = 0;
+};
+
+// H100/H200 SXM (sm_90): used when the trace carries no deviceProperties.
+DeviceProperties DefaultDeviceProperties(int32_t device);
+
+struct InputFile {
+  std::string path;
+  std::string format;  // "profd" (our captures) or "kineto" (PyTorch profiler and others)
+  bool gzip = false;
+  uint64_t bytes_read = 0;  // uncompressed JSON bytes
+  uint64_t events = 0;      // trace events seen, all kinds
+  int32_t host_pid = -1;    // the process that issued most CUDA calls in this file
+};
+
+struct Trace {
+  NameTable names;
+  std::vector<LaunchConfig> launch_configs{LaunchConfig{}};  // [0] = unknown
+  std::vector<GpuActivity> gpu;
+  std::vector<HostCall> host;
+  std::vector<DeviceProperties> devices;
+  std::vector<InputFile> files;
+  // Start and end of everything in the trace (any complete event, CPU operators included).
+  int64_t window_start_ns = INT64_MAX;
+  int64_t window_end_ns = INT64_MIN;
+  // The first file's baseTimeNanoseconds: later files are shifted onto its clock.
+  bool has_base_time = false;
+  int64_t base_time_ns = 0;
+
+  uint32_t InternLaunchConfig(const LaunchConfig& config);
+  // Widens the window to cover [start, end].
+  void Cover(int64_t start_ns, int64_t end_ns) {
+    if (start_ns < window_start_ns) window_start_ns = start_ns;
+    if (end_ns > window_end_ns) window_end_ns = end_ns;
+  }
+
+ private:
+  struct ConfigHash {
+    size_t operator()(const LaunchConfig& c) const;
+  };
+  absl::flat_hash_map<LaunchConfig, uint32_t, ConfigHash> config_ids_;
+};
+
+}  // namespace profd::analysis

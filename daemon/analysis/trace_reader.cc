@@ -1,0 +1,967 @@
+#include "daemon/analysis/trace_reader.h"
+
+#include <zlib.h>
+
+#include <cmath>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "rapidjson/error/en.h"
+#include "rapidjson/reader.h"
+
+namespace profd::analysis {
+namespace {
+
+constexpr size_t kChunkBytes = 1 << 20;
+constexpr int kChunks = 4;
+
+// Produces the uncompressed JSON bytes, chunk by chunk. Called on the prefetch thread only.
+class ChunkSource {
+ public:
+  virtual ~ChunkSource() = default;
+  // Up to cap bytes into buf; 0 at the end.
+  virtual absl::StatusOr<size_t> Read(char* buf, size_t cap) = 0;
+  virtual bool gzip() const = 0;
+};
+
+// A file, gzip or plain: zlib's gzread passes non-gzip content through unchanged.
+class GzFileSource : public ChunkSource {
+ public:
+  explicit GzFileSource(gzFile f) : f_(f) {}
+  ~GzFileSource() override { gzclose(f_); }
+  absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
+    int n = gzread(f_, buf, static_cast<unsigned>(cap));
+    if (n < 0) {
+      int err = 0;
+      const char* msg = gzerror(f_, &err);
+      return absl::DataLossError(absl::StrCat("cannot decompress: ", msg ? msg : "zlib error",
+                                              " (is the file truncated?)"));
+    }
+    gzip_ = gzdirect(f_) == 0;
+    return static_cast<size_t>(n);
+  }
+  bool gzip() const override { return gzip_; }
+
+ private:
+  gzFile f_;
+  bool gzip_ = false;
+};
+
+// A buffer in memory: inflated when it starts with the gzip magic, copied otherwise.
+class MemorySource : public ChunkSource {
+ public:
+  explicit MemorySource(std::string_view data) : data_(data) {
+    gzip_ = data.size() >= 2 && static_cast<unsigned char>(data[0]) == 0x1f &&
+            static_cast<unsigned char>(data[1]) == 0x8b;
+    if (gzip_) {
+      std::memset(&z_, 0, sizeof(z_));
+      inflateInit2(&z_, 15 + 32);
+      z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+      z_.avail_in = static_cast<uInt>(data.size());
+    }
+  }
+  ~MemorySource() override {
+    if (gzip_) inflateEnd(&z_);
+  }
+  absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
+    if (!gzip_) {
+      size_t n = std::min(cap, data_.size() - pos_);
+      std::memcpy(buf, data_.data() + pos_, n);
+      pos_ += n;
+      return n;
+    }
+    z_.next_out = reinterpret_cast<Bytef*>(buf);
+    z_.avail_out = static_cast<uInt>(cap);
+    while (z_.avail_out > 0 && z_.avail_in > 0) {
+      int rc = inflate(&z_, Z_NO_FLUSH);
+      if (rc == Z_STREAM_END) {
+        inflateReset(&z_);  // concatenated gzip members
+      } else if (rc != Z_OK) {
+        return absl::DataLossError(
+            absl::StrCat("cannot decompress: ", z_.msg ? z_.msg : "zlib error"));
+      }
+    }
+    return cap - z_.avail_out;
+  }
+  bool gzip() const override { return gzip_; }
+
+ private:
+  std::string_view data_;
+  size_t pos_ = 0;
+  bool gzip_ = false;
+  z_stream z_;
+};
+
+// A RapidJSON input stream over the chunks of a ChunkSource, read ahead by its own thread so that
+// decompression and parsing overlap. The parser (caller's thread) owns the current chunk; the
+// reader thread fills the free ones.
+class PrefetchStream {
+ public:
+  typedef char Ch;
+
+  explicit PrefetchStream(ChunkSource* source) : source_(source) {
+    for (int i = 0; i < kChunks; ++i) {
+      buffers_[i].reset(new char[kChunkBytes + 1]);
+      free_.push_back(i);
+    }
+    reader_ = std::thread([this] { ReadAhead(); });
+    NextChunk();
+  }
+  ~PrefetchStream() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    reader_.join();
+  }
+
+  Ch Peek() const { return *cur_; }
+  Ch Take() {
+    Ch c = *cur_;
+    if (++cur_ == end_) NextChunk();
+    return c;
+  }
+  size_t Tell() const { return consumed_ + static_cast<size_t>(cur_ - begin_); }
+  Ch* PutBegin() { return nullptr; }
+  void Put(Ch) {}
+  void Flush() {}
+  size_t PutEnd(Ch*) { return 0; }
+
+  absl::Status status() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return status_;
+  }
+  size_t bytes() const { return Tell(); }
+
+ private:
+  struct Filled {
+    int slot;
+    size_t size;
+  };
+
+  void ReadAhead() {
+    for (;;) {
+      int slot;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [this] { return stop_ || !free_.empty(); });
+        if (stop_) return;
+        slot = free_.front();
+        free_.pop_front();
+      }
+      absl::StatusOr<size_t> n = source_->Read(buffers_[slot].get(), kChunkBytes);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (!n.ok()) status_ = n.status();
+        filled_.push_back({slot, n.ok() ? *n : 0});
+      }
+      cv_.notify_all();
+      if (!n.ok() || *n == 0) return;
+    }
+  }
+
+  void NextChunk() {
+    if (eof_) {
+      cur_ = end_ = &sentinel_;  // Peek returns '\0' forever
+      ++end_;
+      return;
+    }
+    consumed_ += static_cast<size_t>(end_ - begin_);
+    std::unique_lock<std::mutex> lock(mu_);
+    if (current_slot_ >= 0) free_.push_back(current_slot_);
+    cv_.notify_all();
+    cv_.wait(lock, [this] { return !filled_.empty(); });
+    Filled f = filled_.front();
+    filled_.pop_front();
+    current_slot_ = f.slot;
+    if (f.size == 0) {
+      eof_ = true;
+      begin_ = cur_ = &sentinel_;
+      end_ = begin_ + 1;
+      return;
+    }
+    begin_ = cur_ = buffers_[f.slot].get();
+    end_ = begin_ + f.size;
+  }
+
+  ChunkSource* source_;
+  std::unique_ptr<char[]> buffers_[kChunks];
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<int> free_;
+  std::deque<Filled> filled_;
+  bool stop_ = false;
+  absl::Status status_;
+  std::thread reader_;
+
+  // Parser side.
+  int current_slot_ = -1;
+  bool eof_ = false;
+  char sentinel_ = '\0';
+  const char* begin_ = &sentinel_;
+  const char* cur_ = &sentinel_;
+  const char* end_ = &sentinel_;
+  size_t consumed_ = 0;
+};
+
+template <size_t N>
+bool Is(const char* s, size_t n, const char (&lit)[N]) {
+  return n == N - 1 && std::memcmp(s, lit, N - 1) == 0;
+}
+
+bool IEquals(const char* s, size_t n, const char* lit) {
+  size_t m = std::strlen(lit);
+  if (n != m) return false;
+  for (size_t i = 0; i < n; ++i) {
+    char a = s[i], b = lit[i];
+    if (a >= 'A' && a <= 'Z') a = static_cast<char>(a - 'A' + 'a');
+    if (b >= 'A' && b <= 'Z') b = static_cast<char>(b - 'A' + 'a');
+    if (a != b) return false;
+  }
+  return true;
+}
+
+CopyKind CopyKindFromText(std::string_view s) {
+  if (s.find("HtoD") != s.npos || s.find("HostToDevice") != s.npos) return CopyKind::kHtoD;
+  if (s.find("DtoH") != s.npos || s.find("DeviceToHost") != s.npos) return CopyKind::kDtoH;
+  if (s.find("DtoD") != s.npos || s.find("DeviceToDevice") != s.npos) return CopyKind::kDtoD;
+  if (s.find("HtoH") != s.npos || s.find("HostToHost") != s.npos) return CopyKind::kHtoH;
+  if (s.find("PtoP") != s.npos || s.find("Peer") != s.npos) return CopyKind::kPtoP;
+  // CUDA arrays live on the device.
+  if (s.find("HtoA") != s.npos) return CopyKind::kHtoD;
+  if (s.find("AtoH") != s.npos) return CopyKind::kDtoH;
+  if (s.find("AtoA") != s.npos || s.find("AtoD") != s.npos || s.find("DtoA") != s.npos) {
+    return CopyKind::kDtoD;
+  }
+  return CopyKind::kUnknown;
+}
+
+// CUpti_ActivityMemcpyKind values.
+CopyKind CopyKindFromCupti(int64_t v) {
+  switch (v) {
+    case 1:
+    case 6:
+      return CopyKind::kHtoD;  // HTOD, ATOD-ish host side counted as HtoD
+    case 2:
+    case 4:
+      return CopyKind::kDtoH;
+    case 8:
+    case 5:
+    case 7:
+      return CopyKind::kDtoD;
+    case 9:
+    case 3:
+      return CopyKind::kHtoH;
+    case 10:
+      return CopyKind::kPtoP;
+    default:
+      return CopyKind::kUnknown;
+  }
+}
+
+MemoryKind MemoryKindFromText(std::string_view s) {
+  if (s == "Pageable" || s == "pageable") return MemoryKind::kPageable;
+  if (s == "Pinned" || s == "pinned") return MemoryKind::kPinned;
+  if (s == "Device" || s == "device" || s == "DeviceStatic" || s == "Device Static")
+    return MemoryKind::kDevice;
+  if (s == "Array" || s == "array") return MemoryKind::kArray;
+  if (s == "Managed" || s == "managed" || s == "ManagedStatic" || s == "Managed Static")
+    return MemoryKind::kManaged;
+  return MemoryKind::kUnknown;
+}
+
+// CUpti_ActivityMemoryKind values.
+MemoryKind MemoryKindFromCupti(int64_t v) {
+  switch (v) {
+    case 1:
+      return MemoryKind::kPageable;
+    case 2:
+      return MemoryKind::kPinned;
+    case 3:
+    case 6:
+      return MemoryKind::kDevice;
+    case 4:
+      return MemoryKind::kArray;
+    case 5:
+    case 7:
+      return MemoryKind::kManaged;
+    default:
+      return MemoryKind::kUnknown;
+  }
+}
+
+// "Memcpy HtoD (Pageable -> Device)": the names Kineto and our writer give copies.
+void ParseCopyName(std::string_view name, GpuActivity* a) {
+  if (a->copy_kind == CopyKind::kUnknown) a->copy_kind = CopyKindFromText(name);
+  size_t open = name.find('(');
+  size_t arrow = name.find("->");
+  size_t close = name.rfind(')');
+  if (open == name.npos || arrow == name.npos || close == name.npos || arrow < open) return;
+  auto trim = [](std::string_view s) {
+    while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+    while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+    return s;
+  };
+  if (a->src_kind == MemoryKind::kUnknown) {
+    a->src_kind = MemoryKindFromText(trim(name.substr(open + 1, arrow - open - 1)));
+  }
+  if (a->dst_kind == MemoryKind::kUnknown && close > arrow + 2) {
+    a->dst_kind = MemoryKindFromText(trim(name.substr(arrow + 2, close - arrow - 2)));
+  }
+}
+
+int64_t ToNs(double us) { return std::llround(us * 1000.0); }
+
+// The SAX handler: a small state machine over the few places of the document we read.
+class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, TraceHandler> {
+ public:
+  TraceHandler(Trace* trace, uint16_t file) : trace_(trace), file_(file) {}
+
+  bool StartObject() {
+    if (skip_ > 0) return ++skip_, true;
+    switch (level_) {
+      case Level::kRoot:
+        level_ = Level::kTop;
+        break;
+      case Level::kEvents:
+        level_ = Level::kEvent;
+        ev_ = Event();
+        ++events_;
+        break;
+      case Level::kEvent:
+        if (key_ == Field::kArgs)
+          level_ = Level::kArgs;
+        else
+          skip_ = 1;
+        break;
+      case Level::kDevices:
+        level_ = Level::kDevice;
+        dev_ = DeviceProperties();
+        break;
+      case Level::kTop:
+        if (key_ == Field::kProfd) saw_profd_ = true;
+        skip_ = 1;
+        break;
+      default:
+        skip_ = 1;
+    }
+    key_ = Field::kNone;
+    return true;
+  }
+  bool EndObject(rapidjson::SizeType) {
+    if (skip_ > 0) return --skip_, true;
+    switch (level_) {
+      case Level::kEvent:
+        FinishEvent();
+        level_ = Level::kEvents;
+        break;
+      case Level::kArgs:
+        level_ = Level::kEvent;
+        break;
+      case Level::kDevice:
+        trace_->devices.push_back(dev_);
+        level_ = Level::kDevices;
+        break;
+      case Level::kTop:
+        level_ = Level::kDone;
+        break;
+      default:
+        break;
+    }
+    key_ = Field::kNone;
+    return true;
+  }
+  bool StartArray() {
+    if (skip_ > 0) return ++skip_, true;
+    switch (level_) {
+      case Level::kRoot:
+        level_ = Level::kEvents;
+        events_in_root_array_ = true;
+        saw_events_ = true;
+        break;
+      case Level::kTop:
+        if (key_ == Field::kTraceEvents)
+          level_ = Level::kEvents, saw_events_ = true;
+        else if (key_ == Field::kDeviceProperties)
+          level_ = Level::kDevices;
+        else
+          skip_ = 1;
+        break;
+      case Level::kArgs:
+        if (key_ == Field::kGrid || key_ == Field::kBlock) {
+          level_ = Level::kArgArray;
+          array_key_ = key_;
+          array_index_ = 0;
+        } else {
+          skip_ = 1;
+        }
+        break;
+      default:
+        skip_ = 1;
+    }
+    key_ = Field::kNone;
+    return true;
+  }
+  bool EndArray(rapidjson::SizeType) {
+    if (skip_ > 0) return --skip_, true;
+    switch (level_) {
+      case Level::kEvents:
+        level_ = events_in_root_array_ ? Level::kDone : Level::kTop;
+        break;
+      case Level::kDevices:
+        level_ = Level::kTop;
+        break;
+      case Level::kArgArray:
+        level_ = Level::kArgs;
+        break;
+      default:
+        break;
+    }
+    key_ = Field::kNone;
+    return true;
+  }
+
+  bool Key(const char* s, rapidjson::SizeType n, bool) {
+    if (skip_ > 0) return true;
+    key_ = Field::kNone;
+    switch (level_) {
+      case Level::kTop:
+        if (Is(s, n, "traceEvents"))
+          key_ = Field::kTraceEvents;
+        else if (Is(s, n, "deviceProperties"))
+          key_ = Field::kDeviceProperties;
+        else if (Is(s, n, "baseTimeNanoseconds"))
+          key_ = Field::kBaseTime;
+        else if (Is(s, n, "profd"))
+          key_ = Field::kProfd;
+        break;
+      case Level::kEvent:
+        if (Is(s, n, "ph"))
+          key_ = Field::kPh;
+        else if (Is(s, n, "cat"))
+          key_ = Field::kCat;
+        else if (Is(s, n, "name"))
+          key_ = Field::kName;
+        else if (Is(s, n, "pid"))
+          key_ = Field::kPid;
+        else if (Is(s, n, "tid"))
+          key_ = Field::kTid;
+        else if (Is(s, n, "ts"))
+          key_ = Field::kTs;
+        else if (Is(s, n, "dur"))
+          key_ = Field::kDur;
+        else if (Is(s, n, "args"))
+          key_ = Field::kArgs;
+        break;
+      case Level::kArgs:
+        if (Is(s, n, "correlation"))
+          key_ = Field::kCorrelation;
+        else if (Is(s, n, "device"))
+          key_ = Field::kDevice;
+        else if (Is(s, n, "stream"))
+          key_ = Field::kStream;
+        else if (Is(s, n, "grid"))
+          key_ = Field::kGrid;
+        else if (Is(s, n, "block"))
+          key_ = Field::kBlock;
+        else if (Is(s, n, "registers per thread"))
+          key_ = Field::kRegisters;
+        else if (Is(s, n, "shared memory"))
+          key_ = Field::kSharedMemory;
+        else if (Is(s, n, "bytes"))
+          key_ = Field::kBytes;
+        else if (Is(s, n, "copy kind"))
+          key_ = Field::kCopyKind;
+        else if (Is(s, n, "src kind"))
+          key_ = Field::kSrcKind;
+        else if (Is(s, n, "dst kind"))
+          key_ = Field::kDstKind;
+        break;
+      case Level::kDevice:
+        key_ = DeviceKey(s, n);
+        break;
+      default:
+        break;
+    }
+    return true;
+  }
+
+  bool String(const char* s, rapidjson::SizeType n, bool) {
+    if (skip_ > 0) return true;
+    if (level_ == Level::kEvent) {
+      switch (key_) {
+        case Field::kPh:
+          ev_.ph = n > 0 ? s[0] : 0;
+          break;
+        case Field::kCat:
+          ev_.cat = CategoryOf(s, n);
+          break;
+        case Field::kName:
+          ev_.name.assign(s, n);
+          break;
+        case Field::kPid:
+          ev_.pid = ParseIntPrefix(s, n);
+          break;
+        case Field::kTid:
+          ev_.tid = ParseIntPrefix(s, n);
+          break;
+        default:
+          break;
+      }
+    } else if (level_ == Level::kArgs) {
+      std::string_view v(s, n);
+      switch (key_) {
+        case Field::kCopyKind:
+          ev_.copy_kind = CopyKindFromText(v);
+          break;
+        case Field::kSrcKind:
+          ev_.src_kind = MemoryKindFromText(v);
+          break;
+        case Field::kDstKind:
+          ev_.dst_kind = MemoryKindFromText(v);
+          break;
+        default:
+          break;
+      }
+    } else if (level_ == Level::kDevice && key_ == Field::kDevName) {
+      dev_.name.assign(s, n);
+    }
+    key_ = Field::kNone;
+    return true;
+  }
+
+  bool Int(int i) { return Number(i, i); }
+  bool Uint(unsigned u) { return Number(u, u); }
+  bool Int64(int64_t i) { return Number(static_cast<double>(i), i); }
+  bool Uint64(uint64_t u) {
+    if (skip_ == 0 && level_ == Level::kTop && key_ == Field::kBaseTime) {
+      base_time_ns_ = static_cast<int64_t>(u);
+      has_base_time_ = true;
+      key_ = Field::kNone;
+      return true;
+    }
+    return Number(static_cast<double>(u), static_cast<int64_t>(u));
+  }
+  bool Double(double d) {
+    return Number(d, std::isfinite(d) && std::fabs(d) < 9e18 ? static_cast<int64_t>(d) : 0);
+  }
+  bool Null() { return Scalar(); }
+  bool Bool(bool) { return Scalar(); }
+  bool RawNumber(const char*, rapidjson::SizeType, bool) { return Scalar(); }
+  bool Default() { return Scalar(); }
+
+  uint64_t events() const { return events_; }
+  bool saw_profd() const { return saw_profd_; }
+  bool has_base_time() const { return has_base_time_; }
+  int64_t base_time_ns() const { return base_time_ns_; }
+  int64_t start_ns() const { return start_ns_; }
+  int64_t end_ns() const { return end_ns_; }
+  bool saw_events() const { return saw_events_; }
+
+ private:
+  enum class Level { kRoot, kTop, kEvents, kEvent, kArgs, kArgArray, kDevices, kDevice, kDone };
+  enum class Field {
+    kNone,
+    kTraceEvents,
+    kDeviceProperties,
+    kBaseTime,
+    kProfd,
+    kPh,
+    kCat,
+    kName,
+    kPid,
+    kTid,
+    kTs,
+    kDur,
+    kArgs,
+    kCorrelation,
+    kDevice,
+    kStream,
+    kGrid,
+    kBlock,
+    kRegisters,
+    kSharedMemory,
+    kBytes,
+    kCopyKind,
+    kSrcKind,
+    kDstKind,
+    kDevId,
+    kDevName,
+    kNumSms,
+    kMaxThreadsPerSm,
+    kMaxThreadsPerBlock,
+    kRegsPerSm,
+    kSmemPerSm,
+    kMaxBlocksPerSm,
+    kWarpSize,
+    kMajor,
+    kMinor,
+  };
+  enum class Cat : uint8_t { kOther, kKernel, kMemcpy, kMemset, kRuntime, kDriver, kSync };
+
+  struct Event {
+    char ph = 0;
+    Cat cat = Cat::kOther;
+    std::string name;
+    int64_t pid = 0, tid = 0;
+    double ts = 0, dur = 0;
+    bool has_ts = false;
+    int64_t correlation = -1;
+    int64_t device = -1, stream = -1;
+    LaunchConfig config;
+    uint64_t bytes = 0;
+    CopyKind copy_kind = CopyKind::kUnknown;
+    MemoryKind src_kind = MemoryKind::kUnknown, dst_kind = MemoryKind::kUnknown;
+  };
+
+  static Cat CategoryOf(const char* s, size_t n) {
+    if (IEquals(s, n, "kernel")) return Cat::kKernel;
+    if (IEquals(s, n, "gpu_memcpy") || IEquals(s, n, "memcpy")) return Cat::kMemcpy;
+    if (IEquals(s, n, "gpu_memset") || IEquals(s, n, "memset")) return Cat::kMemset;
+    if (IEquals(s, n, "cuda_runtime") || IEquals(s, n, "runtime")) return Cat::kRuntime;
+    if (IEquals(s, n, "cuda_driver") || IEquals(s, n, "driver")) return Cat::kDriver;
+    if (IEquals(s, n, "cuda_sync")) return Cat::kSync;
+    return Cat::kOther;
+  }
+
+  static Field DeviceKey(const char* s, size_t n) {
+    if (Is(s, n, "id")) return Field::kDevId;
+    if (Is(s, n, "name")) return Field::kDevName;
+    if (Is(s, n, "numSms") || Is(s, n, "multiProcessorCount")) return Field::kNumSms;
+    if (Is(s, n, "maxThreadsPerMultiprocessor") || Is(s, n, "maxThreadsPerMultiProcessor")) {
+      return Field::kMaxThreadsPerSm;
+    }
+    if (Is(s, n, "maxThreadsPerBlock")) return Field::kMaxThreadsPerBlock;
+    if (Is(s, n, "regsPerMultiprocessor") || Is(s, n, "regsPerMultiProcessor")) {
+      return Field::kRegsPerSm;
+    }
+    if (Is(s, n, "sharedMemPerMultiprocessor") || Is(s, n, "sharedMemPerMultiProcessor")) {
+      return Field::kSmemPerSm;
+    }
+    if (Is(s, n, "maxBlocksPerMultiProcessor") || Is(s, n, "maxBlocksPerMultiprocessor")) {
+      return Field::kMaxBlocksPerSm;
+    }
+    if (Is(s, n, "warpSize")) return Field::kWarpSize;
+    if (Is(s, n, "computeMajor")) return Field::kMajor;
+    if (Is(s, n, "computeMinor")) return Field::kMinor;
+    return Field::kNone;
+  }
+
+  // "stream 7" or "7": PyTorch traces sometimes name their tids.
+  static int64_t ParseIntPrefix(const char* s, size_t n) {
+    size_t i = 0;
+    while (i < n && (s[i] < '0' || s[i] > '9')) ++i;
+    int64_t v = 0;
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; ++i) v = v * 10 + (s[i] - '0');
+    return v;
+  }
+
+  bool Scalar() {
+    if (skip_ == 0) key_ = Field::kNone;
+    return true;
+  }
+
+  bool Number(double d, int64_t i) {
+    if (skip_ > 0) return true;
+    switch (level_) {
+      case Level::kEvent:
+        switch (key_) {
+          case Field::kPid:
+            ev_.pid = i;
+            break;
+          case Field::kTid:
+            ev_.tid = i;
+            break;
+          case Field::kTs:
+            ev_.ts = d;
+            ev_.has_ts = true;
+            break;
+          case Field::kDur:
+            ev_.dur = d;
+            break;
+          default:
+            break;
+        }
+        break;
+      case Level::kArgs:
+        switch (key_) {
+          case Field::kCorrelation:
+            ev_.correlation = i;
+            break;
+          case Field::kDevice:
+            ev_.device = i;
+            break;
+          case Field::kStream:
+            ev_.stream = i;
+            break;
+          case Field::kRegisters:
+            ev_.config.registers_per_thread = static_cast<uint32_t>(i);
+            break;
+          case Field::kSharedMemory:
+            ev_.config.shared_memory_bytes = static_cast<uint32_t>(i);
+            break;
+          case Field::kBytes:
+            ev_.bytes = static_cast<uint64_t>(i);
+            break;
+          case Field::kCopyKind:
+            ev_.copy_kind = CopyKindFromCupti(i);
+            break;
+          case Field::kSrcKind:
+            ev_.src_kind = MemoryKindFromCupti(i);
+            break;
+          case Field::kDstKind:
+            ev_.dst_kind = MemoryKindFromCupti(i);
+            break;
+          default:
+            break;
+        }
+        break;
+      case Level::kArgArray:
+        if (array_index_ < 3) {
+          uint32_t* dims = array_key_ == Field::kGrid ? ev_.config.grid : ev_.config.block;
+          dims[array_index_] = static_cast<uint32_t>(i);
+        }
+        ++array_index_;
+        return true;  // the key stays: more elements follow
+      case Level::kDevice: {
+        uint32_t u = static_cast<uint32_t>(i);
+        switch (key_) {
+          case Field::kDevId:
+            dev_.id = static_cast<int32_t>(i);
+            break;
+          case Field::kNumSms:
+            dev_.num_sms = u;
+            break;
+          case Field::kMaxThreadsPerSm:
+            dev_.max_threads_per_sm = u;
+            break;
+          case Field::kMaxThreadsPerBlock:
+            dev_.max_threads_per_block = u;
+            break;
+          case Field::kRegsPerSm:
+            dev_.regs_per_sm = u;
+            break;
+          case Field::kSmemPerSm:
+            dev_.shared_memory_per_sm = u;
+            break;
+          case Field::kMaxBlocksPerSm:
+            dev_.max_blocks_per_sm = u;
+            break;
+          case Field::kWarpSize:
+            dev_.warp_size = u;
+            break;
+          case Field::kMajor:
+            dev_.compute_major = static_cast<int32_t>(i);
+            break;
+          case Field::kMinor:
+            dev_.compute_minor = static_cast<int32_t>(i);
+            break;
+          default:
+            break;
+        }
+        break;
+      }
+      case Level::kTop:
+        if (key_ == Field::kBaseTime) {
+          base_time_ns_ = i;
+          has_base_time_ = true;
+        }
+        break;
+      default:
+        break;
+    }
+    key_ = Field::kNone;
+    return true;
+  }
+
+  void FinishEvent() {
+    if (ev_.ph != 'X' || !ev_.has_ts) return;
+    int64_t start = ToNs(ev_.ts);
+    int64_t dur = ev_.dur > 0 ? ToNs(ev_.dur) : 0;
+    if (start < start_ns_) start_ns_ = start;
+    if (start + dur > end_ns_) end_ns_ = start + dur;
+    switch (ev_.cat) {
+      case Cat::kKernel:
+      case Cat::kMemcpy:
+      case Cat::kMemset: {
+        GpuActivity a;
+        a.start_ns = start;
+        a.dur_ns = dur;
+        a.correlation = ev_.correlation;
+        a.bytes = ev_.bytes;
+        a.name = trace_->names.Intern(ev_.name);
+        a.device = static_cast<int32_t>(ev_.device >= 0 ? ev_.device : ev_.pid);
+        a.stream = static_cast<int32_t>(ev_.stream >= 0 ? ev_.stream : ev_.tid);
+        a.file = file_;
+        if (ev_.cat == Cat::kKernel) {
+          a.type = GpuActivity::Type::kKernel;
+          a.launch_config = trace_->InternLaunchConfig(ev_.config);
+        } else if (ev_.cat == Cat::kMemcpy) {
+          a.type = GpuActivity::Type::kMemcpy;
+          a.copy_kind = ev_.copy_kind;
+          a.src_kind = ev_.src_kind;
+          a.dst_kind = ev_.dst_kind;
+          ParseCopyName(ev_.name, &a);
+        } else {
+          a.type = GpuActivity::Type::kMemset;
+        }
+        trace_->gpu.push_back(a);
+        break;
+      }
+      case Cat::kRuntime:
+      case Cat::kDriver:
+      case Cat::kSync: {
+        HostCall c;
+        c.start_ns = start;
+        c.dur_ns = dur;
+        c.correlation = ev_.correlation;
+        c.name = trace_->names.Intern(ev_.name);
+        c.pid = static_cast<int32_t>(ev_.pid);
+        c.tid = static_cast<int32_t>(ev_.tid);
+        c.file = file_;
+        c.type = ev_.cat == Cat::kRuntime  ? HostCall::Type::kRuntime
+                 : ev_.cat == Cat::kDriver ? HostCall::Type::kDriver
+                                           : HostCall::Type::kSync;
+        trace_->host.push_back(c);
+        break;
+      }
+      case Cat::kOther:
+        break;
+    }
+  }
+
+  Trace* trace_;
+  uint16_t file_;
+  Level level_ = Level::kRoot;
+  Field key_ = Field::kNone;
+  Field array_key_ = Field::kNone;
+  int array_index_ = 0;
+  int skip_ = 0;
+  bool events_in_root_array_ = false;
+  bool saw_events_ = false;
+  bool saw_profd_ = false;
+  bool has_base_time_ = false;
+  int64_t base_time_ns_ = 0;
+  uint64_t events_ = 0;
+  int64_t start_ns_ = INT64_MAX;
+  int64_t end_ns_ = INT64_MIN;
+  Event ev_;
+  DeviceProperties dev_;
+};
+
+absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) {
+  if (trace->files.size() >= 0xffff) {
+    return absl::InvalidArgumentError("more than 65535 trace files in one analysis");
+  }
+  uint16_t file = static_cast<uint16_t>(trace->files.size());
+  size_t gpu_before = trace->gpu.size(), host_before = trace->host.size();
+  TraceHandler handler(trace, file);
+  rapidjson::Reader reader;
+  rapidjson::ParseResult result;
+  size_t bytes = 0;
+  absl::Status source_status;
+  {
+    PrefetchStream stream(source);
+    result = reader.Parse<rapidjson::kParseNanAndInfFlag | rapidjson::kParseTrailingCommasFlag>(
+        stream, handler);
+    bytes = stream.bytes();
+    source_status = stream.status();
+  }
+  if (!source_status.ok()) {
+    return absl::Status(source_status.code(), absl::StrCat(label, ": ", source_status.message()));
+  }
+  if (result.IsError()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": not a valid JSON trace: ", rapidjson::GetParseError_En(result.Code()),
+        " at byte ", result.Offset(),
+        ". Expected Chrome trace-event JSON (an object with \"traceEvents\", as written by profd "
+        "or torch.profiler's export_chrome_trace), plain or gzip."));
+  }
+  if (!handler.saw_events()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label,
+        ": no \"traceEvents\" array found. Expected Chrome trace-event JSON as written by "
+        "profd or torch.profiler's export_chrome_trace."));
+  }
+  // Align this file's clock with the first file's (our writer stores ts relative to its base).
+  int64_t shift = 0;
+  if (handler.has_base_time()) {
+    if (!trace->has_base_time) {
+      trace->has_base_time = true;
+      trace->base_time_ns = handler.base_time_ns();
+    } else {
+      shift = handler.base_time_ns() - trace->base_time_ns;
+    }
+  }
+  if (shift != 0) {
+    for (size_t i = gpu_before; i < trace->gpu.size(); ++i) trace->gpu[i].start_ns += shift;
+    for (size_t i = host_before; i < trace->host.size(); ++i) trace->host[i].start_ns += shift;
+  }
+  if (handler.start_ns() <= handler.end_ns()) {
+    trace->Cover(handler.start_ns() + shift, handler.end_ns() + shift);
+  }
+  // Correlation ids are per process: keep files apart.
+  if (file > 0) {
+    int64_t offset = static_cast<int64_t>(file) << 40;
+    for (size_t i = gpu_before; i < trace->gpu.size(); ++i) {
+      if (trace->gpu[i].correlation >= 0) trace->gpu[i].correlation += offset;
+    }
+    for (size_t i = host_before; i < trace->host.size(); ++i) {
+      if (trace->host[i].correlation >= 0) trace->host[i].correlation += offset;
+    }
+  }
+  InputFile f;
+  f.path = label;
+  f.format = handler.saw_profd() ? "profd" : "kineto";
+  f.gzip = source->gzip();
+  f.bytes_read = bytes;
+  f.events = handler.events();
+  absl::flat_hash_map<int32_t, uint64_t> calls_per_pid;
+  for (size_t i = host_before; i < trace->host.size(); ++i) {
+    if (trace->host[i].type != HostCall::Type::kSync) ++calls_per_pid[trace->host[i].pid];
+  }
+  uint64_t best = 0;
+  for (const auto& [pid, n] : calls_per_pid) {
+    if (n > best || (n == best && pid < f.host_pid)) {
+      best = n;
+      f.host_pid = pid;
+    }
+  }
+  trace->files.push_back(std::move(f));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReadTraceFile(const std::string& path, Trace* trace) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  if (f == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cannot open trace ", path, ": ", std::strerror(errno),
+                                            ". Give the path of a .json or .json.gz trace."));
+  }
+  gzbuffer(f, 1 << 20);
+  GzFileSource source(f);
+  return Parse(&source, path, trace);
+}
+
+absl::Status ReadTraceBuffer(std::string_view data, const std::string& label, Trace* trace) {
+  MemorySource source(data);
+  return Parse(&source, label, trace);
+}
+
+absl::StatusOr<Trace> ReadTraceFiles(const std::vector<std::string>& paths) {
+  Trace trace;
+  for (const std::string& path : paths) {
+    absl::Status s = ReadTraceFile(path, &trace);
+    if (!s.ok()) return s;
+  }
+  return trace;
+}
+
+}  // namespace profd::analysis
