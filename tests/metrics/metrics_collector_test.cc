@@ -117,7 +117,7 @@ TEST_F(MetricsCollectorTest, AgentCountersCarryProcessAndGpuLabels) {
   EXPECT_THAT(text, Line("profd_process_memory_allocated_bytes{" + on_gpu3 + "} 5368709120"));
   EXPECT_THAT(text, Line("profd_process_memory_allocated_peak_bytes{" + on_gpu3 + "} 7516192768"));
   EXPECT_THAT(text, Line("profd_process_info{" + process +
-                         ",agent_version=\"0.1.0\",injected=\"true\"} 1"));
+                         ",agent_version=\"0.1.0\",injected=\"true\",launch_counting=\"off\"} 1"));
   EXPECT_THAT(text, HasSubstr("profd_process_kernel_launches_total{comm=\"\",container=\"vllm\","
                               "hostname=\"node-a\",namespace=\"serving\",pid=\"4000011\","
                               "pod=\"other\",gpu=\"1\"} 5\n"));
