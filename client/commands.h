@@ -28,5 +28,7 @@ int Fail(const ProfdClient& client, const grpc::Status& status);
 
 // Each sets *rc from the subcommand's callback.
 void AddAgentCommands(CLI::App& app, const GlobalOptions& g, int* rc);  // agents, status
+// list, show, get, import, spool (client/store_commands.cc)
+void AddStoreCommands(CLI::App& app, const GlobalOptions& g, int* rc);
 
 }  // namespace profctl

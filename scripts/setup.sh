@@ -9,12 +9,13 @@ packages=(
   libabsl-dev            # Status, time, flags, strings
   prometheus-cpp-dev     # /metrics
   libcurl4-openssl-dev   # S3 uploads (built-in AWS SigV4)
+  libssl-dev             # libcrypto: SHA-256/MD5 integrity checks of stored traces
   zlib1g-dev             # gzip traces
   rapidjson-dev          # reading traces (profctl report/import)
   libcli11-dev           # profctl's command line
   libgtest-dev libgmock-dev  # unit tests
   prometheus             # tests: a real Prometheus scrapes profd; promtool checks /metrics
-  nodejs npm             # tests: s3rver, a real S3-protocol server
+  nodejs                 # tests: s3rver, a real S3-protocol server (npm: below)
   patchelf               # relocatable tarball
   clang-format
 )
@@ -23,6 +24,8 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# NodeSource's nodejs ships npm and conflicts with Debian's npm package: ask for it only if absent.
+command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO=sudo
@@ -33,5 +36,10 @@ fi
 if [ ! -d /usr/local/cuda/include ] || [ ! -e /usr/local/cuda/lib64/libcupti.so ]; then
   echo "setup: the CUDA 13 toolkit with CUPTI is expected at /usr/local/cuda" >&2
   exit 1
+fi
+# s3rver, the S3-protocol server the store tests start; versions pinned by its package-lock.json.
+s3rver_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/store/s3rver"
+if [ ! -x "$s3rver_dir/node_modules/.bin/s3rver" ]; then
+  npm ci --prefix "$s3rver_dir" --no-audit --no-fund --loglevel=error
 fi
 echo "setup: ok"
