@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 
 namespace {
 
-constexpr char kIndexFile[] = "_index.json";
+constexpr char kIndexFolder[] = "_index/";
 
 // The UTC time in an id of the form <yyyymmdd>T<hhmmss>Z-..., if it has one.
 bool TimeFromId(const std::string& id, absl::Time* out) {
@@ -206,12 +206,24 @@ TraceStore::TraceStore(std::unique_ptr<ObjectBucket> bucket, std::string uri,
                        std::string key_prefix)
     : bucket_(std::move(bucket)), uri_(std::move(uri)), prefix_(std::move(key_prefix)) {}
 
-std::string TraceStore::DayPrefix(const v1::StoredTrace& trace) const {
+absl::Time TraceStore::DayOf(const v1::StoredTrace& trace) {
   absl::Time t;
   if (!TimeFromId(trace.capture_id(), &t)) {
     t = trace.started_unix_ns() != 0 ? absl::FromUnixNanos(trace.started_unix_ns()) : absl::Now();
   }
-  return prefix_ + absl::FormatTime("%Y/%m/%d/", t, absl::UTCTimeZone());
+  return t;
+}
+
+std::string TraceStore::DayPrefix(const v1::StoredTrace& trace) const {
+  return prefix_ + absl::FormatTime("%Y/%m/%d/", DayOf(trace), absl::UTCTimeZone());
+}
+
+std::string TraceStore::IndexDay(const v1::StoredTrace& trace) const {
+  return absl::FormatTime("%Y-%m-%d", DayOf(trace), absl::UTCTimeZone());
+}
+
+std::string TraceStore::IndexKey(const std::string& day, const std::string& host) const {
+  return absl::StrCat(prefix_, kIndexFolder, day, "/", host, ".json");
 }
 
 std::string TraceStore::FolderKey(const v1::StoredTrace& trace) const {
@@ -263,7 +275,7 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described
   stored.clear_upload_error();
 
   absl::MutexLock lock(&index_mu_);
-  const std::string index_key = DayPrefix(described) + described.hostname() + "/" + kIndexFile;
+  const std::string index_key = IndexKey(IndexDay(described), described.hostname());
   absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(index_key);
   if (!rows.ok() && !absl::IsDataLoss(rows.status())) return rows.status();
   v1::ListTracesResponse index;
@@ -283,61 +295,55 @@ absl::StatusOr<std::vector<std::string>> TraceStore::Subfolders(const std::strin
   if (!listing.ok()) return listing.status();
   std::vector<std::string> names;
   for (const std::string& f : listing->folders) names.push_back(LastElement(f));
-  std::sort(names.rbegin(), names.rend());  // newest first for yyyy, mm, dd
+  std::sort(names.rbegin(), names.rend());  // yyyy-mm-dd: newest first
   return names;
+}
+
+absl::StatusOr<std::vector<std::string>> TraceStore::IndexedHosts(const std::string& day) {
+  absl::StatusOr<ObjectListing> listing =
+      bucket_->List(absl::StrCat(prefix_, kIndexFolder, day, "/"), /*delimited=*/true);
+  if (!listing.ok()) return listing.status();
+  std::vector<std::string> hosts;
+  for (const ObjectInfo& o : listing->objects) {
+    std::string name = LastElement(o.key);
+    if (absl::EndsWith(name, ".json")) hosts.push_back(name.substr(0, name.size() - 5));
+  }
+  return hosts;
 }
 
 absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter& filter) {
   std::vector<v1::StoredTrace> out;
   const size_t limit = filter.limit == 0 ? 50 : filter.limit;
-  absl::StatusOr<std::vector<std::string>> years = Subfolders(prefix_);
-  if (!years.ok()) return years.status();
-  for (const std::string& y : *years) {
-    int year;
-    if (!absl::SimpleAtoi(y, &year) || y.size() != 4) continue;
-    absl::StatusOr<std::vector<std::string>> months = Subfolders(prefix_ + y + "/");
-    if (!months.ok()) return months.status();
-    for (const std::string& m : *months) {
-      absl::StatusOr<std::vector<std::string>> days = Subfolders(prefix_ + y + "/" + m + "/");
-      if (!days.ok()) return days.status();
-      for (const std::string& d : *days) {
-        absl::Time day_start;
-        std::string err;
-        if (!absl::ParseTime("%Y-%m-%d", absl::StrCat(y, "-", m, "-", d), absl::UTCTimeZone(),
-                             &day_start, &err)) {
-          continue;
-        }
-        if (day_start + absl::Hours(24) <= filter.since) return out;  // older days follow
-        const std::string day_prefix = absl::StrCat(prefix_, y, "/", m, "/", d, "/");
-        std::vector<std::string> hosts;
-        if (!filter.hostname.empty()) {
-          hosts.push_back(filter.hostname);
-        } else {
-          absl::StatusOr<std::vector<std::string>> h = Subfolders(day_prefix);
-          if (!h.ok()) return h.status();
-          hosts = *h;
-        }
-        for (const std::string& host : hosts) {
-          absl::StatusOr<std::vector<v1::StoredTrace>> rows =
-              ReadIndex(day_prefix + host + "/" + kIndexFile);
-          if (!rows.ok()) return rows.status();
-          for (v1::StoredTrace& row : *rows) {
-            if (!filter.hostname.empty() && row.hostname() != filter.hostname) continue;
-            if (!filter.pod.empty() && !PodMatches(row, filter.pod)) continue;
-            if (absl::FromUnixNanos(row.started_unix_ns()) < filter.since) continue;
-            out.push_back(std::move(row));
-          }
-        }
-        // Days go newest first: once a day fills the limit, older days cannot get in.
-        if (out.size() >= limit) {
-          std::sort(out.begin(), out.end(), Newer);
-          out.resize(limit);
-          return out;
-        }
+  absl::StatusOr<std::vector<std::string>> days = Subfolders(prefix_ + kIndexFolder);
+  if (!days.ok()) return days.status();
+  for (const std::string& day : *days) {
+    absl::Time day_start;
+    std::string err;
+    if (!absl::ParseTime("%Y-%m-%d", day, absl::UTCTimeZone(), &day_start, &err)) continue;
+    if (day_start + absl::Hours(24) <= filter.since) break;  // older days follow
+    std::vector<std::string> hosts;
+    if (!filter.hostname.empty()) {
+      hosts.push_back(filter.hostname);
+    } else {
+      absl::StatusOr<std::vector<std::string>> h = IndexedHosts(day);
+      if (!h.ok()) return h.status();
+      hosts = *h;
+    }
+    for (const std::string& host : hosts) {
+      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(IndexKey(day, host));
+      if (!rows.ok()) return rows.status();
+      for (v1::StoredTrace& row : *rows) {
+        if (!filter.hostname.empty() && row.hostname() != filter.hostname) continue;
+        if (!filter.pod.empty() && !PodMatches(row, filter.pod)) continue;
+        if (absl::FromUnixNanos(row.started_unix_ns()) < filter.since) continue;
+        out.push_back(std::move(row));
       }
     }
+    // Days go newest first: once a day fills the limit, older days cannot get in.
+    if (out.size() >= limit) break;
   }
   std::sort(out.begin(), out.end(), Newer);
+  if (out.size() > limit) out.resize(limit);
   return out;
 }
 
@@ -347,16 +353,15 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Get(const std::string& capture_id) {
   if (TimeFromId(capture_id, &t)) {
     v1::StoredTrace probe;
     probe.set_capture_id(capture_id);
-    const std::string day_prefix = DayPrefix(probe);
-    absl::StatusOr<std::vector<std::string>> hosts = Subfolders(day_prefix);
+    const std::string day = IndexDay(probe);
+    absl::StatusOr<std::vector<std::string>> hosts = IndexedHosts(day);
     if (!hosts.ok()) return hosts.status();
     // The id usually names its host: look there first.
     std::stable_partition(hosts->begin(), hosts->end(), [&](const std::string& h) {
       return absl::StrContains(capture_id, "-" + h + "-");
     });
     for (const std::string& host : *hosts) {
-      absl::StatusOr<std::vector<v1::StoredTrace>> rows =
-          ReadIndex(day_prefix + host + "/" + kIndexFile);
+      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(IndexKey(day, host));
       if (!rows.ok()) return rows.status();
       for (const v1::StoredTrace& row : *rows) {
         if (row.capture_id() == capture_id) return row;

@@ -4,12 +4,15 @@
 //   <prefix>/<yyyy>/<mm>/<dd>/<hostname>/<capture-id>/manifest.json
 //                                                     summary.json
 //                                                     trace-<pid>.json.gz ...
-//   <prefix>/<yyyy>/<mm>/<dd>/<hostname>/_index.json   one row per capture of that host and day
+//   <prefix>/_index/<yyyy>-<mm>-<dd>/<hostname>.json   one row per capture of that host and day
 //
-// The date is the UTC day in the capture id (<yyyymmdd>T<hhmmss>Z-...), so Get(id) finds a capture
-// without a scan. The per-host, per-day index lets List read one small object per host and day
-// instead of one manifest per capture; it is written after the capture's files, so a listed capture
-// is complete. Only the profd of that host writes its index (one writer: no lost updates).
+// The date is the UTC day in the capture id (<yyyymmdd>T<hhmmss>Z-...), so Get(id) goes straight
+// to one day's index. The per-host, per-day index lets List read one small object per host and day
+// instead of one manifest per capture, and list the days with one delimited listing; it is written
+// after the capture's files, so a listed capture is complete. Only the profd of that host writes
+// its index (one writer: no lost updates). The index sits in a flat _index/ folder rather than
+// beside the captures because delimited listings of deep trees are where S3 look-alikes differ
+// (s3rver reports no common prefix for keys two levels down).
 #pragma once
 
 #include <memory>
@@ -77,7 +80,11 @@ class TraceStore {
   absl::Status Read(const v1::StoredTrace& trace, const std::string& file, const ChunkSink& sink);
 
  private:
+  static absl::Time DayOf(const v1::StoredTrace& trace);
   std::string DayPrefix(const v1::StoredTrace& trace) const;
+  std::string IndexDay(const v1::StoredTrace& trace) const;  // yyyy-mm-dd
+  std::string IndexKey(const std::string& day, const std::string& host) const;
+  absl::StatusOr<std::vector<std::string>> IndexedHosts(const std::string& day);
   std::string FolderKey(const v1::StoredTrace& trace) const;
   absl::StatusOr<std::vector<v1::StoredTrace>> ReadIndex(const std::string& key);
   absl::StatusOr<std::vector<std::string>> Subfolders(const std::string& prefix);
