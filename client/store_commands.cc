@@ -144,16 +144,15 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   if (response.traces().empty()) {
     std::cout << "No traces in " << response.store_uri()
               << (o.hostname.empty() && o.pod.empty() && o.since.empty() ? ""
-                                                                          : " matching the filters")
+                                                                         : " matching the filters")
               << ". Take one with `profctl capture`, or add one with `profctl import FILE`.\n";
     return kExitOk;
   }
   Table table({"CAPTURE", "HOST", "PODS", "STARTED", "SIZE>", "STATE", "LABEL"});
   for (const auto& t : response.traces()) {
     table.AddRow({t.capture_id(), t.hostname(),
-                  t.pods().empty() ? "-" : absl::StrJoin(t.pods(), ","),
-                  Ago(t.started_unix_ns()), Size(t.bytes()), State(t),
-                  t.label().empty() ? "-" : t.label()});
+                  t.pods().empty() ? "-" : absl::StrJoin(t.pods(), ","), Ago(t.started_unix_ns()),
+                  Size(t.bytes()), State(t), t.label().empty() ? "-" : t.label()});
   }
   std::cout << table.Render();
   return kExitOk;
@@ -216,8 +215,8 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
   const auto& t = response.trace();
   std::cout << "capture  " << t.capture_id() << "\n"
             << "host     " << t.hostname() << "\n"
-            << "started  " << absl::FormatTime(absl::FromUnixNanos(t.started_unix_ns()))
-            << " (" << Ago(t.started_unix_ns()) << ")\n"
+            << "started  " << absl::FormatTime(absl::FromUnixNanos(t.started_unix_ns())) << " ("
+            << Ago(t.started_unix_ns()) << ")\n"
             << "source   " << t.source() << (t.label().empty() ? "" : ", label " + t.label())
             << "\n";
   if (!t.pods().empty()) std::cout << "pods     " << absl::StrJoin(t.pods(), ", ") << "\n";
@@ -311,7 +310,8 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
   for (const Received& r : received) {
     total += r.bytes;
     std::vector<std::string> expected;
-    if (auto it = manifest.find(r.info.name()); it != manifest.end()) expected.push_back(it->second);
+    if (auto it = manifest.find(r.info.name()); it != manifest.end())
+      expected.push_back(it->second);
     if (!r.info.sha256().empty()) expected.push_back(r.info.sha256());
     for (const std::string& want : expected) {
       if (want != r.sha256) {
@@ -330,8 +330,8 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
     PrintJson(trace);
     return kExitOk;
   }
-  std::cout << "capture " << o.id << ": " << received.size() << " files, " << Size(total)
-            << " in " << dir << " (checksums verified"
+  std::cout << "capture " << o.id << ": " << received.size() << " files, " << Size(total) << " in "
+            << dir << " (checksums verified"
             << (manifest.empty() ? " against the store's record" : " against the manifest")
             << ")\n";
   for (const Received& r : received) {
@@ -375,8 +375,7 @@ int RunImport(const GlobalOptions& g, const ImportOptions& o) {
   std::cout << "imported " << o.file << " as capture " << t.capture_id() << " ("
             << response.events() << " events, " << response.kernels() << " kernels)\n"
             << "  location: " << t.location()
-            << (t.state() == profd::v1::TRACE_STATE_SPOOLED ? " (uploading in the background)"
-                                                           : "")
+            << (t.state() == profd::v1::TRACE_STATE_SPOOLED ? " (uploading in the background)" : "")
             << "\n";
   return kExitOk;
 }
@@ -434,10 +433,11 @@ void AddStoreCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
       "import", "Store a trace file (profd's, or PyTorch profiler/Kineto JSON, plain or .gz)");
   import->add_option("file", import_options->file, "Trace file")->required();
   import->add_option("--label", import_options->label, "Free text kept in the manifest");
-  import->callback([&g, rc, import_options] { *rc = RunImport(g, *import_options); });
+  import->callback([&g, rc, import_options] { *rc = RunImport(g, *import_options);
+});
 
-  app.add_subcommand("spool", "Show what waits in profd's spool for upload, and why")
-      ->callback([&g, rc] { *rc = RunSpool(g); });
-}
+app.add_subcommand("spool", "Show what waits in profd's spool for upload, and why")
+    ->callback([&g, rc] { *rc = RunSpool(g); });
+}  // namespace profctl
 
 }  // namespace profctl

@@ -45,8 +45,9 @@ ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10),
 ABSL_FLAG(std::string, store, profd::store::kDefaultStoreUri,
           "Where finished captures go: file:///path or s3://bucket[/prefix]");
 ABSL_FLAG(std::string, s3_endpoint, "",
-          "S3-compatible endpoint, e.g. http://127.0.0.1:9000 (MinIO), https://storage.googleapis.com "
-          "(GCS interop); default https://s3.<region>.amazonaws.com");
+          "S3-compatible endpoint, e.g. http://127.0.0.1:9000 (MinIO), "
+          "https://storage.googleapis.com (GCS interop); default "
+          "https://s3.<region>.amazonaws.com");
 ABSL_FLAG(std::string, s3_region, "", "S3 region (default $AWS_REGION, else us-east-1)");
 ABSL_FLAG(bool, s3_path_style, false,
           "Address buckets as <endpoint>/<bucket>/key (MinIO, Ceph RGW) instead of "
@@ -59,7 +60,8 @@ ABSL_FLAG(std::string, spool_max_bytes, "10GiB",
           "Spool size cap: when full, new captures are refused (finished ones are never dropped)");
 ABSL_FLAG(absl::Duration, upload_retry_initial, absl::Seconds(1),
           "First wait after a failed upload; doubles up to --upload_retry_max");
-ABSL_FLAG(absl::Duration, upload_retry_max, absl::Minutes(5), "Longest wait between upload retries");
+ABSL_FLAG(absl::Duration, upload_retry_max, absl::Minutes(5),
+          "Longest wait between upload retries");
 
 namespace profd {
 namespace {

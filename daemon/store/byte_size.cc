@@ -14,8 +14,9 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& text) {
   double number;
   if (digits == 0 || !absl::SimpleAtod(t.substr(0, digits), &number)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("'", text, "' is not a size: expected a number with an optional unit, as "
-                                "8MiB, 10G or 1048576"));
+        absl::StrCat("'", text,
+                     "' is not a size: expected a number with an optional unit, as "
+                     "8MiB, 10G or 1048576"));
   }
   std::string unit(absl::StripAsciiWhitespace(t.substr(digits)));
   double scale = 1;

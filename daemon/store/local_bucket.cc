@@ -46,8 +46,7 @@ absl::Status SyncAndRename(const std::string& temp, const fs::path& target) {
   if (rename(temp.c_str(), target.c_str()) != 0) {
     std::string error = std::strerror(errno);
     unlink(temp.c_str());
-    return absl::InternalError(
-        absl::StrCat("cannot rename into ", target.string(), ": ", error));
+    return absl::InternalError(absl::StrCat("cannot rename into ", target.string(), ": ", error));
   }
   return absl::OkStatus();
 }
@@ -62,8 +61,7 @@ std::string LocalBucket::UriOf(const std::string& key) const {
   return absl::StrCat("file://", root_, "/", key);
 }
 
-absl::Status LocalBucket::PutFile(const std::string& key, const std::string& path,
-                                  bool may_move) {
+absl::Status LocalBucket::PutFile(const std::string& key, const std::string& path, bool may_move) {
   fs::path target = fs::path(root_) / key;
   if (absl::Status s = MakeParent(target); !s.ok()) return s;
   std::string temp = TempNameFor(target);
@@ -114,7 +112,8 @@ absl::Status LocalBucket::Read(const std::string& key, const ChunkSink& sink) {
     ssize_t n = read(fd, buffer.data(), buffer.size());
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) {
-      status = absl::InternalError(absl::StrCat("read error in ", path, ": ", std::strerror(errno)));
+      status =
+          absl::InternalError(absl::StrCat("read error in ", path, ": ", std::strerror(errno)));
       break;
     }
     if (n == 0) break;

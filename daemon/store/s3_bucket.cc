@@ -128,8 +128,7 @@ absl::StatusOr<AwsCredentials> FromCredentialsFile(const std::string& path,
 size_t OnHeader(char* data, size_t size, size_t n, void* user) {
   absl::string_view line(data, size * n);
   if (absl::StartsWithIgnoreCase(line, "etag:")) {
-    *static_cast<std::string*>(user) =
-        std::string(absl::StripAsciiWhitespace(line.substr(5)));
+    *static_cast<std::string*>(user) = std::string(absl::StripAsciiWhitespace(line.substr(5)));
   }
   return size * n;
 }
@@ -175,7 +174,7 @@ absl::StatusOr<AwsCredentials> LoadAwsCredentials() {
       "no AWS credentials for the S3 store: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are not "
       "both set, and ",
       from_file.status().message() == "no file" ? absl::StrCat("there is no ", path)
-                                                 : std::string(from_file.status().message()),
+                                                : std::string(from_file.status().message()),
       ". Set them in profd's environment, or write the credentials file (AWS_PROFILE picks the "
       "profile)"));
 }
@@ -184,11 +183,11 @@ absl::Status S3ErrorStatus(const std::string& what, const std::string& where, lo
                            const std::string& body) {
   std::string code = XmlFirst(body, "Code");
   std::string message = XmlFirst(body, "Message");
-  std::string detail = code.empty() ? absl::StrCat("HTTP ", http_status)
-                                    : absl::StrCat(code, ": ", message);
+  std::string detail =
+      code.empty() ? absl::StrCat("HTTP ", http_status) : absl::StrCat(code, ": ", message);
   if (code == "NoSuchBucket" || (code.empty() && http_status == 404 && what == "listing")) {
-    return absl::NotFoundError(absl::StrCat("no such bucket: ", where, " does not exist (",
-                                            detail, ") while ", what,
+    return absl::NotFoundError(absl::StrCat("no such bucket: ", where, " does not exist (", detail,
+                                            ") while ", what,
                                             ". Create the bucket, or fix --store / --s3_endpoint"));
   }
   if (code == "NoSuchKey" || code == "NoSuchUpload" || (code.empty() && http_status == 404)) {
@@ -215,13 +214,12 @@ absl::Status S3ErrorStatus(const std::string& what, const std::string& where, lo
                      ". Set --s3_region to the bucket's region, or --s3_endpoint"));
   }
   if (code == "BadDigest" || code == "InvalidDigest" || code == "XAmzContentSHA256Mismatch") {
-    return absl::DataLossError(absl::StrCat("the upload to ", where,
-                                            " was corrupted in transit (", detail,
-                                            "); it is retried"));
+    return absl::DataLossError(absl::StrCat("the upload to ", where, " was corrupted in transit (",
+                                            detail, "); it is retried"));
   }
   if (http_status >= 500 || code == "SlowDown" || code == "ServiceUnavailable") {
-    return absl::UnavailableError(absl::StrCat("the S3 service at ", where, " is failing (",
-                                               detail, ") while ", what, "; it is retried"));
+    return absl::UnavailableError(absl::StrCat("the S3 service at ", where, " is failing (", detail,
+                                               ") while ", what, "; it is retried"));
   }
   return absl::UnknownError(
       absl::StrCat("S3 error for ", where, " while ", what, ": HTTP ", http_status, " ", detail));
@@ -246,8 +244,8 @@ std::string S3Bucket::UriOf(const std::string& key) const {
 std::string S3Bucket::UrlFor(const std::string& key, const std::string& query) const {
   std::string url;
   if (options_.path_style) {
-    url = absl::StrCat(endpoint_, "/", UriEncode(options_.bucket, false), "/",
-                       UriEncode(key, true));
+    url =
+        absl::StrCat(endpoint_, "/", UriEncode(options_.bucket, false), "/", UriEncode(key, true));
   } else {
     size_t scheme_end = endpoint_.find("://") + 3;
     url = absl::StrCat(endpoint_.substr(0, scheme_end), options_.bucket, ".",
@@ -257,10 +255,8 @@ std::string S3Bucket::UrlFor(const std::string& key, const std::string& query) c
   return url;
 }
 
-absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method,
-                                                  const std::string& key,
-                                                  const std::string& query,
-                                                  absl::string_view body,
+absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, const std::string& key,
+                                                  const std::string& query, absl::string_view body,
                                                   const std::string& content_type,
                                                   const ChunkSink* sink) {
   absl::StatusOr<AwsCredentials> credentials = LoadAwsCredentials();
@@ -284,8 +280,8 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method,
   add_header("Expect:");  // no 100-continue round trip
   if (method == "PUT" || (method == "POST" && !body.empty())) {
     add_header("Content-MD5: " + Md5Base64(body));
-    add_header("Content-Type: " + (content_type.empty() ? "application/octet-stream"
-                                                        : content_type));
+    add_header("Content-Type: " +
+               (content_type.empty() ? "application/octet-stream" : content_type));
   }
 
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
@@ -343,9 +339,8 @@ absl::Status S3Bucket::PutBytes(const std::string& key, const std::string& data)
   // An ETag that is an MD5 must be ours (SSE-KMS objects have other ETags).
   std::string etag(absl::StripSuffix(absl::StripPrefix(r->etag, "\""), "\""));
   if (etag.size() == 32 && etag != Md5Hex(data)) {
-    return absl::DataLossError(absl::StrCat("upload of ", UriOf(key), " came back with ETag ",
-                                            etag, ", expected MD5 ", Md5Hex(data),
-                                            "; it is retried"));
+    return absl::DataLossError(absl::StrCat("upload of ", UriOf(key), " came back with ETag ", etag,
+                                            ", expected MD5 ", Md5Hex(data), "; it is retried"));
   }
   return absl::OkStatus();
 }
@@ -371,11 +366,12 @@ absl::Status S3Bucket::PutMultipart(const std::string& key, const std::string& p
   const std::string where = UriOf(key) + " at " + endpoint_;
   absl::StatusOr<Response> r = Send("POST", key, Query({{"uploads", ""}}), "", "", nullptr);
   if (!r.ok()) return r.status();
-  if (r->status != 200) return S3ErrorStatus("starting a multipart upload", where, r->status, r->body);
+  if (r->status != 200)
+    return S3ErrorStatus("starting a multipart upload", where, r->status, r->body);
   std::string upload_id = XmlFirst(r->body, "UploadId");
   if (upload_id.empty()) {
-    return absl::UnknownError(absl::StrCat("S3 at ", endpoint_,
-                                           " answered a multipart upload start without UploadId"));
+    return absl::UnknownError(
+        absl::StrCat("S3 at ", endpoint_, " answered a multipart upload start without UploadId"));
   }
   auto abort_upload = [&](absl::Status why) {
     (void)Send("DELETE", key, Query({{"uploadId", upload_id}}), "", "", nullptr);
@@ -394,19 +390,18 @@ absl::Status S3Bucket::PutMultipart(const std::string& key, const std::string& p
       return abort_upload(absl::DataLossError(absl::StrCat("short read from ", path)));
     }
     absl::string_view body(part.data(), n);
-    r = Send("PUT", key,
-             Query({{"partNumber", std::to_string(number)}, {"uploadId", upload_id}}), body, "",
-             nullptr);
+    r = Send("PUT", key, Query({{"partNumber", std::to_string(number)}, {"uploadId", upload_id}}),
+             body, "", nullptr);
     if (!r.ok()) return abort_upload(r.status());
     if (r->status != 200) {
-      return abort_upload(S3ErrorStatus(absl::StrCat("uploading part ", number), where,
-                                        r->status, r->body));
+      return abort_upload(
+          S3ErrorStatus(absl::StrCat("uploading part ", number), where, r->status, r->body));
     }
     std::string etag(absl::StripSuffix(absl::StripPrefix(r->etag, "\""), "\""));
     if (etag.size() == 32 && etag != Md5Hex(body)) {
-      return abort_upload(absl::DataLossError(absl::StrCat(
-          "part ", number, " of ", UriOf(key), " came back with ETag ", etag,
-          ", expected MD5 ", Md5Hex(body), "; it is retried")));
+      return abort_upload(absl::DataLossError(
+          absl::StrCat("part ", number, " of ", UriOf(key), " came back with ETag ", etag,
+                       ", expected MD5 ", Md5Hex(body), "; it is retried")));
     }
     absl::StrAppend(&complete, "<Part><PartNumber>", number, "</PartNumber><ETag>\"", etag,
                     "\"</ETag></Part>");
@@ -416,8 +411,7 @@ absl::Status S3Bucket::PutMultipart(const std::string& key, const std::string& p
   if (!r.ok()) return abort_upload(r.status());
   // CompleteMultipartUpload can fail with 200 and an <Error> body.
   if (r->status != 200 || absl::StrContains(r->body, "<Error>")) {
-    return abort_upload(
-        S3ErrorStatus("completing a multipart upload", where, r->status, r->body));
+    return abort_upload(S3ErrorStatus("completing a multipart upload", where, r->status, r->body));
   }
   return absl::OkStatus();
 }

@@ -22,8 +22,8 @@ namespace profd::store {
 
 struct S3Options {
   std::string bucket;
-  std::string endpoint;  // "" = https://s3.<region>.amazonaws.com; else scheme://host[:port]
-  std::string region;    // "" = $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1
+  std::string endpoint;     // "" = https://s3.<region>.amazonaws.com; else scheme://host[:port]
+  std::string region;       // "" = $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1
   bool path_style = false;  // endpoint/bucket/key instead of bucket.endpoint/key (MinIO, s3rver)
   uint64_t part_size = 8ull << 20;  // files above this go up in parts of this size (>= 5 MiB)
   absl::Duration connect_timeout = absl::Seconds(10);

@@ -67,9 +67,9 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(SpoolOptions options, TraceSt
     std::error_code ec;
     fs::create_directories(fs::path(dir) / sub, ec);
     if (ec) {
-      return absl::PermissionDeniedError(
-          absl::StrCat("cannot create the spool folder ", dir, "/", sub, ": ", ec.message(),
-                       ". Pick a writable one with --spool_dir"));
+      return absl::PermissionDeniedError(absl::StrCat("cannot create the spool folder ", dir, "/",
+                                                      sub, ": ", ec.message(),
+                                                      ". Pick a writable one with --spool_dir"));
     }
   }
   if (access(dir.c_str(), W_OK) != 0) {
@@ -94,8 +94,7 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(SpoolOptions options, TraceSt
       fs::remove_all(folder, ec);
       continue;
     }
-    absl::StatusOr<v1::StoredTrace> trace =
-        DescribeCaptureFolder(folder, spool->options_.hostname);
+    absl::StatusOr<v1::StoredTrace> trace = DescribeCaptureFolder(folder, spool->options_.hostname);
     if (!trace.ok()) {
       std::string to = (fs::path(dir) / "failed" / fs::path(folder).filename()).string();
       LogError(kComponent, "cannot upload %s, moved to %s: %s", folder, to,
@@ -145,9 +144,9 @@ absl::Status Spool::CheckSpaceLocked(uint64_t expected_bytes) const {
   if (used + expected_bytes <= options_.max_bytes && used < options_.max_bytes) {
     return absl::OkStatus();
   }
-  std::string why = stats_.last_error.empty() ? ""
-                                              : absl::StrCat(" (last upload error: ",
-                                                             stats_.last_error, ")");
+  std::string why = stats_.last_error.empty()
+                        ? ""
+                        : absl::StrCat(" (last upload error: ", stats_.last_error, ")");
   return absl::ResourceExhaustedError(absl::StrCat(
       "spool full: ", FormatBytes(used), " of ", FormatBytes(options_.max_bytes), " in ",
       options_.dir, " are held by ", queue_.size(), " finished captures waiting for upload to ",
@@ -162,8 +161,7 @@ absl::Status Spool::CheckSpace(uint64_t expected_bytes) const {
   return CheckSpaceLocked(expected_bytes);
 }
 
-absl::StatusOr<std::string> Spool::Reserve(const std::string& capture_id,
-                                           uint64_t expected_bytes) {
+absl::StatusOr<std::string> Spool::Reserve(const std::string& capture_id, uint64_t expected_bytes) {
   if (absl::Status s = ValidateCaptureId(capture_id); !s.ok()) return s;
   std::string folder = (fs::path(options_.dir) / "incoming" / capture_id).string();
   absl::MutexLock lock(&mu_);
@@ -180,8 +178,7 @@ absl::StatusOr<std::string> Spool::Reserve(const std::string& capture_id,
   std::error_code ec;
   fs::create_directories(folder, ec);
   if (ec) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("cannot create ", folder, ": ", ec.message()));
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", folder, ": ", ec.message()));
   }
   reservations_[capture_id] = expected_bytes;
   return folder;
@@ -195,9 +192,9 @@ absl::StatusOr<v1::StoredTrace> Spool::Submit(const std::string& capture_id,
   absl::StatusOr<v1::StoredTrace> trace = DescribeCaptureFolder(source, options_.hostname);
   if (!trace.ok()) return trace.status();
   if (trace->capture_id() != capture_id) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(source, "/manifest.json says capture_id ", trace->capture_id(),
-                     ", but it was submitted as ", capture_id));
+    return absl::FailedPreconditionError(absl::StrCat(source, "/manifest.json says capture_id ",
+                                                      trace->capture_id(),
+                                                      ", but it was submitted as ", capture_id));
   }
   std::string target = (fs::path(options_.dir) / "pending" / capture_id).string();
   absl::MutexLock lock(&mu_);

@@ -152,9 +152,8 @@ class SummaryHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Su
       gpu->set_busy_ratio(window_ns > 0 ? std::min(1.0, busy / window_ns) : 0);
     }
     std::vector<std::pair<std::string, KernelStats>> top(by_name_.begin(), by_name_.end());
-    std::sort(top.begin(), top.end(), [](const auto& a, const auto& b) {
-      return a.second.total_ns > b.second.total_ns;
-    });
+    std::sort(top.begin(), top.end(),
+              [](const auto& a, const auto& b) { return a.second.total_ns > b.second.total_ns; });
     if (top.size() > 20) top.resize(20);
     for (const auto& [name, k] : top) {
       v1::KernelSummary* out = s.add_top_kernels();
@@ -292,8 +291,8 @@ std::string NewCaptureId(const std::string& hostname, absl::Time now) {
   for (char c : hostname) host.push_back(absl::ascii_isalnum(c) || c == '-' ? c : '-');
   if (host.empty()) host = "host";
   std::random_device random;
-  return absl::StrCat(absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()), "-", host,
-                      "-", absl::StrFormat("%08x", random()));
+  return absl::StrCat(absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()), "-", host, "-",
+                      absl::StrFormat("%08x", random()));
 }
 
 absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) {
@@ -306,8 +305,8 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   bool read_error = stream.error();
   gzclose(in);
   if (read_error) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        request.original_name, " is a damaged gzip file: cannot decompress it"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.original_name, " is a damaged gzip file: cannot decompress it"));
   }
   if (!parsed) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -316,9 +315,8 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
         " of the JSON. profctl import takes profd traces and PyTorch profiler / Kineto traces"));
   }
   if (!handler.found_events()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(request.original_name,
-                     " is JSON but has no traceEvents array: not a Chrome/Kineto trace"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        request.original_name, " is JSON but has no traceEvents array: not a Chrome/Kineto trace"));
   }
 
   ImportResult result;
@@ -329,7 +327,8 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   if (IsGzip(request.input_path)) {
     std::error_code ec;
     fs::copy_file(request.input_path, trace_path, fs::copy_options::overwrite_existing, ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot write ", trace_path, ": ", ec.message()));
+    if (ec)
+      return absl::InternalError(absl::StrCat("cannot write ", trace_path, ": ", ec.message()));
   } else if (absl::Status s = Gzip(request.input_path, trace_path); !s.ok()) {
     return s;
   }

@@ -18,9 +18,9 @@ struct ImportRequest {
   std::string input_path;     // the uploaded bytes
   std::string original_name;  // kept in the manifest
   std::string label;
-  std::string hostname;       // this profd's host
+  std::string hostname;  // this profd's host
   std::string capture_id;
-  std::string folder;         // empty capture folder to fill (from Spool::Reserve)
+  std::string folder;  // empty capture folder to fill (from Spool::Reserve)
 };
 
 struct ImportResult {

@@ -116,7 +116,8 @@ absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
   int64_t started = i64("started_unix_ns");
   if (started == 0) started = i64("requested_unix_ns");
   absl::Time from_id;
-  if (started == 0 && TimeFromId(trace.capture_id(), &from_id)) started = absl::ToUnixNanos(from_id);
+  if (started == 0 && TimeFromId(trace.capture_id(), &from_id))
+    started = absl::ToUnixNanos(from_id);
   if (started == 0) {
     struct stat st;
     if (stat(manifest_path.c_str(), &st) == 0) started = int64_t{st.st_mtime} * 1000000000;
@@ -169,12 +170,13 @@ absl::StatusOr<std::unique_ptr<TraceStore>> TraceStore::Open(const std::string& 
   if (absl::StartsWith(uri, "file://") || absl::StartsWith(uri, "/")) {
     std::string root(absl::StripPrefix(uri, "file://"));
     if (root.empty() || root[0] != '/') {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--store=", uri, ": a local store needs an absolute path, as file:///var/lib/profd/traces"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--store=", uri,
+                       ": a local store needs an absolute path, as file:///var/lib/profd/traces"));
     }
     while (root.size() > 1 && root.back() == '/') root.pop_back();
-    auto store = std::make_unique<TraceStore>(std::make_unique<LocalBucket>(root),
-                                              "file://" + root, "");
+    auto store =
+        std::make_unique<TraceStore>(std::make_unique<LocalBucket>(root), "file://" + root, "");
     store->is_local_ = true;
     return store;
   }
@@ -198,8 +200,8 @@ absl::StatusOr<std::unique_ptr<TraceStore>> TraceStore::Open(const std::string& 
     return std::make_unique<TraceStore>(std::make_unique<S3Bucket>(options), canonical,
                                         prefix.empty() ? "" : prefix + "/");
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "--store=", uri, ": expected file:///path/to/folder or s3://bucket[/prefix]"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("--store=", uri, ": expected file:///path/to/folder or s3://bucket[/prefix]"));
 }
 
 TraceStore::TraceStore(std::unique_ptr<ObjectBucket> bucket, std::string uri,
@@ -258,7 +260,8 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described
       has_manifest = true;
       continue;
     }
-    absl::Status s = bucket_->PutFile(key + f.name(), absl::StrCat(folder, "/", f.name()), may_move);
+    absl::Status s =
+        bucket_->PutFile(key + f.name(), absl::StrCat(folder, "/", f.name()), may_move);
     if (!s.ok()) return s;
   }
   if (!has_manifest) {

@@ -114,8 +114,7 @@ absl::Status TraceStoreService::ReadFile(const v1::StoredTrace& trace,
   return store_->Read(stored, file, sink);
 }
 
-grpc::Status TraceStoreService::ShowTrace(grpc::ServerContext*,
-                                          const v1::ShowTraceRequest* request,
+grpc::Status TraceStoreService::ShowTrace(grpc::ServerContext*, const v1::ShowTraceRequest* request,
                                           v1::ShowTraceResponse* response) {
   if (store_ == nullptr || spool_ == nullptr) return Unavailable();
   std::string folder;
@@ -127,7 +126,8 @@ grpc::Status TraceStoreService::ShowTrace(grpc::ServerContext*,
       return absl::OkStatus();
     };
   };
-  absl::Status s = ReadFile(*trace, folder, kManifestFile, append_to(response->mutable_manifest_json()));
+  absl::Status s =
+      ReadFile(*trace, folder, kManifestFile, append_to(response->mutable_manifest_json()));
   if (!s.ok()) return ToGrpc(s);
   bool has_summary = std::any_of(trace->files().begin(), trace->files().end(),
                                  [](const v1::StoredFile& f) { return f.name() == kSummaryFile; });
@@ -148,9 +148,8 @@ grpc::Status TraceStoreService::GetTrace(grpc::ServerContext* context,
   if (!trace.ok()) return ToGrpc(trace.status());
   std::vector<v1::StoredFile> files;
   for (const v1::StoredFile& f : trace->files()) {
-    if (request->files().empty() ||
-        std::find(request->files().begin(), request->files().end(), f.name()) !=
-            request->files().end()) {
+    if (request->files().empty() || std::find(request->files().begin(), request->files().end(),
+                                              f.name()) != request->files().end()) {
       files.push_back(f);
     }
   }

@@ -132,8 +132,7 @@ TEST_F(S3StoreTest, MissingBucketSaysNoSuchBucket) {
   auto stored = PutCapture(*store, store::NewCaptureId("node-a", absl::Now()));
   ASSERT_FALSE(stored.ok());
   EXPECT_TRUE(absl::IsNotFound(stored.status())) << stored.status();
-  EXPECT_NE(stored.status().message().find("no such bucket"), std::string::npos)
-      << stored.status();
+  EXPECT_NE(stored.status().message().find("no such bucket"), std::string::npos) << stored.status();
   EXPECT_NE(stored.status().message().find("no-such-bucket"), std::string::npos);
   auto list = store->List({});
   ASSERT_FALSE(list.ok());

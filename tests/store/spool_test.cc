@@ -49,9 +49,9 @@ class SpoolTest : public ::testing::Test {
     std::string id = store::NewCaptureId("node-a", absl::Now());
     auto folder = spool.Reserve(id, 4096 + padding);
     EXPECT_TRUE(folder.ok()) << folder.status();
-    EXPECT_EQ(MakeCaptureFolder(fs::path(*folder).parent_path().string(), id, "node-a", "llm-1",
-                                padding),
-              *folder);
+    EXPECT_EQ(
+        MakeCaptureFolder(fs::path(*folder).parent_path().string(), id, "node-a", "llm-1", padding),
+        *folder);
     originals_[id] = Sha256File(*folder + "/trace-777.json.gz");
     auto queued = spool.Submit(id);
     EXPECT_TRUE(queued.ok()) << queued.status();

@@ -1,6 +1,6 @@
 // The store end to end: a real profd with an S3 store (s3rver on loopback) or a local one, traces
-// entering through `profctl import` (the same Spool path a capture takes), and profctl list / show /
-// get. Fault cases: the store down when a trace is finished, profd killed with uploads pending,
+// entering through `profctl import` (the same Spool path a capture takes), and profctl list / show
+// / get. Fault cases: the store down when a trace is finished, profd killed with uploads pending,
 // credentials refused, a missing bucket, a full spool.
 #include <stdlib.h>
 
@@ -19,7 +19,8 @@ namespace fs = std::filesystem;
 class StoreProfctlTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!S3rverProcess::Installed()) GTEST_SKIP() << "s3rver is not installed: run scripts/setup.sh";
+    if (!S3rverProcess::Installed())
+      GTEST_SKIP() << "s3rver is not installed: run scripts/setup.sh";
     setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
     s3rver_ = std::make_unique<S3rverProcess>(std::vector<std::string>{"traces"});
@@ -135,9 +136,9 @@ TEST_F(StoreProfctlTest, StoreDownWhenTraceFinishesItWaitsAndArrivesIntact) {
   EXPECT_STREQ(listed["traces"][0]["state"].GetString(), "TRACE_STATE_SPOOLED");
   EXPECT_NE(std::string(listed["store_error"].GetString()).find("unreachable"), std::string::npos);
 
-  ASSERT_TRUE(WaitFor([&] { return profd->Profctl({"spool"}).out.find("unreachable") !=
-                                   std::string::npos; },
-                      absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor(
+      [&] { return profd->Profctl({"spool"}).out.find("unreachable") != std::string::npos; },
+      absl::Seconds(10)));
   RunResult human_list = profd->Profctl({"list"});
   EXPECT_NE(human_list.out.find("spooled"), std::string::npos) << human_list.out;
   EXPECT_NE(human_list.err.find("could not be read"), std::string::npos) << human_list.err;
@@ -159,16 +160,16 @@ TEST_F(StoreProfctlTest, ProfdKilledWithUploadsPendingResumesAfterRestart) {
   std::string id_b = Import(*profd, b);
   ASSERT_FALSE(id_a.empty());
   ASSERT_FALSE(id_b.empty());
-  ASSERT_TRUE(WaitFor([&] { return profd->Profctl({"spool"}).out.find("unreachable") !=
-                                   std::string::npos; },
-                      absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor(
+      [&] { return profd->Profctl({"spool"}).out.find("unreachable") != std::string::npos; },
+      absl::Seconds(10)));
   profd->Kill();  // SIGKILL: no chance to flush anything
   EXPECT_TRUE(fs::exists(spool_.File("pending/" + id_a + "/manifest.json")));
 
   s3rver_->Start();
   profd->Start();
-  EXPECT_TRUE(WaitFor([&] { return Stored(*profd, id_a) && Stored(*profd, id_b); },
-                      absl::Seconds(30)))
+  EXPECT_TRUE(
+      WaitFor([&] { return Stored(*profd, id_a) && Stored(*profd, id_b); }, absl::Seconds(30)))
       << profd->log();
   EXPECT_NE(profd->log().find("resuming 2 pending uploads"), std::string::npos) << profd->log();
   EXPECT_EQ(Sha256File(Get(*profd, id_b) + "/trace-777.json.gz"), Sha256File(b));
@@ -181,9 +182,9 @@ TEST_F(StoreProfctlTest, RefusedCredentialsAreExplainedAndTheTraceKept) {
   auto profd = StartProfd("s3://traces/creds");
   std::string id = Import(*profd, MakeTraceFile(scratch_.File("c.json"), 3, 0, false));
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(WaitFor([&] { return profd->Profctl({"spool"}).out.find("access denied") !=
-                                   std::string::npos; },
-                      absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor(
+      [&] { return profd->Profctl({"spool"}).out.find("access denied") != std::string::npos; },
+      absl::Seconds(10)));
   RunResult spool = profd->Profctl({"spool"});
   EXPECT_NE(spool.out.find("InvalidAccessKeyId"), std::string::npos) << spool.out;
   EXPECT_NE(spool.out.find("AWS_SECRET_ACCESS_KEY"), std::string::npos) << spool.out;
@@ -202,9 +203,9 @@ TEST_F(StoreProfctlTest, MissingBucketIsExplainedAndTheTraceKept) {
   auto profd = StartProfd("s3://no-such-bucket/p");
   std::string id = Import(*profd, MakeTraceFile(scratch_.File("m.json"), 3, 0, false));
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(WaitFor([&] { return profd->Profctl({"spool"}).out.find("no such bucket") !=
-                                   std::string::npos; },
-                      absl::Seconds(10)))
+  ASSERT_TRUE(WaitFor(
+      [&] { return profd->Profctl({"spool"}).out.find("no such bucket") != std::string::npos; },
+      absl::Seconds(10)))
       << profd->Profctl({"spool"}).out;
   EXPECT_EQ(StateOf(*profd, id), "TRACE_STATE_SPOOLED");
   RunResult show = profd->Profctl({"show", id});
@@ -245,8 +246,8 @@ TEST_F(StoreProfctlTest, LocalStoreIsTheDefaultShape) {
   ASSERT_FALSE(id.empty()) << profd->log();
   ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(10)));
   std::string day = id.substr(0, 4) + "/" + id.substr(4, 2) + "/" + id.substr(6, 2);
-  EXPECT_TRUE(fs::exists(traces.File(day + "/" + id.substr(17, id.size() - 26) + "/" + id +
-                                     "/trace-777.json.gz")))
+  EXPECT_TRUE(fs::exists(
+      traces.File(day + "/" + id.substr(17, id.size() - 26) + "/" + id + "/trace-777.json.gz")))
       << id;
   EXPECT_EQ(Sha256File(Get(*profd, id) + "/trace-777.json.gz"), Sha256File(file));
   RunResult status = profd->Profctl({"status"});

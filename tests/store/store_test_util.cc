@@ -132,8 +132,8 @@ std::string MakeTraceFile(const std::string& path, int kernels, uint64_t padding
 }
 
 std::string MakeCaptureFolder(const std::string& parent, const std::string& id,
-                              const std::string& hostname, const std::string& pod,
-                              uint64_t padding, absl::Time started) {
+                              const std::string& hostname, const std::string& pod, uint64_t padding,
+                              absl::Time started) {
   std::string folder = parent + "/" + id;
   fs::create_directories(folder);
   std::string trace = MakeTraceFile(folder + "/trace-777.json.gz", 5, padding, true);
@@ -148,8 +148,7 @@ std::string MakeCaptureFolder(const std::string& parent, const std::string& id,
   }
   std::ofstream(folder + "/manifest.json")
       << absl::StrCat(R"({"capture_id":")", id, R"(","hostname":")", hostname,
-                      R"(","label":"test capture","started_unix_ns":)",
-                      absl::ToUnixNanos(started),
+                      R"(","label":"test capture","started_unix_ns":)", absl::ToUnixNanos(started),
                       R"(,"processes":[{"pid":777,"comm":"python3","pod_name":")", pod,
                       R"(","pod_namespace":"serving"}],"files":[)", files, "]}");
   return folder;

@@ -44,8 +44,8 @@ TEST(TraceStoreTest, LocalStoreUsesTheFleetKeyLayoutAndReadsBack) {
   for (const char* f : {"manifest.json", "summary.json", "trace-777.json.gz"}) {
     EXPECT_TRUE(fs::exists(folder + "/" + f)) << folder << "/" << f;
   }
-  EXPECT_TRUE(fs::exists(absl::StrCat(root.path(), "/_index/", id.substr(0, 4), "-", id.substr(4, 2), "-",
-                                      id.substr(6, 2), "/node-a.json")));
+  EXPECT_TRUE(fs::exists(absl::StrCat(root.path(), "/_index/", id.substr(0, 4), "-",
+                                      id.substr(4, 2), "-", id.substr(6, 2), "/node-a.json")));
   EXPECT_EQ(stored.location(), "file://" + folder + "/");
   EXPECT_EQ(stored.state(), v1::TRACE_STATE_STORED);
   ASSERT_EQ(stored.pods_size(), 1);
@@ -54,10 +54,13 @@ TEST(TraceStoreTest, LocalStoreUsesTheFleetKeyLayoutAndReadsBack) {
   auto got = store->Get(id);
   ASSERT_TRUE(got.ok()) << got.status();
   std::string bytes;
-  ASSERT_TRUE(store->Read(*got, "trace-777.json.gz", [&](absl::string_view c) {
-                       bytes.append(c.data(), c.size());
-                       return absl::OkStatus();
-                     }).ok());
+  ASSERT_TRUE(store
+                  ->Read(*got, "trace-777.json.gz",
+                         [&](absl::string_view c) {
+                           bytes.append(c.data(), c.size());
+                           return absl::OkStatus();
+                         })
+                  .ok());
   EXPECT_EQ(bytes, ReadFile(scratch.File(id + "/trace-777.json.gz")));
   EXPECT_TRUE(absl::IsNotFound(
       store->Read(*got, "../../etc/passwd", [](absl::string_view) { return absl::OkStatus(); })));
