@@ -28,6 +28,9 @@ int Fail(const ProfdClient& client, const grpc::Status& status);
 
 // Each sets *rc from the subcommand's callback.
 void AddAgentCommands(CLI::App& app, const GlobalOptions& g, int* rc);  // agents, status
+void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc);  // capture, captures, cancel
+
+bool CaptureIsOver(const profd::v1::CaptureInfo& info);
 // list, show, get, import, spool (client/store_commands.cc)
 void AddStoreCommands(CLI::App& app, const GlobalOptions& g, int* rc);
 

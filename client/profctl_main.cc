@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
 
   int rc = kExitOk;
   AddAgentCommands(app, g, &rc);
+  AddCaptureCommands(app, g, &rc);
   AddStoreCommands(app, g, &rc);
 
   try {

@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/capture/capture_orchestrator.h"
 #include "daemon/log.h"
 #include "daemon/server/profd_service.h"
 #include "daemon/store/byte_size.h"
@@ -40,6 +41,14 @@ ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often agents send counters");
 ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10),
           "An agent silent this long is dropped");
+ABSL_FLAG(std::string, capture_dir, "/var/lib/profd/captures",
+          "Folder where capture folders (traces, manifest, summary) are written");
+ABSL_FLAG(absl::Duration, max_capture_duration, absl::Seconds(60),
+          "Longest capture a request may ask for");
+ABSL_FLAG(uint64_t, max_capture_events, 50'000'000,
+          "Events kept per process and capture; the trace says when it was cut");
+ABSL_FLAG(bool, record_batches, false,
+          "Also keep each capture's raw event batches (batches-<pid>.pb) for replay");
 
 // The trace store (docs/STORE.md).
 ABSL_FLAG(std::string, store, profd::store::kDefaultStoreUri,
@@ -134,6 +143,33 @@ int Main(int argc, char** argv) {
   channel_options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   channel_options.agent_timeout = absl::GetFlag(FLAGS_agent_timeout);
   AgentChannelServer channel(channel_options, &registry);
+  std::unique_ptr<store::TraceStore> trace_store;
+  std::unique_ptr<store::Spool> spool;  // the capture code submits finished captures here
+  std::string store_error = OpenStore(identity.hostname, &trace_store, &spool);
+  if (store_error.empty()) {
+    identity.store_uri = trace_store->uri();
+    LogInfo(kComponent, "store %s, spool %s", trace_store->uri(), spool->dir());
+  } else {
+    LogError(kComponent, "no trace store, captures cannot be kept: %s", store_error);
+  }
+  CaptureOptions capture_options;
+  capture_options.hostname = identity.hostname;
+  capture_options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
+  capture_options.max_duration = absl::GetFlag(FLAGS_max_capture_duration);
+  capture_options.max_events = absl::GetFlag(FLAGS_max_capture_events);
+  capture_options.record_batches = absl::GetFlag(FLAGS_record_batches);
+  if (spool) {
+    // Every finished capture goes to the store through the spool (hard links, no second copy);
+    // its folder in --capture_dir stays where profctl capture --output reads it.
+    capture_options.on_complete = [&spool](const v1::CaptureInfo& info,
+                                           const std::string& folder) -> absl::StatusOr<std::string> {
+      absl::StatusOr<v1::StoredTrace> queued = spool->SubmitCopy(info.capture_id(), folder);
+      if (!queued.ok()) return queued.status();
+      return folder;
+    };
+  }
+  CaptureOrchestrator captures(capture_options, &registry, &channel);
+  channel.set_event_sink(&captures);
   if (absl::Status status = channel.Start(); !status.ok()) {
     LogError(kComponent, "cannot start the agent channel: %s", status.ToString());
     return 1;
@@ -153,19 +189,9 @@ int Main(int argc, char** argv) {
     builder.AddListeningPort(identity.grpc_addresses[i], grpc::InsecureServerCredentials(),
                              &bound_ports[i]);
   }
-  std::unique_ptr<store::TraceStore> trace_store;
-  std::unique_ptr<store::Spool> spool;  // the capture code submits finished captures here
-  std::string store_error = OpenStore(identity.hostname, &trace_store, &spool);
-  if (store_error.empty()) {
-    identity.store_uri = trace_store->uri();
-    LogInfo(kComponent, "store %s, spool %s", trace_store->uri(), spool->dir());
-  } else {
-    LogError(kComponent, "no trace store, captures cannot be kept: %s", store_error);
-  }
   store::TraceStoreService store_service(trace_store.get(), spool.get(), identity.hostname,
                                          store_error);
-
-  ProfdService service(&identity, &registry, &channel);
+  ProfdService service(&identity, &registry, &channel, &captures);
   builder.RegisterService(&service);
   builder.RegisterService(&store_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -15,7 +15,6 @@ packages=(
   libcli11-dev           # profctl's command line
   libgtest-dev libgmock-dev  # unit tests
   prometheus             # tests: a real Prometheus scrapes profd; promtool checks /metrics
-  nodejs                 # tests: s3rver, a real S3-protocol server (npm: below)
   patchelf               # relocatable tarball
   clang-format
 )
@@ -24,13 +23,20 @@ missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
-# NodeSource's nodejs ships npm and conflicts with Debian's npm package: ask for it only if absent.
-command -v npm >/dev/null || missing+=(npm)
 if ((${#missing[@]})); then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO=sudo
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+# Node.js for the tests' S3 server (s3rver from npm): the machine's own node if there is one,
+# else Debian's (the two conflict, so never both).
+if ! command -v npm >/dev/null 2>&1; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends nodejs npm
 fi
 
 if [ ! -d /usr/local/cuda/include ] || [ ! -e /usr/local/cuda/lib64/libcupti.so ]; then

@@ -1,10 +1,20 @@
 #include "daemon/server/profd_service.h"
 
+#include "absl/time/clock.h"
+
 namespace profd {
+namespace {
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+}  // namespace
 
 ProfdService::ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
-                           const AgentChannelServer* channel)
-    : identity_(identity), registry_(registry), channel_(channel) {}
+                           const AgentChannelServer* channel, CaptureOrchestrator* captures)
+    : identity_(identity), registry_(registry), channel_(channel), captures_(captures) {}
 
 grpc::Status ProfdService::ListAgents(grpc::ServerContext*, const v1::ListAgentsRequest*,
                                       v1::ListAgentsResponse* response) {
@@ -24,6 +34,67 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   response->set_metrics_address(identity_->metrics_address);
   response->set_store_uri(identity_->store_uri);
   response->set_agent_protocol_errors(channel_->protocol_errors());
+  CaptureOrchestrator::Counts counts = captures_->counts();
+  response->set_captures_running(counts.running);
+  response->set_captures_completed(counts.completed);
+  response->set_captures_failed(counts.failed);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProfdService::Capture(grpc::ServerContext* context, const v1::CaptureRequest* request,
+                                   grpc::ServerWriter<v1::CaptureProgress>* writer) {
+  absl::StatusOr<std::string> id = captures_->Start(*request);
+  if (!id.ok()) return ToGrpc(id.status());
+  absl::Time begun = absl::Now();
+  uint64_t version = 0;
+  v1::CaptureProgress progress;
+  while (true) {
+    v1::CaptureInfo info;
+    if (!captures_->WaitForChange(*id, &version, absl::Milliseconds(250), &info)) break;
+    progress.Clear();
+    uint64_t events = 0;
+    for (const auto& p : info.processes()) events += p.events();
+    progress.set_events(events);
+    int64_t started = info.started_unix_ns();
+    progress.set_elapsed_ms(started ? std::max<int64_t>(0, absl::ToInt64Milliseconds(
+                                                               absl::Now() - absl::FromUnixNanos(started)))
+                                    : 0);
+    bool done = CaptureOrchestrator::Terminal(info.phase());
+    progress.set_final(done);
+    *progress.mutable_capture() = std::move(info);
+    if (context->IsCancelled() || !writer->Write(progress)) break;  // the capture goes on
+    if (done) break;
+    if (absl::Now() - begun > absl::Hours(2)) break;
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ProfdService::GetCapture(grpc::ServerContext*, const v1::GetCaptureRequest* request,
+                                      v1::CaptureInfo* response) {
+  std::optional<v1::CaptureInfo> info = captures_->Get(request->capture_id());
+  if (!info) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        "no capture " + request->capture_id() + " on this profd (it remembers the "
+                        "last 256; older ones are in the store)");
+  }
+  *response = std::move(*info);
+  return grpc::Status::OK;
+}
+
+grpc::Status ProfdService::ListCaptures(grpc::ServerContext*, const v1::ListCapturesRequest* request,
+                                        v1::ListCapturesResponse* response) {
+  for (v1::CaptureInfo& info : captures_->List(request->limit())) {
+    *response->add_captures() = std::move(info);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status ProfdService::CancelCapture(grpc::ServerContext*,
+                                         const v1::CancelCaptureRequest* request,
+                                         v1::CaptureInfo* response) {
+  absl::StatusOr<v1::CaptureInfo> info = captures_->Cancel(request->capture_id());
+  if (!info.ok()) return ToGrpc(info.status());
+  *response = std::move(*info);
   return grpc::Status::OK;
 }
 

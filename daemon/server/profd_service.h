@@ -8,6 +8,7 @@
 #include "absl/time/time.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/capture/capture_orchestrator.h"
 #include "profd/v1/profd.grpc.pb.h"
 
 namespace profd {
@@ -25,17 +26,27 @@ struct DaemonIdentity {
 class ProfdService final : public v1::Profd::Service {
  public:
   ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
-               const AgentChannelServer* channel);
+               const AgentChannelServer* channel, CaptureOrchestrator* captures);
 
   grpc::Status ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
                           v1::ListAgentsResponse* response) override;
   grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest* request,
                          v1::DaemonStatus* response) override;
+  // Streams progress until the capture ends; a client that goes away leaves it running.
+  grpc::Status Capture(grpc::ServerContext* context, const v1::CaptureRequest* request,
+                       grpc::ServerWriter<v1::CaptureProgress>* writer) override;
+  grpc::Status GetCapture(grpc::ServerContext* context, const v1::GetCaptureRequest* request,
+                          v1::CaptureInfo* response) override;
+  grpc::Status ListCaptures(grpc::ServerContext* context, const v1::ListCapturesRequest* request,
+                            v1::ListCapturesResponse* response) override;
+  grpc::Status CancelCapture(grpc::ServerContext* context, const v1::CancelCaptureRequest* request,
+                             v1::CaptureInfo* response) override;
 
  private:
   const DaemonIdentity* const identity_;
   AgentRegistry* const registry_;
   const AgentChannelServer* const channel_;
+  CaptureOrchestrator* const captures_;
 };
 
 }  // namespace profd

@@ -206,6 +206,29 @@ absl::StatusOr<v1::StoredTrace> Spool::Submit(const std::string& capture_id,
   return queue_.back().trace;
 }
 
+absl::StatusOr<v1::StoredTrace> Spool::SubmitCopy(const std::string& capture_id,
+                                                  const std::string& folder) {
+  absl::StatusOr<std::string> copy = Reserve(capture_id, FolderBytes(folder));
+  if (!copy.ok()) return copy.status();
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    if (!entry.is_regular_file()) continue;
+    fs::path to = fs::path(*copy) / entry.path().filename();
+    if (link(entry.path().c_str(), to.c_str()) != 0) {
+      fs::copy_file(entry.path(), to, fs::copy_options::overwrite_existing, ec);
+      if (ec) break;
+    }
+  }
+  if (ec) {
+    Abandon(capture_id);
+    return absl::InternalError(
+        absl::StrCat("cannot copy ", folder, " into the spool ", *copy, ": ", ec.message()));
+  }
+  absl::StatusOr<v1::StoredTrace> queued = Submit(capture_id);
+  if (!queued.ok()) Abandon(capture_id);
+  return queued;
+}
+
 void Spool::Abandon(const std::string& capture_id) {
   if (!ValidateCaptureId(capture_id).ok()) return;
   std::error_code ec;

@@ -21,6 +21,8 @@
 //   ... write manifest.json, trace-<pid>.json.gz, summary.json into *folder ...
 //   absl::StatusOr<v1::StoredTrace> queued = spool->Submit(capture_id);  // location() = final URI
 //   or, if the capture failed: spool->Abandon(capture_id);
+// A capture that wrote its folder elsewhere and keeps it: spool->SubmitCopy(capture_id, folder)
+// (what profd_main wires into CaptureOptions::on_complete today).
 //
 // For /metrics (read from any thread): Spool::stats() returns a SpoolStats snapshot.
 #pragma once
@@ -87,6 +89,10 @@ class Spool {
   // and Submit again, or Abandon).
   absl::StatusOr<v1::StoredTrace> Submit(const std::string& capture_id,
                                          const std::string& folder = "");
+  // For a capture folder its writer keeps (CaptureOrchestrator's --capture_dir): checks space,
+  // hard-links (or copies) its files into the spool and submits them. The folder is left as is.
+  absl::StatusOr<v1::StoredTrace> SubmitCopy(const std::string& capture_id,
+                                             const std::string& folder);
   // Drops a reservation and deletes what the capture wrote (a failed or cancelled capture).
   void Abandon(const std::string& capture_id);
 

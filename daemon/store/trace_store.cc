@@ -101,9 +101,14 @@ absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
     auto it = manifest.FindMember(name);
     return it != manifest.MemberEnd() && it->value.IsString() ? it->value.GetString() : "";
   };
+  // Proto3 JSON (the capture manifest is a CaptureInfo) writes 64-bit integers as strings.
   auto i64 = [&](const char* name) -> int64_t {
     auto it = manifest.FindMember(name);
-    return it != manifest.MemberEnd() && it->value.IsInt64() ? it->value.GetInt64() : 0;
+    if (it == manifest.MemberEnd()) return 0;
+    if (it->value.IsInt64()) return it->value.GetInt64();
+    int64_t v = 0;
+    if (it->value.IsString() && absl::SimpleAtoi(it->value.GetString(), &v)) return v;
+    return 0;
   };
 
   v1::StoredTrace trace;

@@ -256,3 +256,37 @@ TEST_F(StoreProfctlTest, LocalStoreIsTheDefaultShape) {
 
 }  // namespace
 }  // namespace profd::testing
+
+namespace profd::testing {
+namespace {
+
+// A real capture (the lead's replay agent feeds a recorded CUPTI capture through the real agent
+// library) goes from profctl capture through the spool into the S3 store.
+TEST_F(StoreProfctlTest, RealCaptureReachesTheStore) {
+  s3rver_->Start();
+  TempDir captures;
+  auto profd = StartProfd("s3://traces/captures", {"--capture_dir=" + captures.path()});
+  auto agent = std::make_unique<Subprocess>(
+      std::vector<std::string>{BuildPath("tests/integration/replay_agent"),
+                               SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")},
+      std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", profd->agent_socket()}});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        rapidjson::Document d = profd->ProfctlJson({"agents"});
+        return d["agents"].GetArray().Size() == 1;
+      },
+      absl::Seconds(5)));
+  rapidjson::Document c =
+      profd->ProfctlJson({"capture", "--pid", std::to_string(agent->pid()), "--duration", "300ms"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd->log();
+  std::string id = c["capture_id"].GetString();
+  ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(30))) << profd->log();
+  std::string dir = Get(*profd, id);
+  std::string trace = c["files"][0]["name"].GetString();
+  EXPECT_EQ(Sha256File(dir + "/" + trace), c["files"][0]["sha256"].GetString());
+  RunResult show = profd->Profctl({"show", id});
+  EXPECT_NE(show.out.find("profd_test_kernel"), std::string::npos) << show.out;
+}
+
+}  // namespace
+}  // namespace profd::testing

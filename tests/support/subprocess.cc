@@ -65,12 +65,12 @@ pid_t Spawn(std::vector<std::string> argv, const std::map<std::string, std::stri
 
 std::string BuildPath(const std::string& relative) {
   const char* dir = std::getenv("PROFD_BUILD_DIR");
-  return std::string(dir ? dir : "build") + "/" + relative;
+  return std::string(dir ? dir : PROFD_TEST_BUILD_DIR) + "/" + relative;
 }
 
 std::string SourcePath(const std::string& relative) {
   const char* dir = std::getenv("PROFD_SOURCE_DIR");
-  return std::string(dir ? dir : ".") + "/" + relative;
+  return std::string(dir ? dir : PROFD_TEST_SOURCE_DIR) + "/" + relative;
 }
 
 TempDir::TempDir() {

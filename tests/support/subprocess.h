@@ -13,7 +13,7 @@
 
 namespace profd::testing {
 
-// Path of a built binary or library, from the PROFD_BUILD_DIR ctest sets.
+// Path of a built binary or library (the build folder, or $PROFD_BUILD_DIR).
 std::string BuildPath(const std::string& relative);
 std::string SourcePath(const std::string& relative);
 

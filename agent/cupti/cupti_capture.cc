@@ -1,0 +1,346 @@
+#include "agent/cupti/cupti_capture.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include <chrono>
+#include <cstdlib>
+
+#include "agent/cuda_devices.h"
+#include "agent/cupti/cupti_library.h"
+#include "agent/log.h"
+
+namespace profagent {
+namespace {
+
+constexpr size_t kPoolBuffers = 16;
+constexpr size_t kBufferBytes = 8u << 20;
+// Batches are cut at this size so frames stay far below the channel's 16 MiB limit.
+constexpr size_t kBatchBytes = 1u << 20;
+constexpr uint32_t kDefaultFlushMs = 250;
+
+std::atomic<CuptiCapture*> g_active{nullptr};
+
+uint64_t Now(clockid_t clock) {
+  timespec ts;
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+const char* ApiName(CUpti_CallbackDomain domain, uint32_t cbid) {
+  const CuptiLibrary& cupti = LoadCupti();
+  const char* name = nullptr;
+  if (cupti.loaded && cupti.GetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS) return name;
+  return nullptr;
+}
+
+struct KindInfo {
+  wire::ActivityKind kind;
+  CUpti_ActivityKind cupti;
+};
+constexpr KindInfo kKinds[] = {
+    {wire::ActivityKind::kKernel, CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL},
+    {wire::ActivityKind::kMemcpy, CUPTI_ACTIVITY_KIND_MEMCPY},
+    {wire::ActivityKind::kMemset, CUPTI_ACTIVITY_KIND_MEMSET},
+    {wire::ActivityKind::kRuntime, CUPTI_ACTIVITY_KIND_RUNTIME},
+    {wire::ActivityKind::kSynchronization, CUPTI_ACTIVITY_KIND_SYNCHRONIZATION},
+    {wire::ActivityKind::kDriver, CUPTI_ACTIVITY_KIND_DRIVER},
+    {wire::ActivityKind::kNvtx, CUPTI_ACTIVITY_KIND_MARKER},
+    {wire::ActivityKind::kMemory, CUPTI_ACTIVITY_KIND_MEMORY2},
+    {wire::ActivityKind::kOverhead, CUPTI_ACTIVITY_KIND_OVERHEAD},
+};
+
+void CUPTIAPI IgnoreCallback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
+
+}  // namespace
+
+void BufferPool::Allocate(size_t count, size_t bytes) {
+  Release();
+  slots_ = std::make_unique<Slot[]>(count);
+  count_ = count;
+  bytes_ = bytes;
+  // Untouched pages cost no memory until CUPTI writes to them.
+  for (size_t i = 0; i < count; ++i) {
+    slots_[i].data = static_cast<uint8_t*>(std::aligned_alloc(8, bytes));
+  }
+}
+
+void BufferPool::Release() {
+  for (size_t i = 0; i < count_; ++i) std::free(slots_[i].data);
+  slots_.reset();
+  count_ = 0;
+}
+
+uint8_t* BufferPool::Acquire() {
+  for (size_t i = 0; i < count_; ++i) {
+    bool expected = false;
+    if (slots_[i].data && slots_[i].in_use.compare_exchange_strong(expected, true,
+                                                                   std::memory_order_acquire)) {
+      return slots_[i].data;
+    }
+  }
+  return nullptr;
+}
+
+void BufferPool::Return(uint8_t* buffer) {
+  for (size_t i = 0; i < count_; ++i) {
+    if (slots_[i].data == buffer) {
+      slots_[i].in_use.store(false, std::memory_order_release);
+      return;
+    }
+  }
+}
+
+uint32_t CuptiCapture::CuptiVersion() {
+  // Never load CUPTI just to report its version: an idle agent keeps CUPTI out of the process.
+  return cupti_version_.load();
+}
+
+void CuptiCapture::Send(const wire::CaptureStatus& status) {
+  std::string message;
+  wire::EncodeCaptureStatus(status, &message);
+  agent_->Enqueue(std::move(message));
+}
+
+void CuptiCapture::Fail(const std::string& capture_id, wire::CaptureError error,
+                        const std::string& message) {
+  wire::CaptureStatus status;
+  status.capture_id = capture_id;
+  status.state = wire::CaptureState::kFailed;
+  status.error = error;
+  status.message = message;
+  Send(status);
+  Log(LogLevel::kWarning, "capture %s failed: %s", capture_id.c_str(), message.c_str());
+}
+
+void CuptiCapture::OnStartCapture(const wire::StartCapture& request) {
+  if (running_.load()) {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    Fail(request.capture_id, wire::CaptureError::kAlreadyCapturing,
+         "capture " + current_id_ + " is already running in this process");
+    return;
+  }
+  if (thread_.joinable()) thread_.join();  // the previous capture has finished
+  {
+    std::lock_guard<std::mutex> lock(stop_mutex_);
+    stop_requested_ = false;
+    current_id_ = request.capture_id;
+  }
+  running_.store(true);
+  thread_ = std::thread([this, request] { Run(request); });
+}
+
+void CuptiCapture::OnStopCapture(const std::string& capture_id) {
+  std::lock_guard<std::mutex> lock(stop_mutex_);
+  if (capture_id.empty() || capture_id == current_id_) {
+    stop_requested_ = true;
+    stop_cv_.notify_all();
+  }
+}
+
+void CuptiCapture::OnDisconnected() { OnStopCapture(""); }
+
+void CuptiCapture::Run(wire::StartCapture request) {
+  pthread_setname_np(pthread_self(), "profagent-cap");
+  const std::string& id = request.capture_id;
+  auto finish = [this] { running_.store(false); };
+
+  // 1. A process that never initialized CUDA has nothing to capture: say so before touching CUPTI.
+  CudaDriverView cuda = QueryCudaDevices();
+  if (!cuda.driver_loaded || !cuda.initialized || cuda.devices.empty()) {
+    Fail(id, wire::CaptureError::kNoCudaDevice,
+         !cuda.driver_loaded ? "the process has not loaded the CUDA driver (libcuda.so.1): it has "
+                               "no CUDA work to capture"
+         : !cuda.initialized ? "the process has not initialized CUDA yet (cuInit)"
+                             : "the process sees no CUDA device (CUDA_VISIBLE_DEVICES?)");
+    return finish();
+  }
+  // 2. CUPTI, loaded on first use.
+  const CuptiLibrary& cupti = LoadCupti();
+  if (!cupti.loaded) {
+    Fail(id, wire::CaptureError::kCuptiUnavailable, "cannot load CUPTI: " + cupti.error);
+    return finish();
+  }
+  cupti_version_.store(cupti.version);
+  // 3. Claim CUPTI: one subscriber per process. If Kineto (torch.profiler), Nsight Systems or
+  // compute-sanitizer holds it, enabling activities would steal their buffers: refuse instead.
+  CUpti_SubscriberHandle subscriber = nullptr;
+  char holder[256] = {};
+  CUptiResult r;
+  if (cupti.SubscribeV2 != nullptr) {
+    CUpti_SubscriberParams params{};
+    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+    params.subscriberName = "profd";
+    params.oldSubscriberName = holder;
+    params.oldSubscriberSize = sizeof(holder);
+    r = cupti.SubscribeV2(&subscriber, &IgnoreCallback, nullptr, &params);
+  } else {
+    r = cupti.Subscribe(&subscriber, &IgnoreCallback, nullptr);
+  }
+  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
+    std::string who = holder[0] ? std::string(" (CUPTI says: ") + holder + ")" : "";
+    Fail(id, wire::CaptureError::kCuptiInUse,
+         "CUPTI is held by another profiler in this process" + who +
+             " — torch.profiler/Kineto, Nsight Systems or compute-sanitizer: stop it, then "
+             "capture again");
+    return finish();
+  }
+  if (r != CUPTI_SUCCESS) {
+    Fail(id, wire::CaptureError::kCuptiFailed, "cuptiSubscribe: " + cupti.Describe(r));
+    return finish();
+  }
+
+  {
+    std::lock_guard<std::mutex> lock(convert_mutex_);
+    converter_ = std::make_unique<ActivityConverter>(id, &ApiName, request.max_events);
+    devices_ = cuda.devices;
+    first_batch_ = true;
+    dropped_ = dropped_total_ = lost_events_ = batches_ = 0;
+  }
+  pool_.Allocate(kPoolBuffers, kBufferBytes);
+  g_active.store(this);
+  cupti.ActivityRegisterCallbacks(&CuptiCapture::BufferRequested, &CuptiCapture::BufferCompleted);
+
+  // 4. A common start across processes and nodes: wait for the wall-clock time asked for.
+  if (request.start_at_realtime_ns > Now(CLOCK_REALTIME)) {
+    std::unique_lock<std::mutex> lock(stop_mutex_);
+    stop_cv_.wait_for(lock, std::chrono::nanoseconds(request.start_at_realtime_ns -
+                                                     Now(CLOCK_REALTIME)),
+                      [this] { return stop_requested_; });
+  }
+
+  // 5. Enable. The default set is what the seeds' workflow reads.
+  std::vector<wire::ActivityKind> kinds = request.kinds;
+  if (kinds.empty()) {
+    kinds = {wire::ActivityKind::kKernel, wire::ActivityKind::kMemcpy, wire::ActivityKind::kMemset,
+             wire::ActivityKind::kRuntime, wire::ActivityKind::kSynchronization};
+  }
+  std::vector<CUpti_ActivityKind> enabled;
+  std::string warnings;
+  for (wire::ActivityKind kind : kinds) {
+    for (const KindInfo& info : kKinds) {
+      if (info.kind != kind) continue;
+      CUptiResult er = cupti.ActivityEnable(info.cupti);
+      if (er == CUPTI_SUCCESS) {
+        enabled.push_back(info.cupti);
+      } else {
+        warnings += (warnings.empty() ? "" : "; ") + std::string("activity kind ") +
+                    std::to_string(static_cast<int>(info.cupti)) + ": " + cupti.Describe(er);
+      }
+    }
+  }
+  uint64_t enabled_at = Now(CLOCK_REALTIME);
+  clock_[0] = enabled_at;
+  clock_[1] = Now(CLOCK_MONOTONIC);
+  clock_[2] = cupti.GetTimestamp ? (cupti.GetTimestamp(&clock_[2]), clock_[2]) : 0;
+
+  if (enabled.empty()) {
+    g_active.store(nullptr);
+    cupti.Unsubscribe(subscriber);
+    pool_.Release();
+    Fail(id, wire::CaptureError::kCuptiFailed, "no activity kind could be enabled: " + warnings);
+    return finish();
+  }
+  wire::CaptureStatus status;
+  status.capture_id = id;
+  status.state = wire::CaptureState::kStarted;
+  status.enabled_realtime_ns = enabled_at;
+  status.message = warnings;
+  Send(status);
+  Log(LogLevel::kInfo, "capture %s: CUPTI enabled for %u ms", id.c_str(), request.duration_ms);
+
+  // 6. Run for the duration, flushing completed buffers as we go so profd gets the trace
+  // while it is being made and the process never holds it all.
+  uint32_t flush_ms = request.flush_interval_ms ? request.flush_interval_ms : kDefaultFlushMs;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(request.duration_ms);
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(stop_mutex_);
+      auto wake = std::min(deadline, std::chrono::steady_clock::now() +
+                                         std::chrono::milliseconds(flush_ms));
+      stop_cv_.wait_until(lock, wake, [this] { return stop_requested_; });
+      if (stop_requested_ || std::chrono::steady_clock::now() >= deadline) break;
+    }
+    // No lock of ours is held here: CUPTI calls BufferCompleted under its own lock.
+    cupti.ActivityFlushAll(0);
+    std::lock_guard<std::mutex> lock(convert_mutex_);
+    if (converter_->truncated()) break;
+  }
+
+  // 7. Disable, hand back every buffer, send what is left, let CUPTI go.
+  for (CUpti_ActivityKind kind : enabled) cupti.ActivityDisable(kind);
+  uint64_t disabled_at = Now(CLOCK_REALTIME);
+  cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  g_active.store(nullptr);
+  cupti.Unsubscribe(subscriber);
+
+  status = wire::CaptureStatus{};
+  {
+    std::lock_guard<std::mutex> lock(convert_mutex_);
+    if (converter_->pending_events() > 0 || dropped_ > 0 || first_batch_) EmitBatch();
+    status.events = converter_->total_events() - lost_events_;
+    status.truncated = converter_->truncated();
+    status.dropped_records = dropped_total_ + lost_events_;
+    status.batches = batches_;
+    converter_.reset();
+  }
+  pool_.Release();
+  status.capture_id = id;
+  status.state = wire::CaptureState::kFinished;
+  status.enabled_realtime_ns = enabled_at;
+  status.disabled_realtime_ns = disabled_at;
+  if (lost_events_ > 0) {
+    status.message = std::to_string(lost_events_) +
+                     " events lost: the connection to profd could not keep up";
+  }
+  Send(status);
+  Log(LogLevel::kInfo, "capture %s: done, %llu events, %llu dropped", id.c_str(),
+      static_cast<unsigned long long>(status.events),
+      static_cast<unsigned long long>(status.dropped_records));
+  finish();
+}
+
+void CuptiCapture::EmitBatch() {
+  uint64_t events = converter_->pending_events();
+  converter_->TakeBatch(dropped_, first_batch_ ? clock_ : nullptr,
+                        first_batch_ ? &devices_ : nullptr, &batch_buffer_);
+  first_batch_ = false;
+  dropped_total_ += dropped_;
+  dropped_ = 0;
+  ++batches_;
+  if (!agent_->Enqueue(batch_buffer_)) lost_events_ += events;
+}
+
+void CuptiCapture::BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  CuptiCapture* self = g_active.load();
+  *max_records = 0;
+  *buffer = self ? self->pool_.Acquire() : nullptr;
+  *size = *buffer ? self->pool_.buffer_bytes() : 0;
+}
+
+void CuptiCapture::BufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer,
+                                   size_t size, size_t valid_size) {
+  CuptiCapture* self = g_active.load();
+  if (self == nullptr) return;
+  const CuptiLibrary& cupti = LoadCupti();
+  {
+    std::lock_guard<std::mutex> lock(self->convert_mutex_);
+    if (self->converter_) {
+      CUpti_Activity* record = nullptr;
+      while (cupti.ActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
+        self->converter_->Add(record);
+        if (self->converter_->pending_bytes() >= kBatchBytes) self->EmitBatch();
+      }
+      size_t dropped = 0;
+      if (cupti.ActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS) {
+        self->dropped_ += dropped;
+      }
+      if (self->converter_->pending_events() > 0) self->EmitBatch();
+    }
+  }
+  self->pool_.Return(buffer);
+}
+
+CaptureHandler* CreateCaptureHandler(Agent* agent) { return new CuptiCapture(agent); }
+
+}  // namespace profagent

@@ -1,0 +1,89 @@
+// The capture backend: on a StartCapture from profd, enables the requested CUPTI activity kinds
+// for the requested time, streams the records to profd as event batches while it runs, then
+// disables them and lets CUPTI go, so the process holds no CUPTI state between captures.
+//
+// Threads: OnStartCapture/OnStopCapture/OnDisconnected come from the agent thread and only hand
+// over to the capture thread (one per capture). CUPTI asks for buffers from whatever thread fills
+// one, application threads included: that path takes no lock (BufferPool). Completed buffers
+// are converted on CUPTI's own thread or on the capture thread while it flushes.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/agent.h"
+#include "agent/capture_handler.h"
+#include "agent/cupti/activity_converter.h"
+
+namespace profagent {
+
+// Fixed set of host buffers handed to CUPTI. Acquire/Return are lock-free: CUPTI calls Acquire on
+// application threads. An exhausted pool makes CUPTI drop records, which it counts and we report.
+class BufferPool {
+ public:
+  ~BufferPool() { Release(); }
+  void Allocate(size_t count, size_t bytes);
+  void Release();  // only when CUPTI holds none of them (after a forced flush)
+  uint8_t* Acquire();
+  void Return(uint8_t* buffer);
+  size_t buffer_bytes() const { return bytes_; }
+
+ private:
+  struct Slot {
+    uint8_t* data = nullptr;
+    std::atomic<bool> in_use{false};
+  };
+  std::unique_ptr<Slot[]> slots_;
+  size_t count_ = 0;
+  size_t bytes_ = 0;
+};
+
+class CuptiCapture final : public CaptureHandler {
+ public:
+  explicit CuptiCapture(Agent* agent) : agent_(agent) {}
+
+  void OnStartCapture(const wire::StartCapture& request) override;
+  void OnStopCapture(const std::string& capture_id) override;
+  void OnDisconnected() override;
+  uint32_t CuptiVersion() override;
+
+ private:
+  void Run(wire::StartCapture request);
+  // Fails the capture with a status to profd.
+  void Fail(const std::string& capture_id, wire::CaptureError error, const std::string& message);
+  void Send(const wire::CaptureStatus& status);
+  void EmitBatch();  // convert_mutex_ held
+
+  static void BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records);
+  static void BufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t size,
+                              size_t valid_size);
+
+  Agent* const agent_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  std::atomic<uint32_t> cupti_version_{0};
+
+  std::mutex stop_mutex_;
+  std::condition_variable stop_cv_;
+  bool stop_requested_ = false;  // guarded by stop_mutex_
+  std::string current_id_;        // guarded by stop_mutex_
+
+  BufferPool pool_;
+  std::mutex convert_mutex_;  // CUPTI's thread vs. the capture thread's final flush
+  std::unique_ptr<ActivityConverter> converter_;
+  std::vector<wire::DeviceInfo> devices_;
+  bool first_batch_ = true;
+  uint64_t clock_[3] = {0, 0, 0};
+  uint64_t dropped_ = 0;       // CUPTI's dropped records, not yet reported in a batch
+  uint64_t dropped_total_ = 0;
+  uint64_t lost_events_ = 0;   // converted but refused by a full send queue
+  uint64_t batches_ = 0;
+  std::string batch_buffer_;
+};
+
+}  // namespace profagent

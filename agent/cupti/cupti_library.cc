@@ -1,0 +1,81 @@
+#include "agent/cupti/cupti_library.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <mutex>
+#include <vector>
+
+namespace profagent {
+namespace {
+
+template <typename Fn>
+bool Bind(void* lib, const char* name, Fn* out) {
+  *out = reinterpret_cast<Fn>(dlsym(lib, name));
+  return *out != nullptr;
+}
+
+void* OpenCupti(std::string* path, std::string* error) {
+  // A copy already in the process wins: two CUPTIs in one process would fight over the driver.
+  for (const char* name : {"libcupti.so.13", "libcupti.so.12", "libcupti.so"}) {
+    if (void* lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) {
+      *path = std::string(name) + " (already loaded)";
+      return lib;
+    }
+  }
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("PROFD_CUPTI_PATH"); env && env[0]) candidates.push_back(env);
+  candidates.push_back("libcupti.so.13");
+  candidates.push_back("/usr/local/cuda/lib64/libcupti.so.13");
+  candidates.push_back("/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13");
+  for (const std::string& candidate : candidates) {
+    if (void* lib = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      *path = candidate;
+      return lib;
+    }
+    *error = dlerror();
+  }
+  *error = "libcupti.so.13 not found (set PROFD_CUPTI_PATH): " + *error;
+  return nullptr;
+}
+
+}  // namespace
+
+std::string CuptiLibrary::Describe(CUptiResult result) const {
+  const char* text = nullptr;
+  if (GetResultString) GetResultString(result, &text);
+  return text ? std::string(text) : "CUPTI error " + std::to_string(static_cast<int>(result));
+}
+
+const CuptiLibrary& LoadCupti() {
+  static CuptiLibrary* library = nullptr;  // leaked on purpose: used until the process exits
+  static std::once_flag once;
+  std::call_once(once, [] {
+    library = new CuptiLibrary;
+    CuptiLibrary& c = *library;
+    void* lib = OpenCupti(&c.path, &c.error);
+    if (lib == nullptr) return;
+    bool ok = Bind(lib, "cuptiGetVersion", &c.GetVersion) &&
+              Bind(lib, "cuptiGetResultString", &c.GetResultString) &&
+              Bind(lib, "cuptiSubscribe", &c.Subscribe) &&
+              Bind(lib, "cuptiUnsubscribe", &c.Unsubscribe) &&
+              Bind(lib, "cuptiActivityEnable", &c.ActivityEnable) &&
+              Bind(lib, "cuptiActivityDisable", &c.ActivityDisable) &&
+              Bind(lib, "cuptiActivityRegisterCallbacks", &c.ActivityRegisterCallbacks) &&
+              Bind(lib, "cuptiActivityFlushAll", &c.ActivityFlushAll) &&
+              Bind(lib, "cuptiActivityGetNextRecord", &c.ActivityGetNextRecord) &&
+              Bind(lib, "cuptiActivityGetNumDroppedRecords", &c.ActivityGetNumDroppedRecords) &&
+              Bind(lib, "cuptiGetTimestamp", &c.GetTimestamp) &&
+              Bind(lib, "cuptiGetCallbackName", &c.GetCallbackName);
+    if (!ok) {
+      c.error = c.path + " lacks an entry point profd needs (CUPTI older than CUDA 12?)";
+      return;
+    }
+    Bind(lib, "cuptiSubscribe_v2", &c.SubscribeV2);  // CUDA 12.6+; optional
+    c.GetVersion(&c.version);
+    c.loaded = true;
+  });
+  return *library;
+}
+
+}  // namespace profagent

@@ -1,0 +1,40 @@
+// CUPTI, loaded only when the first capture asks for it: an idle agent costs the process nothing
+// of CUPTI. If the process already has a libcupti loaded (PyTorch ships its own), that copy is
+// used, so there is never a second CUPTI in one process. Otherwise $PROFD_CUPTI_PATH, the
+// loader's search path, then the CUDA toolkit's usual folders.
+#pragma once
+
+#include <cupti.h>
+
+#include <string>
+
+namespace profagent {
+
+struct CuptiLibrary {
+  bool loaded = false;
+  std::string path;   // which file was loaded
+  std::string error;  // why not, when !loaded
+  uint32_t version = 0;
+
+  decltype(&cuptiGetVersion) GetVersion = nullptr;
+  decltype(&cuptiGetResultString) GetResultString = nullptr;
+  decltype(&cuptiSubscribe) Subscribe = nullptr;
+  decltype(&cuptiSubscribe_v2) SubscribeV2 = nullptr;  // names the holder when CUPTI is taken
+  decltype(&cuptiUnsubscribe) Unsubscribe = nullptr;
+  decltype(&cuptiActivityEnable) ActivityEnable = nullptr;
+  decltype(&cuptiActivityDisable) ActivityDisable = nullptr;
+  decltype(&cuptiActivityRegisterCallbacks) ActivityRegisterCallbacks = nullptr;
+  decltype(&cuptiActivityFlushAll) ActivityFlushAll = nullptr;
+  decltype(&cuptiActivityGetNextRecord) ActivityGetNextRecord = nullptr;
+  decltype(&cuptiActivityGetNumDroppedRecords) ActivityGetNumDroppedRecords = nullptr;
+  decltype(&cuptiGetTimestamp) GetTimestamp = nullptr;
+  decltype(&cuptiGetCallbackName) GetCallbackName = nullptr;
+
+  // "CUPTI_ERROR_...: description" for a result code.
+  std::string Describe(CUptiResult result) const;
+};
+
+// Loads once per process (agent thread or capture thread); later calls return the same object.
+const CuptiLibrary& LoadCupti();
+
+}  // namespace profagent

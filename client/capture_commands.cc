@@ -1,0 +1,350 @@
+// profctl capture, captures, cancel: start a time-boxed capture and watch it to the end, list
+// recent ones, stop one early.
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "client/commands.h"
+#include "client/table.h"
+
+namespace profctl {
+namespace {
+
+struct CaptureFlags {
+  std::vector<uint32_t> pids;
+  bool all = false;
+  std::string pod;
+  std::string pod_namespace;
+  std::string duration = "5s";
+  std::string delay;
+  std::string start_at;
+  std::string kinds;
+  uint64_t max_events = 0;
+  std::string output;
+  std::string label;
+  bool no_progress = false;
+};
+
+std::string Count(uint64_t n) {
+  std::string s = std::to_string(n);
+  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
+  return s;
+}
+
+std::string Nanos(double ns) {
+  if (ns >= 1e9) return absl::StrFormat("%.2f s", ns / 1e9);
+  if (ns >= 1e6) return absl::StrFormat("%.2f ms", ns / 1e6);
+  if (ns >= 1e3) return absl::StrFormat("%.2f us", ns / 1e3);
+  return absl::StrFormat("%.0f ns", ns);
+}
+
+std::string Bytes(uint64_t b) {
+  if (b >= (1ull << 30)) return absl::StrFormat("%.2f GiB", b / double(1ull << 30));
+  if (b >= (1ull << 20)) return absl::StrFormat("%.1f MiB", b / double(1ull << 20));
+  if (b >= (1ull << 10)) return absl::StrFormat("%.1f KiB", b / double(1ull << 10));
+  return absl::StrCat(b, " B");
+}
+
+std::string PhaseName(profd::v1::CapturePhase phase) {
+  switch (phase) {
+    case profd::v1::CAPTURE_PHASE_PENDING: return "pending";
+    case profd::v1::CAPTURE_PHASE_RUNNING: return "running";
+    case profd::v1::CAPTURE_PHASE_FINISHING: return "finishing";
+    case profd::v1::CAPTURE_PHASE_DONE: return "done";
+    case profd::v1::CAPTURE_PHASE_FAILED: return "failed";
+    case profd::v1::CAPTURE_PHASE_CANCELLED: return "cancelled";
+    default: return "unknown";
+  }
+}
+
+bool ParseKinds(const std::string& text, profd::v1::CaptureRequest* request, std::string* error) {
+  static const std::pair<const char*, profd::v1::ActivityKind> kNames[] = {
+      {"kernel", profd::v1::ACTIVITY_KIND_KERNEL},
+      {"memcpy", profd::v1::ACTIVITY_KIND_MEMCPY},
+      {"memset", profd::v1::ACTIVITY_KIND_MEMSET},
+      {"runtime", profd::v1::ACTIVITY_KIND_RUNTIME},
+      {"sync", profd::v1::ACTIVITY_KIND_SYNCHRONIZATION},
+      {"driver", profd::v1::ACTIVITY_KIND_DRIVER},
+      {"nvtx", profd::v1::ACTIVITY_KIND_NVTX},
+      {"memory", profd::v1::ACTIVITY_KIND_MEMORY},
+      {"overhead", profd::v1::ACTIVITY_KIND_OVERHEAD},
+  };
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    bool found = false;
+    for (const auto& [name, kind] : kNames) {
+      if (part == name) {
+        request->add_kinds(kind);
+        found = true;
+      }
+    }
+    if (!found) {
+      *error = absl::StrCat("unknown activity kind '", std::string(part),
+                            "': use kernel, memcpy, memset, runtime, sync, driver, nvtx, memory, "
+                            "overhead");
+      return false;
+    }
+  }
+  return true;
+}
+
+void PrintSummary(const profd::v1::CaptureInfo& info) {
+  const profd::v1::CaptureSummary& s = info.summary();
+  std::cout << "Capture " << info.capture_id() << ": " << PhaseName(info.phase()) << ", "
+            << Nanos(static_cast<double>(s.window_ns())) << " captured, " << Count(s.events())
+            << " events, " << Count(s.dropped_records()) << " dropped\n";
+  if (!info.message().empty()) std::cout << "  " << info.message() << "\n";
+  for (const auto& p : info.processes()) {
+    std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << Count(p.events())
+              << " events";
+    if (p.start_latency_ns() > 0) {
+      std::cout << ", CUPTI on " << Nanos(static_cast<double>(p.start_latency_ns()))
+                << " after the start";
+    }
+    if (p.dropped_records() > 0) std::cout << ", " << Count(p.dropped_records()) << " DROPPED";
+    if (p.truncated()) std::cout << ", CUT at the event cap";
+    std::cout << "\n";
+  }
+  if (s.gpus_size() > 0) {
+    std::cout << "\n";
+    Table gpus({"GPU>", "PID>", "BUSY>", "KERNELS>", "COPIES>", "COPIED>"});
+    for (const auto& g : s.gpus()) {
+      gpus.AddRow({std::to_string(g.device()), std::to_string(g.pid()),
+                   absl::StrFormat("%.1f%%", 100 * g.busy_ratio()), Count(g.kernels()),
+                   Count(g.memcpys()), Bytes(g.memcpy_bytes())});
+    }
+    std::cout << gpus.Render();
+  }
+  if (s.top_kernels_size() > 0) {
+    uint64_t total = 0;
+    for (const auto& k : s.top_kernels()) total += k.total_ns();
+    std::cout << "\nTop kernels by total GPU time\n";
+    Table kernels({"TIME %>", "TOTAL>", "COUNT>", "AVG>", "MIN>", "MAX>", "NAME"}, 80);
+    for (const auto& k : s.top_kernels()) {
+      kernels.AddRow({absl::StrFormat("%.1f", total ? 100.0 * k.total_ns() / total : 0.0),
+                      Nanos(static_cast<double>(k.total_ns())), Count(k.count()),
+                      Nanos(k.avg_ns()), Nanos(static_cast<double>(k.min_ns())),
+                      Nanos(static_cast<double>(k.max_ns())), k.name()});
+    }
+    std::cout << kernels.Render();
+  }
+  if (info.files_size() > 0) std::cout << "\n";
+  for (const auto& f : info.files()) {
+    std::cout << "Trace: " << f.path() << " (" << Bytes(f.bytes()) << ")\n";
+  }
+}
+
+// Copies the trace(s) next to the user: one process -> FILE, several -> FILE is a folder.
+int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (info.files_size() == 0) {
+    std::cerr << "profctl: no trace to copy to " << output << "\n";
+    return kExitCaptureFailed;
+  }
+  for (const auto& f : info.files()) {
+    fs::path to = info.files_size() == 1 && !fs::is_directory(output) ? fs::path(output)
+                                                                      : fs::path(output) / f.name();
+    if (info.files_size() > 1) fs::create_directories(output, ec);
+    fs::copy_file(f.path(), to, fs::copy_options::overwrite_existing, ec);
+    if (ec) {
+      std::cerr << "profctl: cannot copy " << f.path() << " to " << to.string() << ": "
+                << ec.message()
+                << " (the trace is on the profd host; fetch it with `profctl get "
+                << info.capture_id() << "`)\n";
+      return kExitError;
+    }
+    std::cout << "Copied to " << to.string() << "\n";
+  }
+  return kExitOk;
+}
+
+int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
+  profd::v1::CaptureRequest request;
+  for (uint32_t pid : f.pids) request.add_pids(pid);
+  request.set_all(f.all);
+  request.set_pod_name(f.pod);
+  request.set_pod_namespace(f.pod_namespace);
+  absl::Duration duration;
+  if (!absl::ParseDuration(f.duration, &duration) || duration <= absl::ZeroDuration()) {
+    std::cerr << "profctl: --duration wants a positive duration such as 5s or 500ms, not '"
+              << f.duration << "'\n";
+    return kExitUsage;
+  }
+  request.set_duration_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(duration)));
+  if (!f.delay.empty()) {
+    absl::Duration delay;
+    if (!absl::ParseDuration(f.delay, &delay) || delay < absl::ZeroDuration()) {
+      std::cerr << "profctl: --delay wants a duration such as 2s, not '" << f.delay << "'\n";
+      return kExitUsage;
+    }
+    request.set_delay_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(delay)));
+  }
+  if (!f.start_at.empty()) {
+    absl::Time t;
+    std::string err;
+    if (!absl::ParseTime(absl::RFC3339_full, f.start_at, &t, &err)) {
+      std::cerr << "profctl: --start-at wants an RFC 3339 time such as 2026-11-29T17:00:00Z: "
+                << err << "\n";
+      return kExitUsage;
+    }
+    request.set_start_at_unix_ns(absl::ToUnixNanos(t));
+  }
+  std::string kinds_error;
+  if (!ParseKinds(f.kinds, &request, &kinds_error)) {
+    std::cerr << "profctl: " << kinds_error << "\n";
+    return kExitUsage;
+  }
+  request.set_max_events(f.max_events);
+  request.set_label(f.label);
+  if (f.pids.empty() && !f.all && f.pod.empty()) {
+    std::cerr << "profctl: say what to capture: --pid PID (see `profctl agents`), --pod NAME or "
+                 "--all\n";
+    return kExitUsage;
+  }
+
+  ProfdClient client(ResolveTarget(g.target));
+  grpc::ClientContext ctx;
+  // The stream lasts as long as the capture: no --timeout deadline on it.
+  auto reader = client.stub().Capture(&ctx, request);
+  profd::v1::CaptureProgress progress;
+  profd::v1::CaptureInfo last;
+  bool have_final = false;
+  const bool tty = isatty(STDERR_FILENO) && !f.no_progress && !g.json;
+  bool announced = false;
+  while (reader->Read(&progress)) {
+    last = progress.capture();
+    if (!announced && !g.json && !f.no_progress) {
+      std::cerr << "Capture " << last.capture_id() << " of " << last.processes_size()
+                << " process(es) for " << absl::FormatDuration(duration) << "\n";
+      announced = true;
+    }
+    if (tty) {
+      double total = static_cast<double>(last.duration_ms());
+      double done = std::min<double>(static_cast<double>(progress.elapsed_ms()), total);
+      int width = 30, filled = total > 0 ? static_cast<int>(width * done / total) : 0;
+      std::string bar(static_cast<size_t>(filled), '=');
+      bar.resize(static_cast<size_t>(width), ' ');
+      std::fprintf(stderr, "\r%-9s [%s] %5.1fs/%.1fs  %s events   ",
+                   PhaseName(last.phase()).c_str(), bar.c_str(), done / 1000, total / 1000,
+                   Count(progress.events()).c_str());
+      std::fflush(stderr);
+    }
+    if (progress.final()) have_final = true;
+  }
+  if (tty) std::fprintf(stderr, "\n");
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) return Fail(client, status);
+  if (!have_final) {
+    std::cerr << "profctl: lost the connection to profd before the capture ended; it goes on: "
+                 "see `profctl captures`\n";
+    return kExitError;
+  }
+  if (g.json) {
+    PrintJson(last);
+  } else {
+    PrintSummary(last);
+  }
+  int rc = last.phase() == profd::v1::CAPTURE_PHASE_FAILED ? kExitCaptureFailed : kExitOk;
+  if (rc != kExitOk) std::cerr << "profctl: capture failed: " << last.message() << "\n";
+  if (!f.output.empty() && last.files_size() > 0) {
+    int copy_rc = CopyOut(last, f.output);
+    if (rc == kExitOk) rc = copy_rc;
+  }
+  return rc;
+}
+
+int RunCaptures(const GlobalOptions& g, uint32_t limit) {
+  ProfdClient client(ResolveTarget(g.target));
+  grpc::ClientContext ctx;
+  profd::v1::ListCapturesRequest request;
+  request.set_limit(limit);
+  profd::v1::ListCapturesResponse response;
+  grpc::Status status = client.stub().ListCaptures(WithDeadline(&ctx, g), request, &response);
+  if (!status.ok()) return Fail(client, status);
+  if (g.json) {
+    PrintJson(response);
+    return kExitOk;
+  }
+  Table table({"ID", "STATE", "REQUESTED", "DURATION>", "PIDS", "EVENTS>", "LOCATION"}, 70);
+  for (const auto& c : response.captures()) {
+    std::string pids;
+    uint64_t events = 0;
+    for (const auto& p : c.processes()) {
+      absl::StrAppend(&pids, pids.empty() ? "" : ",", p.pid());
+      events += p.events();
+    }
+    table.AddRow({c.capture_id(), PhaseName(c.phase()), Ago(c.requested_unix_ns()),
+                  absl::FormatDuration(absl::Milliseconds(c.duration_ms())), pids, Count(events),
+                  c.location()});
+  }
+  std::cout << (table.empty() ? "No captures yet on this profd.\n" : table.Render());
+  return kExitOk;
+}
+
+int RunCancel(const GlobalOptions& g, const std::string& id) {
+  ProfdClient client(ResolveTarget(g.target));
+  grpc::ClientContext ctx;
+  profd::v1::CancelCaptureRequest request;
+  request.set_capture_id(id);
+  profd::v1::CaptureInfo response;
+  grpc::Status status = client.stub().CancelCapture(WithDeadline(&ctx, g), request, &response);
+  if (!status.ok()) return Fail(client, status);
+  if (g.json) {
+    PrintJson(response);
+  } else {
+    std::cout << "Capture " << id << ": " << PhaseName(response.phase())
+              << (CaptureIsOver(response) ? "" : ", stopping") << "\n";
+  }
+  return kExitOk;
+}
+
+}  // namespace
+
+bool CaptureIsOver(const profd::v1::CaptureInfo& info) {
+  return info.phase() == profd::v1::CAPTURE_PHASE_DONE ||
+         info.phase() == profd::v1::CAPTURE_PHASE_FAILED ||
+         info.phase() == profd::v1::CAPTURE_PHASE_CANCELLED;
+}
+
+void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
+  auto f = std::make_shared<CaptureFlags>();
+  CLI::App* capture = app.add_subcommand(
+      "capture", "Capture CUDA activity of running processes for a while, then summarize it");
+  capture->add_option("--pid", f->pids, "Process to capture (repeat for several)");
+  capture->add_flag("--all", f->all, "Every process with an agent on this node");
+  capture->add_option("--pod", f->pod, "Every process of this Kubernetes pod");
+  capture->add_option("-n,--namespace", f->pod_namespace, "Namespace of --pod");
+  capture->add_option("--duration", f->duration, "How long to capture (default 5s)");
+  capture->add_option("--delay", f->delay, "Start this long after the request (e.g. 2s)");
+  capture->add_option("--start-at", f->start_at,
+                      "Start at this wall-clock time (RFC 3339), for a common start across nodes");
+  capture->add_option("--kinds", f->kinds,
+                      "Activities, comma-separated (default kernel,memcpy,memset,runtime,sync; "
+                      "also driver,nvtx,memory,overhead)");
+  capture->add_option("--max-events", f->max_events, "Cut each process's trace after this many");
+  capture->add_option("-o,--output", f->output, "Copy the trace here (a folder for several)");
+  capture->add_option("--label", f->label, "Free text kept with the capture");
+  capture->add_flag("--no-progress", f->no_progress, "No progress line");
+  capture->callback([&g, rc, f] { *rc = RunCapture(g, *f); });
+
+  auto limit = std::make_shared<uint32_t>(20);
+  CLI::App* captures = app.add_subcommand("captures", "List recent captures on this profd");
+  captures->add_option("--limit", *limit, "How many (default 20)");
+  captures->callback([&g, rc, limit] { *rc = RunCaptures(g, *limit); });
+
+  auto id = std::make_shared<std::string>();
+  CLI::App* cancel = app.add_subcommand("cancel", "Stop a running capture early (keeps its events)");
+  cancel->add_option("id", *id, "Capture id")->required();
+  cancel->callback([&g, rc, id] { *rc = RunCancel(g, *id); });
+}
+
+}  // namespace profctl

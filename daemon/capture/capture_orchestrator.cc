@@ -1,0 +1,754 @@
+#include "daemon/capture/capture_orchestrator.h"
+
+#include <openssl/evp.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "daemon/log.h"
+#include "daemon/trace/capture_summary.h"
+#include "daemon/trace/chrome_trace_writer.h"
+#include "daemon/trace/string_table.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace profd {
+namespace {
+
+constexpr char kComponent[] = "capture";
+constexpr size_t kKeepFinished = 256;  // finished captures remembered for GetCapture/List
+
+std::string Sha256Hex(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+  char buf[1 << 16];
+  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
+    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(in.gcount()));
+  }
+  unsigned char digest[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  EVP_DigestFinal_ex(ctx, digest, &n);
+  EVP_MD_CTX_free(ctx);
+  std::string hex;
+  for (unsigned int i = 0; i < n; ++i) absl::StrAppend(&hex, absl::Hex(digest[i], absl::kZeroPad2));
+  return hex;
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = true;
+  options.preserve_proto_field_names = true;
+  options.always_print_primitive_fields = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+// Written under a temporary name, then renamed: a reader never sees half a file.
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    out << content;
+    out.flush();
+    if (!out) return absl::ResourceExhaustedError(absl::StrCat("cannot write ", path));
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
+  }
+  return absl::OkStatus();
+}
+
+bool ProcessTerminal(v1::CaptureState state) {
+  return state == v1::CAPTURE_STATE_FINISHED || state == v1::CAPTURE_STATE_FAILED;
+}
+
+std::string DescribeAgents(const std::vector<v1::AgentInfo>& agents) {
+  if (agents.empty()) return "no process has an agent connected";
+  std::vector<std::string> parts;
+  for (const auto& a : agents) parts.push_back(absl::StrCat(a.pid(), " (", a.comm(), ")"));
+  return "processes with an agent: " + absl::StrJoin(parts, ", ");
+}
+
+}  // namespace
+
+bool CaptureOrchestrator::Terminal(v1::CapturePhase phase) {
+  return phase == v1::CAPTURE_PHASE_DONE || phase == v1::CAPTURE_PHASE_FAILED ||
+         phase == v1::CAPTURE_PHASE_CANCELLED;
+}
+
+// One capture: its targets, its pipeline thread, and the snapshot the gRPC side reads.
+class CaptureOrchestrator::Capture {
+ public:
+  struct Target {
+    ConnectionId connection;
+    v1::AgentInfo agent;
+  };
+
+  Capture(CaptureOrchestrator* owner, v1::CaptureInfo info, std::vector<Target> targets,
+          uint64_t max_events, std::string folder)
+      : owner_(owner), info_(std::move(info)), targets_(std::move(targets)),
+        max_events_(max_events), folder_(std::move(folder)) {
+    for (const Target& t : targets_) {
+      v1::ProcessCapture* p = info_.add_processes();
+      p->set_pid(t.agent.pid());
+      p->set_comm(t.agent.comm());
+      p->set_pod_name(t.agent.pod_name());
+      p->set_state(v1::CAPTURE_STATE_UNSPECIFIED);
+      processes_.push_back(Process{});
+      processes_.back().devices.assign(t.agent.devices().begin(), t.agent.devices().end());
+    }
+    snapshot_ = info_;
+  }
+
+  ~Capture() { Join(); }
+
+  void Launch() {
+    // Tell every agent first (cheap, queued), then let the pipeline thread take over.
+    for (const Target& t : targets_) {
+      v1::DaemonMessage message;
+      v1::StartCapture* start = message.mutable_start_capture();
+      start->set_capture_id(info_.capture_id());
+      start->set_duration_ms(info_.duration_ms());
+      for (int kind : info_.kinds()) start->add_kinds(static_cast<v1::ActivityKind>(kind));
+      int64_t now = absl::ToUnixNanos(absl::Now());
+      if (info_.start_at_unix_ns() > now) start->set_start_at_realtime_ns(info_.start_at_unix_ns());
+      start->set_max_events(max_events_);
+      start->set_requested_realtime_ns(info_.requested_unix_ns());
+      owner_->registry_->SetCapturing(t.connection, info_.capture_id());
+      if (!owner_->channel_->Send(t.connection, message)) {
+        Push(Item{Item::kGone, t.connection, {}, {}});
+      }
+    }
+    thread_ = std::thread([this] { Run(); });
+  }
+
+  bool Targets(ConnectionId connection) const {
+    for (const Target& t : targets_) {
+      if (t.connection == connection) return true;
+    }
+    return false;
+  }
+
+  struct Item {
+    enum Kind { kStatus, kBatch, kGone, kCancel } kind;
+    ConnectionId connection = 0;
+    v1::CaptureStatus status;
+    v1::EventBatch batch;
+  };
+
+  void Push(Item item) {
+    absl::MutexLock lock(&mu_);
+    queue_.push_back(std::move(item));
+    queue_cv_.Signal();
+  }
+
+  v1::CaptureInfo Snapshot() const {
+    absl::MutexLock lock(&mu_);
+    return snapshot_;
+  }
+
+  bool WaitForChange(uint64_t* version, absl::Duration timeout, v1::CaptureInfo* out) const {
+    absl::MutexLock lock(&mu_);
+    absl::Time deadline = absl::Now() + timeout;
+    while (version_ <= *version && !Terminal(snapshot_.phase())) {
+      if (snapshot_cv_.WaitWithDeadline(&mu_, deadline)) break;
+    }
+    *version = version_;
+    *out = snapshot_;
+    return true;
+  }
+
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+
+  void Abandon() {
+    for (const Target& t : targets_) Push(Item{Item::kGone, t.connection, {}, {}});
+  }
+
+ private:
+  struct Process {
+    StringTable names;
+    std::unique_ptr<ChromeTraceWriter> writer;
+    std::vector<v1::DeviceInfo> devices;
+    std::string file_name;
+    uint64_t dropped_from_batches = 0;
+  };
+
+  v1::ProcessCapture& P(size_t i) { return *info_.mutable_processes(static_cast<int>(i)); }
+
+  int IndexOf(ConnectionId connection) const {
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      if (targets_[i].connection == connection) return static_cast<int>(i);
+    }
+    return -1;
+  }
+
+  void Publish() {
+    uint64_t events = 0;
+    for (const auto& p : info_.processes()) events += p.events();
+    absl::MutexLock lock(&mu_);
+    snapshot_ = info_;
+    ++version_;
+    last_publish_ = absl::Now();
+    snapshot_cv_.SignalAll();
+  }
+
+  void Run() {
+    while (true) {
+      std::deque<Item> items;
+      {
+        absl::MutexLock lock(&mu_);
+        if (queue_.empty()) queue_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+        items.swap(queue_);
+      }
+      bool changed = false;
+      for (Item& item : items) changed |= Handle(item);
+      changed |= CheckDeadlines();
+      UpdatePhase();
+      if (AllTerminal()) {
+        Finalize();
+        return;
+      }
+      if (changed || absl::Now() - last_publish_ > absl::Milliseconds(200)) Publish();
+    }
+  }
+
+  bool Handle(Item& item) {
+    if (item.kind == Item::kCancel) {
+      cancelled_ = true;
+      for (const Target& t : targets_) {
+        v1::DaemonMessage message;
+        message.mutable_stop_capture()->set_capture_id(info_.capture_id());
+        owner_->channel_->Send(t.connection, message);
+      }
+      return true;
+    }
+    int i = IndexOf(item.connection);
+    if (i < 0) return false;
+    v1::ProcessCapture& p = P(i);
+    Process& proc = processes_[i];
+    switch (item.kind) {
+      case Item::kBatch:
+        if (ProcessTerminal(p.state()) && p.state() == v1::CAPTURE_STATE_FAILED) return false;
+        WriteBatch(i, item.batch);
+        return false;
+      case Item::kGone:
+        if (ProcessTerminal(p.state())) return false;
+        p.set_state(v1::CAPTURE_STATE_FAILED);
+        p.set_message("the agent disconnected during the capture (process exited or restarted?)");
+        return true;
+      case Item::kStatus: {
+        const v1::CaptureStatus& s = item.status;
+        if (ProcessTerminal(p.state())) return false;
+        p.set_state(s.state());
+        if (s.error() != v1::CAPTURE_ERROR_NONE) p.set_error(s.error());
+        if (!s.message().empty()) p.set_message(s.message());
+        if (s.enabled_realtime_ns()) {
+          p.set_enabled_unix_ns(static_cast<int64_t>(s.enabled_realtime_ns()));
+          // From the request (or the start time asked for) to CUPTI enabled in the process.
+          int64_t from = std::max(info_.requested_unix_ns(), info_.start_at_unix_ns());
+          p.set_start_latency_ns(static_cast<int64_t>(s.enabled_realtime_ns()) - from);
+        }
+        if (s.disabled_realtime_ns()) {
+          p.set_disabled_unix_ns(static_cast<int64_t>(s.disabled_realtime_ns()));
+        }
+        if (s.state() == v1::CAPTURE_STATE_FINISHED) {
+          p.set_dropped_records(std::max<uint64_t>(s.dropped_records(), proc.dropped_from_batches));
+          p.set_truncated(s.truncated());
+          if (s.events() != p.events()) {
+            LogWarning(kComponent, "capture %s pid %u: agent sent %u events, %u arrived",
+                       info_.capture_id(), p.pid(), s.events(), p.events());
+          }
+        }
+        return true;
+      }
+      case Item::kCancel:
+        break;
+    }
+    return false;
+  }
+
+  void WriteBatch(int i, const v1::EventBatch& batch) {
+    v1::ProcessCapture& p = P(i);
+    Process& proc = processes_[i];
+    proc.names.Add(batch);
+    if (batch.devices_size() > 0) proc.devices.assign(batch.devices().begin(), batch.devices().end());
+    if (proc.writer == nullptr && write_error_.empty()) {
+      TraceProcess tp;
+      tp.pid = p.pid();
+      tp.comm = targets_[i].agent.comm();
+      tp.command_line = targets_[i].agent.command_line();
+      tp.hostname = info_.hostname();
+      tp.capture_id = info_.capture_id();
+      tp.pod_name = targets_[i].agent.pod_name();
+      tp.pod_namespace = targets_[i].agent.pod_namespace();
+      // Whole milliseconds before the request: every event comes after it, and ts stays small.
+      tp.base_time_ns = info_.requested_unix_ns() / 1000000 * 1000000;
+      proc.file_name = absl::StrCat("trace-", p.pid(), ".json.gz");
+      std::error_code ec;
+      std::filesystem::create_directories(folder_, ec);
+      auto writer = ChromeTraceWriter::Create(folder_ + "/" + proc.file_name, tp,
+                                              owner_->options_.gzip_level);
+      if (!writer.ok()) {
+        write_error_ = std::string(writer.status().message());
+        LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
+      } else {
+        proc.writer = std::move(*writer);
+      }
+    }
+    if (proc.writer) {
+      absl::Status s = proc.writer->Write(batch, proc.names);
+      if (!s.ok() && write_error_.empty()) {
+        write_error_ = std::string(s.message());
+        LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
+      }
+    }
+    if (owner_->options_.record_batches && write_error_.empty()) {
+      std::ofstream raw(absl::StrCat(folder_, "/batches-", p.pid(), ".pb"),
+                        std::ios::binary | std::ios::app);
+      std::string bytes = batch.SerializeAsString();
+      uint64_t n = bytes.size();
+      while (n >= 0x80) {
+        raw.put(static_cast<char>((n & 0x7f) | 0x80));
+        n >>= 7;
+      }
+      raw.put(static_cast<char>(n));
+      raw << bytes;
+    }
+    summary_.Add(p.pid(), batch, proc.names);
+    uint64_t n = batch.kernels_size() + batch.memcpys_size() + batch.memsets_size() +
+                 batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +
+                 batch.overheads_size() + batch.markers_size();
+    p.set_events(p.events() + n);
+    proc.dropped_from_batches += batch.dropped_records();
+    p.set_dropped_records(proc.dropped_from_batches);
+  }
+
+  bool CheckDeadlines() {
+    absl::Time now = absl::Now();
+    absl::Time start_at = absl::FromUnixNanos(std::max(info_.requested_unix_ns(),
+                                                       info_.start_at_unix_ns()));
+    absl::Time end_at = start_at + absl::Milliseconds(info_.duration_ms());
+    bool changed = false;
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      v1::ProcessCapture& p = P(i);
+      if (ProcessTerminal(p.state())) continue;
+      if (p.state() == v1::CAPTURE_STATE_UNSPECIFIED &&
+          now > start_at + owner_->options_.start_timeout) {
+        p.set_state(v1::CAPTURE_STATE_FAILED);
+        p.set_message(absl::StrCat("the agent did not enable CUPTI within ",
+                                   absl::FormatDuration(owner_->options_.start_timeout),
+                                   " of the start time (process stalled?)"));
+        changed = true;
+      } else if (now > end_at + owner_->options_.finish_timeout) {
+        p.set_state(v1::CAPTURE_STATE_FAILED);
+        p.set_message(absl::StrCat("no end of capture from the agent ",
+                                   absl::FormatDuration(owner_->options_.finish_timeout),
+                                   " after the capture should have ended; the trace is partial"));
+        changed = true;
+      }
+    }
+    return changed;
+  }
+
+  bool AllTerminal() const {
+    for (const auto& p : info_.processes()) {
+      if (!ProcessTerminal(p.state())) return false;
+    }
+    return true;
+  }
+
+  void UpdatePhase() {
+    bool any_started = false;
+    for (const auto& p : info_.processes()) {
+      any_started |= p.state() == v1::CAPTURE_STATE_STARTED;
+    }
+    if (info_.phase() == v1::CAPTURE_PHASE_PENDING && any_started) {
+      info_.set_phase(v1::CAPTURE_PHASE_RUNNING);
+      info_.set_started_unix_ns(absl::ToUnixNanos(absl::Now()));
+    }
+    if (info_.phase() == v1::CAPTURE_PHASE_RUNNING &&
+        absl::Now() > absl::FromUnixNanos(info_.started_unix_ns()) +
+                          absl::Milliseconds(info_.duration_ms())) {
+      info_.set_phase(v1::CAPTURE_PHASE_FINISHING);
+    }
+  }
+
+  void Finalize() {
+    info_.set_phase(v1::CAPTURE_PHASE_FINISHING);
+    Publish();
+    uint64_t window_start = UINT64_MAX, window_end = 0;
+    std::vector<std::string> errors;
+    size_t failed = 0;
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      v1::ProcessCapture& p = P(i);
+      Process& proc = processes_[i];
+      if (p.state() == v1::CAPTURE_STATE_FAILED) {
+        ++failed;
+        errors.push_back(absl::StrCat("pid ", p.pid(), ": ", p.message()));
+      }
+      if (p.enabled_unix_ns()) window_start = std::min<uint64_t>(window_start, p.enabled_unix_ns());
+      if (p.disabled_unix_ns()) window_end = std::max<uint64_t>(window_end, p.disabled_unix_ns());
+      if (proc.writer) {
+        ChromeTraceWriter::Footer footer;
+        footer.dropped_records = p.dropped_records();
+        footer.truncated = p.truncated();
+        footer.devices = proc.devices;
+        footer.error = p.state() == v1::CAPTURE_STATE_FAILED ? p.message() : "";
+        absl::Status s = proc.writer->Finish(footer);
+        if (!s.ok() && write_error_.empty()) write_error_ = std::string(s.message());
+        std::string path = folder_ + "/" + proc.file_name;
+        v1::TraceFile* file = info_.add_files();
+        file->set_name(proc.file_name);
+        file->set_path(path);
+        file->set_format("chrome-json-gz");
+        file->set_pid(p.pid());
+        std::error_code ec;
+        file->set_bytes(std::filesystem::file_size(path, ec));
+        file->set_sha256(Sha256Hex(path));
+        proc.writer.reset();
+      }
+    }
+    if (window_start == UINT64_MAX) window_start = window_end;
+    *info_.mutable_summary() = summary_.Build(window_start, window_end);
+
+    if (cancelled_) {
+      info_.set_phase(v1::CAPTURE_PHASE_CANCELLED);
+      info_.set_message("cancelled; the events captured until then are kept");
+    } else if (failed == targets_.size()) {
+      info_.set_phase(v1::CAPTURE_PHASE_FAILED);
+      info_.set_message(absl::StrJoin(errors, "; "));
+    } else {
+      info_.set_phase(v1::CAPTURE_PHASE_DONE);
+      if (!errors.empty()) info_.set_message(absl::StrJoin(errors, "; "));
+    }
+    if (!write_error_.empty()) {
+      info_.set_phase(v1::CAPTURE_PHASE_FAILED);
+      info_.set_message(absl::StrCat("writing the trace failed: ", write_error_,
+                                     " (disk full? see profd --capture_dir)"));
+    }
+    info_.set_finished_unix_ns(absl::ToUnixNanos(absl::Now()));
+
+    if (info_.files_size() > 0) {
+      info_.set_location(folder_);
+      absl::Status s = WriteFileAtomically(folder_ + "/summary.json", ToJson(info_.summary()));
+      if (s.ok()) s = WriteFileAtomically(folder_ + "/manifest.json", ToJson(info_));
+      if (!s.ok()) {
+        info_.set_phase(v1::CAPTURE_PHASE_FAILED);
+        info_.set_message(std::string(s.message()));
+      } else if (owner_->options_.on_complete) {
+        absl::StatusOr<std::string> location = owner_->options_.on_complete(info_, folder_);
+        if (location.ok()) {
+          info_.set_location(*location);
+        } else {
+          info_.set_message(absl::StrCat(info_.message().empty() ? "" : info_.message() + "; ",
+                                         "store: ", location.status().message()));
+        }
+      }
+    }
+    for (const Target& t : targets_) owner_->registry_->SetCapturing(t.connection, "");
+    LogInfo(kComponent, "capture %s %s: %u process(es), %u events, %s", info_.capture_id(),
+            v1::CapturePhase_Name(info_.phase()), targets_.size(), info_.summary().events(),
+            info_.location().empty() ? "no trace" : info_.location());
+    if (owner_->options_.on_finished) owner_->options_.on_finished(info_);
+    {
+      absl::MutexLock lock(&owner_->mutex_);
+      if (info_.phase() == v1::CAPTURE_PHASE_FAILED) {
+        ++owner_->failed_;
+      } else {
+        ++owner_->completed_;
+      }
+    }
+    Publish();
+  }
+
+  CaptureOrchestrator* const owner_;
+  v1::CaptureInfo info_;  // pipeline thread's working copy
+  const std::vector<Target> targets_;
+  const uint64_t max_events_;
+  const std::string folder_;
+  std::vector<Process> processes_;
+  CaptureSummaryBuilder summary_;
+  std::string write_error_;
+  bool cancelled_ = false;
+  std::thread thread_;
+
+  mutable absl::Mutex mu_;
+  mutable absl::CondVar queue_cv_;
+  mutable absl::CondVar snapshot_cv_;
+  std::deque<Item> queue_ ABSL_GUARDED_BY(mu_);
+  v1::CaptureInfo snapshot_ ABSL_GUARDED_BY(mu_);
+  uint64_t version_ ABSL_GUARDED_BY(mu_) = 1;
+  absl::Time last_publish_ = absl::InfinitePast();
+};
+
+CaptureOrchestrator::CaptureOrchestrator(CaptureOptions options, AgentRegistry* registry,
+                                         AgentChannelServer* channel)
+    : options_(std::move(options)), registry_(registry), channel_(channel) {}
+
+CaptureOrchestrator::~CaptureOrchestrator() {
+  std::vector<std::shared_ptr<Capture>> all;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (auto& [id, c] : captures_) all.push_back(c);
+  }
+  // Shutting down: agents will not be heard from again, so every running capture ends with what
+  // it has (its trace is still written).
+  for (auto& c : all) c->Abandon();
+  for (auto& c : all) c->Join();
+}
+
+std::string CaptureOrchestrator::NewId() const {
+  static std::mt19937_64 rng(std::random_device{}());
+  static absl::Mutex rng_mutex;
+  uint32_t suffix;
+  {
+    absl::MutexLock lock(&rng_mutex);
+    suffix = static_cast<uint32_t>(rng());
+  }
+  return absl::StrCat(absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone()), "-",
+                      options_.hostname, "-", absl::Hex(suffix, absl::kZeroPad8));
+}
+
+absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest& request) {
+  // What and for how long.
+  if (request.duration_ms() == 0) {
+    return absl::InvalidArgumentError("the capture duration must be more than 0 (e.g. 5s)");
+  }
+  if (absl::Milliseconds(request.duration_ms()) > options_.max_duration) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "duration ", absl::FormatDuration(absl::Milliseconds(request.duration_ms())),
+        " is over this profd's limit of ", absl::FormatDuration(options_.max_duration),
+        " (profd --max_capture_duration)"));
+  }
+  std::vector<v1::AgentInfo> agents = registry_->List();
+  std::vector<Capture::Target> targets;
+  auto add = [&](const v1::AgentInfo& agent) -> absl::Status {
+    std::optional<ConnectionId> conn = registry_->ConnectionOfPid(agent.pid());
+    if (!conn) return absl::NotFoundError(absl::StrCat("pid ", agent.pid(), " just disconnected"));
+    if (!agent.capturing().empty()) {
+      std::optional<v1::CaptureInfo> running = Get(agent.capturing());
+      std::string ends;
+      if (running && running->started_unix_ns()) {
+        absl::Time end = absl::FromUnixNanos(running->started_unix_ns()) +
+                         absl::Milliseconds(running->duration_ms());
+        ends = absl::StrCat(", which ends in about ",
+                            absl::FormatDuration(absl::Trunc(end - absl::Now(), absl::Seconds(1))));
+      }
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pid ", agent.pid(), " is already being captured by ", agent.capturing(), ends,
+          ": retry then, or `profctl cancel ", agent.capturing(), "`"));
+    }
+    for (const auto& t : targets) {
+      if (t.connection == *conn) return absl::OkStatus();
+    }
+    targets.push_back({*conn, agent});
+    return absl::OkStatus();
+  };
+  if (request.all()) {
+    if (agents.empty()) {
+      return absl::FailedPreconditionError(
+          "no agents are connected to this profd: start the process with "
+          "CUDA_INJECTION64_PATH=<path>/libprofagent.so");
+    }
+    for (const auto& a : agents) {
+      if (absl::Status s = add(a); !s.ok()) return s;
+    }
+  }
+  for (uint32_t pid : request.pids()) {
+    auto it = std::find_if(agents.begin(), agents.end(),
+                           [&](const v1::AgentInfo& a) { return a.pid() == pid; });
+    if (it == agents.end()) {
+      bool exists = access(absl::StrCat("/proc/", pid).c_str(), F_OK) == 0;
+      if (exists) {
+        return absl::NotFoundError(absl::StrCat(
+            "process ", pid, " is running but has no profd agent: start it with "
+            "CUDA_INJECTION64_PATH=<path>/libprofagent.so (and PROFD_AGENT_SOCKET=",
+            channel_->options().socket_path, " if profd is not at the default); ",
+            DescribeAgents(agents)));
+      }
+      return absl::NotFoundError(absl::StrCat("no process ", pid, " on ", options_.hostname, "; ",
+                                              DescribeAgents(agents)));
+    }
+    if (absl::Status s = add(*it); !s.ok()) return s;
+  }
+  if (!request.pod_name().empty()) {
+    size_t before = targets.size();
+    for (const auto& a : agents) {
+      if (a.pod_name() == request.pod_name() &&
+          (request.pod_namespace().empty() || a.pod_namespace() == request.pod_namespace())) {
+        if (absl::Status s = add(a); !s.ok()) return s;
+      }
+    }
+    if (targets.size() == before) {
+      return absl::NotFoundError(absl::StrCat(
+          "no agent in pod ", request.pod_namespace().empty() ? "" : request.pod_namespace() + "/",
+          request.pod_name(), " on ", options_.hostname,
+          " (agents read POD_NAME/POD_NAMESPACE from the downward API); ", DescribeAgents(agents)));
+    }
+  }
+  if (targets.empty()) {
+    return absl::InvalidArgumentError("say which processes to capture: --pid, --pod or --all");
+  }
+
+  // Where the trace goes: refuse now rather than fail at the end.
+  std::error_code ec;
+  std::filesystem::create_directories(options_.capture_dir, ec);
+  struct statvfs fs;
+  if (statvfs(options_.capture_dir.c_str(), &fs) != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "capture folder ", options_.capture_dir, " is not usable: ", ec.message()));
+  }
+  uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
+  if (free_bytes < options_.min_free_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "only ", free_bytes >> 20, " MiB free in ", options_.capture_dir,
+        ": free some space or point profd --capture_dir elsewhere"));
+  }
+
+  // When.
+  absl::Time now = absl::Now();
+  absl::Time start_at = now + absl::Milliseconds(request.delay_ms());
+  if (request.start_at_unix_ns() != 0) {
+    start_at = absl::FromUnixNanos(request.start_at_unix_ns());
+    if (start_at < now - absl::Seconds(1) || start_at > now + absl::Hours(1)) {
+      return absl::InvalidArgumentError(
+          "--start-at must be within the next hour (a wall-clock time all nodes share)");
+    }
+  }
+
+  v1::CaptureInfo info;
+  info.set_capture_id(NewId());
+  info.set_phase(v1::CAPTURE_PHASE_PENDING);
+  info.set_requested_unix_ns(absl::ToUnixNanos(now));
+  info.set_start_at_unix_ns(absl::ToUnixNanos(start_at));
+  info.set_duration_ms(request.duration_ms());
+  info.set_label(request.label());
+  info.set_hostname(options_.hostname);
+  for (int kind : request.kinds()) info.add_kinds(static_cast<v1::ActivityKind>(kind));
+  uint64_t max_events = options_.max_events;
+  if (request.max_events() != 0) max_events = std::min(max_events, request.max_events());
+  std::string id = info.capture_id();
+  auto capture = std::make_shared<Capture>(this, std::move(info), std::move(targets), max_events,
+                                           options_.capture_dir + "/" + id);
+  {
+    absl::MutexLock lock(&mutex_);
+    captures_[id] = capture;
+    order_.push_back(id);
+    // Forget the oldest finished captures (their folders stay in the store).
+    while (order_.size() > kKeepFinished) {
+      auto old = captures_.find(order_.front());
+      if (old != captures_.end() && !Terminal(old->second->Snapshot().phase())) break;
+      if (old != captures_.end()) {
+        old->second->Join();
+        captures_.erase(old);
+      }
+      order_.pop_front();
+    }
+  }
+  capture->Launch();
+  LogInfo(kComponent, "capture %s requested: %u ms", id, request.duration_ms());
+  return id;
+}
+
+std::shared_ptr<CaptureOrchestrator::Capture> CaptureOrchestrator::Find(
+    const std::string& id) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = captures_.find(id);
+  return it == captures_.end() ? nullptr : it->second;
+}
+
+std::optional<v1::CaptureInfo> CaptureOrchestrator::Get(const std::string& id) const {
+  auto capture = Find(id);
+  if (!capture) return std::nullopt;
+  return capture->Snapshot();
+}
+
+bool CaptureOrchestrator::WaitForChange(const std::string& id, uint64_t* version,
+                                        absl::Duration timeout, v1::CaptureInfo* out) const {
+  auto capture = Find(id);
+  if (!capture) return false;
+  return capture->WaitForChange(version, timeout, out);
+}
+
+std::vector<v1::CaptureInfo> CaptureOrchestrator::List(size_t limit) const {
+  std::vector<std::shared_ptr<Capture>> recent;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (auto it = order_.rbegin(); it != order_.rend() && (limit == 0 || recent.size() < limit);
+         ++it) {
+      auto c = captures_.find(*it);
+      if (c != captures_.end()) recent.push_back(c->second);
+    }
+  }
+  std::vector<v1::CaptureInfo> out;
+  for (auto& c : recent) out.push_back(c->Snapshot());
+  return out;
+}
+
+absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::Cancel(const std::string& id) {
+  auto capture = Find(id);
+  if (!capture) return absl::NotFoundError(absl::StrCat("no capture ", id, " on this profd"));
+  v1::CaptureInfo info = capture->Snapshot();
+  if (Terminal(info.phase())) return info;
+  capture->Push(Capture::Item{Capture::Item::kCancel, 0, {}, {}});
+  return capture->Snapshot();
+}
+
+CaptureOrchestrator::Counts CaptureOrchestrator::counts() const {
+  Counts c;
+  std::vector<std::shared_ptr<Capture>> all;
+  {
+    absl::MutexLock lock(&mutex_);
+    c.completed = completed_;
+    c.failed = failed_;
+    for (auto& [id, capture] : captures_) all.push_back(capture);
+  }
+  for (auto& capture : all) c.running += Terminal(capture->Snapshot().phase()) ? 0 : 1;
+  return c;
+}
+
+std::shared_ptr<CaptureOrchestrator::Capture> CaptureOrchestrator::FindByConnection(
+    ConnectionId connection) const {
+  absl::MutexLock lock(&mutex_);
+  // Newest first: a connection is in at most one running capture.
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    auto c = captures_.find(*it);
+    if (c != captures_.end() && c->second->Targets(connection)) return c->second;
+  }
+  return nullptr;
+}
+
+void CaptureOrchestrator::OnCaptureStatus(ConnectionId connection, uint32_t pid,
+                                          const v1::CaptureStatus& status) {
+  auto capture = Find(status.capture_id());
+  if (!capture || !capture->Targets(connection)) {
+    LogWarning(kComponent, "status for unknown capture %s from pid %u", status.capture_id(), pid);
+    return;
+  }
+  capture->Push(Capture::Item{Capture::Item::kStatus, connection, status, {}});
+}
+
+void CaptureOrchestrator::OnEventBatch(ConnectionId connection, uint32_t pid,
+                                       v1::EventBatch batch) {
+  auto capture = Find(batch.capture_id());
+  if (!capture || !capture->Targets(connection)) return;
+  capture->Push(Capture::Item{Capture::Item::kBatch, connection, {}, std::move(batch)});
+}
+
+void CaptureOrchestrator::OnAgentGone(ConnectionId connection, uint32_t pid) {
+  if (auto capture = FindByConnection(connection)) {
+    capture->Push(Capture::Item{Capture::Item::kGone, connection, {}, {}});
+  }
+}
+
+}  // namespace profd

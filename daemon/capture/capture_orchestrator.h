@@ -1,0 +1,97 @@
+// Runs captures: validates a request against the agents profd knows, tells each agent when to
+// enable CUPTI and for how long, streams the event batches that come back into one trace file
+// per process, builds the summary, writes the capture folder, and hands it to the store.
+//
+// Threads: Start/Get/List/Cancel/WaitForChange run on gRPC threads and take mutex_ briefly. The
+// AgentEventSink calls come from the agent I/O thread and only queue work. Each capture has one
+// pipeline thread that owns its trace writers, summary and deadlines, and publishes a CaptureInfo
+// snapshot (with a version) that the gRPC side reads.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/agents/agent_channel_server.h"
+#include "daemon/agents/agent_registry.h"
+#include "profd/v1/profd.pb.h"
+
+namespace profd {
+
+struct CaptureOptions {
+  std::string hostname;
+  std::string capture_dir;                    // capture folders are written here
+  absl::Duration max_duration = absl::Seconds(60);
+  uint64_t max_events = 50'000'000;           // per process; the trace says when it was cut
+  absl::Duration start_timeout = absl::Seconds(5);   // agent must enable CUPTI by then
+  absl::Duration finish_timeout = absl::Seconds(30);  // ... and report the end by then
+  uint64_t min_free_bytes = 64u << 20;        // refuse captures when the disk is this full
+  int gzip_level = 1;
+  // Also keep the raw event batches (batches-<pid>.pb, varint-delimited EventBatch) for replay
+  // in tests and bug reports.
+  bool record_batches = false;
+  // Called on the pipeline thread with the finished folder; returns where the capture now lives
+  // (the folder itself when unset).
+  std::function<absl::StatusOr<std::string>(const v1::CaptureInfo& info, const std::string& folder)>
+      on_complete;
+  // Optional: told about every finished capture (metrics).
+  std::function<void(const v1::CaptureInfo& info)> on_finished;
+};
+
+class CaptureOrchestrator final : public AgentEventSink {
+ public:
+  CaptureOrchestrator(CaptureOptions options, AgentRegistry* registry, AgentChannelServer* channel);
+  ~CaptureOrchestrator() override;
+
+  // gRPC threads.
+  absl::StatusOr<std::string> Start(const v1::CaptureRequest& request);
+  std::optional<v1::CaptureInfo> Get(const std::string& id) const;
+  // Waits until the capture's snapshot is newer than *version (or timeout); false if unknown id.
+  bool WaitForChange(const std::string& id, uint64_t* version, absl::Duration timeout,
+                     v1::CaptureInfo* out) const;
+  std::vector<v1::CaptureInfo> List(size_t limit) const;
+  absl::StatusOr<v1::CaptureInfo> Cancel(const std::string& id);
+
+  struct Counts {
+    uint32_t running = 0;
+    uint64_t completed = 0;
+    uint64_t failed = 0;
+  };
+  Counts counts() const;
+
+  // AgentEventSink: agent I/O thread, queue only.
+  void OnCaptureStatus(ConnectionId connection, uint32_t pid,
+                       const v1::CaptureStatus& status) override;
+  void OnEventBatch(ConnectionId connection, uint32_t pid, v1::EventBatch batch) override;
+  void OnAgentGone(ConnectionId connection, uint32_t pid) override;
+
+  static bool Terminal(v1::CapturePhase phase);
+
+ private:
+  class Capture;
+
+  std::shared_ptr<Capture> Find(const std::string& id) const;
+  std::shared_ptr<Capture> FindByConnection(ConnectionId connection) const;
+  std::string NewId() const;
+
+  const CaptureOptions options_;
+  AgentRegistry* const registry_;
+  AgentChannelServer* const channel_;
+
+  mutable absl::Mutex mutex_;
+  std::map<std::string, std::shared_ptr<Capture>> captures_ ABSL_GUARDED_BY(mutex_);
+  std::deque<std::string> order_ ABSL_GUARDED_BY(mutex_);  // oldest first, for List and pruning
+  uint64_t completed_ ABSL_GUARDED_BY(mutex_) = 0;
+  uint64_t failed_ ABSL_GUARDED_BY(mutex_) = 0;
+};
+
+}  // namespace profd

@@ -1,0 +1,84 @@
+"""GPT-2 small fp16 inference (batch 8x128, random weights) for the GPU end-to-end tests.
+
+  serve --steps N       warm up, print "ready", then on each SIGUSR1 run exactly N forward steps,
+                        synchronize and print "steps done <ms per step>"; SIGTERM ends it.
+  torchprof --steps N --out FILE
+                        the same N steps under torch.profiler (CUDA activities), exported as a
+                        Chrome trace; prints kernels per step and kernel time per step.
+  hold                  keep torch.profiler active until SIGTERM (CUPTI held by Kineto).
+"""
+import argparse
+import json
+import signal
+import sys
+import time
+
+import torch
+from transformers import GPT2Config, GPT2LMHeadModel
+
+
+def model_and_input():
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda().half().eval()
+    ids = torch.randint(0, 50257, (8, 128), device="cuda")
+    return model, ids
+
+
+def step(model, ids):
+    with torch.no_grad():
+        model(ids)
+
+
+def serve(args):
+    model, ids = model_and_input()
+    for _ in range(10):
+        step(model, ids)
+    torch.cuda.synchronize()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})
+    print("ready", flush=True)
+    while True:
+        sig = signal.sigwait({signal.SIGUSR1, signal.SIGTERM})
+        if sig == signal.SIGTERM:
+            return
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step(model, ids)
+        torch.cuda.synchronize()
+        print("steps done %.3f" % ((time.perf_counter() - t0) * 1000 / args.steps), flush=True)
+
+
+def torchprof(args):
+    from torch.profiler import ProfilerActivity, profile
+    model, ids = model_and_input()
+    for _ in range(10):
+        step(model, ids)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.steps):
+            step(model, ids)
+        torch.cuda.synchronize()
+    prof.export_chrome_trace(args.out)
+    with open(args.out) as f:
+        events = json.load(f)["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    print(json.dumps({"kernels_per_step": len(kernels) / args.steps,
+                      "kernel_us_per_step": sum(e["dur"] for e in kernels) / args.steps}), flush=True)
+
+
+def hold(args):
+    from torch.profiler import ProfilerActivity, profile
+    model, ids = model_and_input()
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    with profile(activities=[ProfilerActivity.CUDA]):
+        step(model, ids)
+        print("holding", flush=True)
+        signal.sigwait({signal.SIGTERM})
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["serve", "torchprof", "hold"])
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--out", default="torch_trace.json")
+    a = p.parse_args()
+    {"serve": serve, "torchprof": torchprof, "hold": hold}[a.mode](a)

@@ -1,0 +1,186 @@
+// Captures end to end without a GPU: the real profd and profctl, and in the child process the
+// real agent whose capture backend replays batches recorded from a real H200 capture (or, for the
+// error paths, the real CUPTI backend in a process that never loaded CUDA).
+#include <unistd.h>
+
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/support/fixtures.h"
+#include "tests/support/profd_process.h"
+
+namespace profd::testing {
+namespace {
+
+std::unique_ptr<Subprocess> StartReplayAgent(const std::string& socket,
+                                             const std::string& extra = "") {
+  std::vector<std::string> argv = {BuildPath("tests/integration/replay_agent"),
+                                   SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")};
+  if (!extra.empty()) argv.push_back(extra);
+  return std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{
+                                                {"PROFD_AGENT_SOCKET", socket}});
+}
+
+bool Registered(const ProfdProcess& profd, pid_t pid) {
+  rapidjson::Document d = profd.ProfctlJson({"agents"});
+  for (const auto& a : d["agents"].GetArray()) {
+    if (a["pid"].GetInt() == pid) return true;
+  }
+  return false;
+}
+
+class CaptureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    profd_ = std::make_unique<ProfdProcess>(
+        std::vector<std::string>{"--capture_dir=" + captures_.path(), "--max_capture_duration=10s"});
+    profd_->Start();
+  }
+  TempDir captures_;
+  std::unique_ptr<ProfdProcess> profd_;
+};
+
+TEST_F(CaptureTest, CaptureWritesTraceManifestAndSummary) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+
+  rapidjson::Document c = profd_->ProfctlJson(
+      {"capture", "--pid", std::to_string(agent->pid()), "--duration", "500ms"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log();
+  ASSERT_EQ(c["files"].Size(), 1u);
+  std::string trace_path = c["files"][0]["path"].GetString();
+  std::string folder = c["location"].GetString();
+  EXPECT_TRUE(std::filesystem::exists(folder + "/manifest.json"));
+  EXPECT_TRUE(std::filesystem::exists(folder + "/summary.json"));
+  EXPECT_EQ(std::filesystem::file_size(trace_path), std::stoull(c["files"][0]["bytes"].GetString()));
+  EXPECT_EQ(std::string(c["files"][0]["sha256"].GetString()).size(), 64u);
+  const auto& p = c["processes"][0];
+  EXPECT_EQ(p["pid"].GetInt(), agent->pid());
+  EXPECT_EQ(std::stoull(p["events"].GetString()), 2008u);  // 1000 kernels + 1004 API + 4 GPU ops
+  EXPECT_GE(std::stoll(p["start_latency_ns"].GetString()), 0);
+
+  rapidjson::Document trace = ReadGzipJson(trace_path);
+  int kernels = 0;
+  for (const auto& e : trace["traceEvents"].GetArray()) {
+    kernels += e.HasMember("cat") && std::string(e["cat"].GetString()) == "kernel";
+  }
+  EXPECT_EQ(kernels, 1000);
+  EXPECT_STREQ(trace["profd"]["capture_id"].GetString(), c["capture_id"].GetString());
+
+  // The summary: the kernel table the seeds read.
+  const auto& top = c["summary"]["top_kernels"][0];
+  EXPECT_STREQ(top["name"].GetString(), "profd_test_kernel(int*, int)");
+  EXPECT_EQ(std::stoull(top["count"].GetString()), 1000u);
+  // The manifest is the capture's record in the store: it names the same trace and checksum.
+  rapidjson::Document manifest = ReadGzipJson(folder + "/manifest.json");  // gzread reads plain too
+  EXPECT_STREQ(manifest["files"][0]["sha256"].GetString(), c["files"][0]["sha256"].GetString());
+}
+
+TEST_F(CaptureTest, HumanOutputAndOutputCopy) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  TempDir out;
+  RunResult r = profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration",
+                                 "300ms", "--output", out.File("mine.json.gz")});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("Top kernels by total GPU time"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("profd_test_kernel(int*, int)"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("1,000"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("Trace: "), std::string::npos) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(out.File("mine.json.gz")));
+  EXPECT_EQ(ReadGzipJson(out.File("mine.json.gz"))["traceEvents"].Size() > 1000, true);
+}
+
+TEST_F(CaptureTest, SeveralProcessesInOneCapture) {
+  auto a = StartReplayAgent(profd_->agent_socket());
+  auto b = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, a->pid()) && Registered(*profd_, b->pid()); },
+                      absl::Seconds(2)));
+  rapidjson::Document c = profd_->ProfctlJson({"capture", "--all", "--duration", "300ms"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE");
+  EXPECT_EQ(c["files"].Size(), 2u);
+  EXPECT_EQ(c["processes"].Size(), 2u);
+  EXPECT_EQ(std::stoull(c["summary"]["top_kernels"][0]["count"].GetString()), 2000u);
+}
+
+TEST_F(CaptureTest, ACaptureAlreadyRunningIsRefusedWithItsEnd) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  std::string pid = std::to_string(agent->pid());
+  std::thread first([&] { profd_->Profctl({"capture", "--pid", pid, "--duration", "3s"}); });
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        auto d = profd_->ProfctlJson({"captures"});
+        return d["captures"].Size() > 0 &&
+               std::string(d["captures"][0]["phase"].GetString()) == "CAPTURE_PHASE_RUNNING";
+      },
+      absl::Seconds(3)));
+  RunResult second = profd_->Profctl({"capture", "--pid", pid, "--duration", "1s"});
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_NE(second.err.find("is already being captured by"), std::string::npos) << second.err;
+  EXPECT_NE(second.err.find("ends in about"), std::string::npos) << second.err;
+
+  // Cancel it: it ends at once and keeps what it had.
+  auto list = profd_->ProfctlJson({"captures"});
+  std::string id = list["captures"][0]["capture_id"].GetString();
+  EXPECT_EQ(profd_->Profctl({"cancel", id}).exit_code, 0);
+  first.join();
+  auto info = profd_->ProfctlJson({"captures"});
+  EXPECT_STREQ(info["captures"][0]["phase"].GetString(), "CAPTURE_PHASE_CANCELLED");
+  EXPECT_EQ(info["captures"][0]["files"].Size(), 1u);
+}
+
+TEST_F(CaptureTest, AgentThatDiesMidCaptureFailsTheCaptureClearly) {
+  auto agent = StartReplayAgent(profd_->agent_socket(), "--die-after-start");
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  RunResult r = profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration", "2s"});
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("agent disconnected during the capture"), std::string::npos) << r.err;
+  // profd goes on serving.
+  EXPECT_EQ(profd_->Profctl({"status"}).exit_code, 0);
+}
+
+TEST_F(CaptureTest, ProcessWithoutCudaGetsAClearError) {
+  auto host = StartAgentHost(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, host->pid()); }, absl::Seconds(2)));
+  RunResult r = profd_->Profctl({"capture", "--pid", std::to_string(host->pid()), "--duration", "1s"});
+  EXPECT_EQ(r.exit_code, 5);
+  EXPECT_NE(r.err.find("has not loaded the CUDA driver"), std::string::npos) << r.err;
+  EXPECT_TRUE(host->Running());  // the process is unharmed
+}
+
+TEST_F(CaptureTest, RequestsThatCannotBeServedSayWhy) {
+  auto host = StartAgentHost(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, host->pid()); }, absl::Seconds(2)));
+  // A pid that does not exist: not found, and which processes can be captured.
+  RunResult gone = profd_->Profctl({"capture", "--pid", "999999", "--duration", "1s"});
+  EXPECT_EQ(gone.exit_code, 4);
+  EXPECT_NE(gone.err.find("no process 999999"), std::string::npos) << gone.err;
+  EXPECT_NE(gone.err.find(std::to_string(host->pid()) + " (agent_host)"), std::string::npos);
+  // A live process without an agent: how to inject one.
+  RunResult plain = profd_->Profctl({"capture", "--pid", std::to_string(getpid()), "--duration", "1s"});
+  EXPECT_EQ(plain.exit_code, 4);
+  EXPECT_NE(plain.err.find("has no profd agent"), std::string::npos) << plain.err;
+  EXPECT_NE(plain.err.find("CUDA_INJECTION64_PATH"), std::string::npos);
+  // Too long.
+  RunResult long_one = profd_->Profctl({"capture", "--pid", std::to_string(host->pid()),
+                                        "--duration", "1h"});
+  EXPECT_EQ(long_one.exit_code, 2);
+  EXPECT_NE(long_one.err.find("over this profd's limit of 10s"), std::string::npos) << long_one.err;
+  // Nothing named, bad duration, unknown kind: usage errors before profd is asked.
+  EXPECT_EQ(profd_->Profctl({"capture", "--duration", "1s"}).exit_code, 2);
+  EXPECT_EQ(profd_->Profctl({"capture", "--pid", "1", "--duration", "soon"}).exit_code, 2);
+  RunResult kind = profd_->Profctl({"capture", "--pid", "1", "--kinds", "kernel,gpu"});
+  EXPECT_EQ(kind.exit_code, 2);
+  EXPECT_NE(kind.err.find("unknown activity kind 'gpu'"), std::string::npos);
+  // A pod with no agent.
+  RunResult pod = profd_->Profctl({"capture", "--pod", "llm-0", "-n", "serving"});
+  EXPECT_EQ(pod.exit_code, 4);
+  EXPECT_NE(pod.err.find("no agent in pod serving/llm-0"), std::string::npos) << pod.err;
+}
+
+}  // namespace
+}  // namespace profd::testing

@@ -1,0 +1,142 @@
+// A stand-in for a GPU process in tests that run without a GPU: the real agent (channel,
+// registration, heartbeats) with a capture backend that, instead of CUPTI, replays event batches
+// recorded from a real capture (tests/fixtures/), shifted to the current time.
+//   replay_agent <batches.pb> [--die-after-start]
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/agent.h"
+#include "profd/v1/agent_channel.pb.h"
+#include "profd/v1/agent_frame.h"
+#include "tests/support/fixtures.h"
+
+namespace {
+
+std::vector<profd::v1::EventBatch> g_batches;
+bool g_die_after_start = false;
+
+uint64_t NowNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+void Shift(profd::v1::EventBatch& b, int64_t d) {
+  for (auto& k : *b.mutable_kernels()) {
+    k.set_start_ns(k.start_ns() + d);
+    k.set_end_ns(k.end_ns() + d);
+  }
+  for (auto& m : *b.mutable_memcpys()) {
+    m.set_start_ns(m.start_ns() + d);
+    m.set_end_ns(m.end_ns() + d);
+  }
+  for (auto& m : *b.mutable_memsets()) {
+    m.set_start_ns(m.start_ns() + d);
+    m.set_end_ns(m.end_ns() + d);
+  }
+  for (auto& a : *b.mutable_api_calls()) {
+    a.set_start_ns(a.start_ns() + d);
+    a.set_end_ns(a.end_ns() + d);
+  }
+  for (auto& s : *b.mutable_syncs()) {
+    s.set_start_ns(s.start_ns() + d);
+    s.set_end_ns(s.end_ns() + d);
+  }
+}
+
+class ReplayHandler final : public profagent::CaptureHandler {
+ public:
+  explicit ReplayHandler(profagent::Agent* agent) : agent_(agent) {}
+
+  void OnStartCapture(const profagent::wire::StartCapture& request) override {
+    if (running_.exchange(true)) return;
+    if (thread_.joinable()) thread_.join();
+    stop_ = false;
+    thread_ = std::thread([this, request] { Run(request); });
+  }
+  void OnStopCapture(const std::string&) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+    cv_.notify_all();
+  }
+  void OnDisconnected() override { OnStopCapture(""); }
+  uint32_t CuptiVersion() override { return 0; }
+
+ private:
+  void SendStatus(const profagent::wire::CaptureStatus& s) {
+    std::string m;
+    profagent::wire::EncodeCaptureStatus(s, &m);
+    agent_->Enqueue(std::move(m));
+  }
+
+  void Run(profagent::wire::StartCapture request) {
+    profagent::wire::CaptureStatus status;
+    status.capture_id = request.capture_id;
+    status.state = profagent::wire::CaptureState::kStarted;
+    status.enabled_realtime_ns = NowNs();
+    SendStatus(status);
+    if (g_die_after_start) {
+      usleep(100000);
+      _exit(3);
+    }
+    uint64_t first = UINT64_MAX;
+    for (const auto& b : g_batches) {
+      for (const auto& k : b.kernels()) first = std::min<uint64_t>(first, k.start_ns());
+      for (const auto& a : b.api_calls()) first = std::min<uint64_t>(first, a.start_ns());
+    }
+    int64_t shift = static_cast<int64_t>(status.enabled_realtime_ns + 1000000) -
+                    static_cast<int64_t>(first);
+    uint64_t events = 0;
+    for (profd::v1::EventBatch b : g_batches) {
+      Shift(b, shift);
+      b.set_capture_id(request.capture_id);
+      events += b.kernels_size() + b.memcpys_size() + b.memsets_size() + b.api_calls_size() +
+                b.syncs_size();
+      profd::v1::AgentMessage message;
+      *message.mutable_events() = std::move(b);
+      agent_->Enqueue(message.SerializeAsString());
+    }
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(request.duration_ms), [this] { return stop_; });
+    }
+    status.state = profagent::wire::CaptureState::kFinished;
+    status.disabled_realtime_ns = NowNs();
+    status.events = events;
+    SendStatus(status);
+    running_ = false;
+  }
+
+  profagent::Agent* const agent_;
+  std::thread thread_;
+  std::atomic<bool> running_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  g_batches = profd::testing::ReadRecordedBatches(argv[1]);
+  g_die_after_start = argc > 2 && std::strcmp(argv[2], "--die-after-start") == 0;
+  profagent::AgentOptions options;
+  const char* socket = std::getenv(profd::v1::kAgentSocketEnv);
+  options.socket_path = socket ? socket : profd::v1::kDefaultAgentSocket;
+  options.injected = true;
+  profagent::Agent::StartOnce(options, [](profagent::Agent* agent) -> profagent::CaptureHandler* {
+    return new ReplayHandler(agent);
+  });
+  while (true) pause();
+}

@@ -1,0 +1,19 @@
+// Test support: the event batches recorded from real GPU captures (tests/fixtures/), and reading
+// back the gzip JSON traces profd writes.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "profd/v1/events.pb.h"
+#include "rapidjson/document.h"
+
+namespace profd::testing {
+
+// Reads a varint-delimited stream of EventBatch (profd --record_batches).
+std::vector<v1::EventBatch> ReadRecordedBatches(const std::string& path);
+
+// Decompresses a .json.gz and parses it; fails the calling test on error.
+rapidjson::Document ReadGzipJson(const std::string& path);
+
+}  // namespace profd::testing
