@@ -161,8 +161,9 @@ int Main(int argc, char** argv) {
   if (spool) {
     // Every finished capture goes to the store through the spool (hard links, no second copy);
     // its folder in --capture_dir stays where profctl capture --output reads it.
-    capture_options.on_complete = [&spool](const v1::CaptureInfo& info,
-                                           const std::string& folder) -> absl::StatusOr<std::string> {
+    capture_options.on_complete =
+        [&spool](const v1::CaptureInfo& info,
+                 const std::string& folder) -> absl::StatusOr<std::string> {
       absl::StatusOr<v1::StoredTrace> queued = spool->SubmitCopy(info.capture_id(), folder);
       if (!queued.ok()) return queued.status();
       return folder;
