@@ -280,6 +280,7 @@ bool Agent::WritePending() {
 
 void Agent::Run() {
   pthread_setname_np(pthread_self(), "profagent");
+  if (options_.on_thread_start != nullptr) options_.on_thread_start(this);
   while (!stop_.load()) {
     uint64_t now = NowNs(CLOCK_MONOTONIC);
     if (socket_fd_ < 0) {

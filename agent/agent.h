@@ -16,14 +16,18 @@
 
 namespace profagent {
 
+class Agent;
+
 struct AgentOptions {
   std::string socket_path;  // PROFD_AGENT_SOCKET or the default
   bool injected = false;    // loaded through CUDA_INJECTION64_PATH
   // Bytes of queued messages past which Enqueue refuses (the capture counts them as dropped).
   size_t max_queued_bytes = 64u << 20;
+  // Run first on the agent thread (never on the thread that loaded the agent): slow set-up such
+  // as loading CUPTI for the counters goes here.
+  void (*on_thread_start)(Agent* agent) = nullptr;
 };
 
-class Agent;
 // Builds the capture backend before the agent thread starts; may return nullptr.
 using CaptureHandlerFactory = CaptureHandler* (*)(Agent* agent);
 

@@ -5,6 +5,8 @@
 
 #include "agent/agent.h"
 #include "agent/capture_handler.h"
+#include "agent/counters/launch_counters.h"
+#include "agent/log.h"
 #include "agent/include/profagent.h"
 #include "profd/v1/agent_frame.h"
 
@@ -25,6 +27,17 @@ int Start(const char* socket_path, bool injected) {
     options.socket_path = profd::v1::kDefaultAgentSocket;
   }
   options.injected = injected;
+  options.on_thread_start = [](profagent::Agent* agent) {
+    std::string why_not = profagent::LaunchCounters::Get().Enable();
+    if (why_not.empty()) {
+      agent->set_counters_fn([](profagent::wire::Heartbeat* hb) {
+        profagent::LaunchCounters::Get().FillHeartbeat(hb);
+      });
+    } else {
+      profagent::Log(profagent::LogLevel::kInfo, "launch and memory counters off: %s",
+                     why_not.c_str());
+    }
+  };
   profagent::Agent::StartOnce(options, &profagent::CreateCaptureHandler);
   return 0;
 }
@@ -50,4 +63,8 @@ extern "C" __attribute__((visibility("default"))) int profagent_start(const char
 
 extern "C" __attribute__((visibility("default"))) void profagent_stop(void) {
   if (profagent::Agent* agent = profagent::Agent::Get()) agent->RequestStop();
+}
+
+extern "C" __attribute__((visibility("default"))) int profagent_set_counters(int enabled) {
+  return profagent::LaunchCounters::Get().SetActive(enabled != 0) ? 0 : -1;
 }

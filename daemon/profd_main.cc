@@ -1,10 +1,12 @@
 // profd: the per-node daemon. Wires the components together and waits for SIGTERM/SIGINT.
 //   agent channel (unix socket) -> AgentRegistry -> gRPC service (unix socket + loopback TCP)
+//   NVML sampler + AgentRegistry + DaemonMetrics -> /metrics (HTTP, prometheus-cpp)
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +21,10 @@
 #include "daemon/agents/agent_registry.h"
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/log.h"
+#include "daemon/metrics/daemon_metrics.h"
+#include "daemon/metrics/gpu_sampler.h"
+#include "daemon/metrics/metrics_collector.h"
+#include "daemon/metrics/metrics_server.h"
 #include "daemon/server/profd_service.h"
 #include "daemon/store/byte_size.h"
 #include "daemon/store/spool.h"
@@ -37,6 +43,14 @@ ABSL_FLAG(std::string, grpc_socket, "",
           "Unix socket for profctl (default <runtime_dir>/profd.sock); 'none' disables");
 ABSL_FLAG(std::string, grpc_address, "127.0.0.1:7465",
           "TCP address for profctl; loopback by default, 'none' disables");
+// All interfaces by default: Prometheus scrapes the node (or the DaemonSet pod IP) from another
+// host. /metrics is read-only and carries no trace data; the control plane stays on loopback.
+ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9477",
+          "host:port for Prometheus' /metrics (port 0: any free port); 'none' disables");
+ABSL_FLAG(absl::Duration, nvml_sample_interval, absl::Seconds(1),
+          "How often GPU utilization and memory are read from NVML");
+ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
+          "NVML library to dlopen (a path, or a name the dynamic loader finds)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
           "How often agents send counters");
 ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10),
@@ -169,11 +183,40 @@ int Main(int argc, char** argv) {
       return folder;
     };
   }
+  // Capture and store components report into daemon_metrics (daemon/metrics/daemon_metrics.h).
+  DaemonMetrics daemon_metrics;
+  capture_options.on_finished = [&daemon_metrics](const v1::CaptureInfo& info) {
+    daemon_metrics.OnCaptureFinished(info);
+  };
   CaptureOrchestrator captures(capture_options, &registry, &channel);
   channel.set_event_sink(&captures);
   if (absl::Status status = channel.Start(); !status.ok()) {
     LogError(kComponent, "cannot start the agent channel: %s", status.ToString());
     return 1;
+  }
+
+  GpuSampler::Options gpu_options;
+  gpu_options.library_path = absl::GetFlag(FLAGS_nvml_library);
+  gpu_options.interval =
+      std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
+  GpuSampler gpu_sampler(gpu_options);
+  gpu_sampler.Start();
+  std::unique_ptr<MetricsServer> metrics_server;
+  if (const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
+      metrics_address != "none" && !metrics_address.empty()) {
+    auto collector = std::make_shared<MetricsCollector>(MetricsCollector::Sources{
+        identity.hostname, &registry, &gpu_sampler, &daemon_metrics,
+        [&channel] { return channel.protocol_errors(); },
+        [&captures] { return static_cast<int64_t>(captures.counts().running); }});
+    absl::StatusOr<std::unique_ptr<MetricsServer>> started =
+        MetricsServer::Start(metrics_address, std::move(collector));
+    if (!started.ok()) {
+      LogError(kComponent, "%s", started.status().message());
+      channel.Stop();
+      return 1;
+    }
+    metrics_server = *std::move(started);
+    identity.metrics_address = metrics_server->address();
   }
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -193,6 +236,7 @@ int Main(int argc, char** argv) {
   store::TraceStoreService store_service(trace_store.get(), spool.get(), identity.hostname,
                                          store_error);
   ProfdService service(&identity, &registry, &channel, &captures);
+  service.set_gpu_sampler(&gpu_sampler);
   builder.RegisterService(&service);
   builder.RegisterService(&store_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
@@ -212,13 +256,17 @@ int Main(int argc, char** argv) {
     }
   }
   if (grpc_socket != "none") chmod(grpc_socket.c_str(), 0660);
-  LogInfo(kComponent, "profd %s on %s: gRPC %s", PROFD_VERSION, identity.hostname,
-          absl::StrJoin(identity.grpc_addresses, ", "));
+  LogInfo(kComponent, "profd %s on %s: gRPC %s; metrics %s", PROFD_VERSION, identity.hostname,
+          absl::StrJoin(identity.grpc_addresses, ", "),
+          identity.metrics_address.empty() ? "off"
+                                           : "http://" + identity.metrics_address + "/metrics");
 
   int received = 0;
   sigwait(&signals, &received);
   LogInfo(kComponent, "signal %d: shutting down", received);
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  metrics_server.reset();
+  gpu_sampler.Stop();
   channel.Stop();
   if (grpc_socket != "none") unlink(grpc_socket.c_str());
   LogInfo(kComponent, "stopped");

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdlib>
 
+#include "agent/counters/launch_counters.h"
 #include "agent/cuda_devices.h"
 #include "agent/cupti/cupti_library.h"
 #include "agent/log.h"
@@ -164,10 +165,14 @@ void CuptiCapture::Run(wire::StartCapture request) {
   cupti_version_.store(cupti.version);
   // 3. Claim CUPTI: one subscriber per process. If Kineto (torch.profiler), Nsight Systems or
   // compute-sanitizer holds it, enabling activities would steal their buffers: refuse instead.
-  CUpti_SubscriberHandle subscriber = nullptr;
+  // The counters may already hold the subscription: then the capture works under it.
+  CUpti_SubscriberHandle subscriber = LaunchCounters::Get().subscriber();
+  const bool own_subscription = subscriber == nullptr;
   char holder[256] = {};
-  CUptiResult r;
-  if (cupti.SubscribeV2 != nullptr) {
+  CUptiResult r = CUPTI_SUCCESS;
+  if (!own_subscription) {
+    // already subscribed
+  } else if (cupti.SubscribeV2 != nullptr) {
     CUpti_SubscriberParams params{};
     params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
     params.subscriberName = "profd";
@@ -236,7 +241,7 @@ void CuptiCapture::Run(wire::StartCapture request) {
 
   if (enabled.empty()) {
     g_active.store(nullptr);
-    cupti.Unsubscribe(subscriber);
+    if (own_subscription) cupti.Unsubscribe(subscriber);
     pool_.Release();
     Fail(id, wire::CaptureError::kCuptiFailed, "no activity kind could be enabled: " + warnings);
     return finish();
@@ -272,7 +277,7 @@ void CuptiCapture::Run(wire::StartCapture request) {
   uint64_t disabled_at = Now(CLOCK_REALTIME);
   cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   g_active.store(nullptr);
-  cupti.Unsubscribe(subscriber);
+  if (own_subscription) cupti.Unsubscribe(subscriber);
 
   status = wire::CaptureStatus{};
   {

@@ -66,7 +66,9 @@ const CuptiLibrary& LoadCupti() {
               Bind(lib, "cuptiActivityGetNextRecord", &c.ActivityGetNextRecord) &&
               Bind(lib, "cuptiActivityGetNumDroppedRecords", &c.ActivityGetNumDroppedRecords) &&
               Bind(lib, "cuptiGetTimestamp", &c.GetTimestamp) &&
-              Bind(lib, "cuptiGetCallbackName", &c.GetCallbackName);
+              Bind(lib, "cuptiGetCallbackName", &c.GetCallbackName) &&
+              Bind(lib, "cuptiEnableCallback", &c.EnableCallback) &&
+              Bind(lib, "cuptiGetDeviceId", &c.GetDeviceId);
     if (!ok) {
       c.error = c.path + " lacks an entry point profd needs (CUPTI older than CUDA 12?)";
       return;

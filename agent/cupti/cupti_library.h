@@ -29,6 +29,8 @@ struct CuptiLibrary {
   decltype(&cuptiActivityGetNumDroppedRecords) ActivityGetNumDroppedRecords = nullptr;
   decltype(&cuptiGetTimestamp) GetTimestamp = nullptr;
   decltype(&cuptiGetCallbackName) GetCallbackName = nullptr;
+  decltype(&cuptiEnableCallback) EnableCallback = nullptr;
+  decltype(&cuptiGetDeviceId) GetDeviceId = nullptr;
 
   // "CUPTI_ERROR_...: description" for a result code.
   std::string Describe(CUptiResult result) const;

@@ -22,6 +22,11 @@ int profagent_start(const char* socket_path);
 /* Stops the agent's thread and closes its connection; returns at once. */
 void profagent_stop(void);
 
+/* Turns the always-on launch and memory counters' CUPTI callbacks off (0) or on (1) without
+ * giving up CUPTI; for A/B overhead measurements. Returns 0, or -1 when the counters are not
+ * running in this process. */
+int profagent_set_counters(int enabled);
+
 #ifdef __cplusplus
 }
 #endif

@@ -34,6 +34,11 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   response->set_metrics_address(identity_->metrics_address);
   response->set_store_uri(identity_->store_uri);
   response->set_agent_protocol_errors(channel_->protocol_errors());
+  if (gpus_ != nullptr) {
+    std::shared_ptr<const GpuSnapshot> gpus = gpus_->snapshot();
+    response->set_nvml_available(gpus->nvml_available);
+    response->set_nvml_error(gpus->nvml_error);
+  }
   CaptureOrchestrator::Counts counts = captures_->counts();
   response->set_captures_running(counts.running);
   response->set_captures_completed(counts.completed);

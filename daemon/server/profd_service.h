@@ -9,6 +9,7 @@
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
 #include "daemon/capture/capture_orchestrator.h"
+#include "daemon/metrics/gpu_sampler.h"
 #include "profd/v1/profd.grpc.pb.h"
 
 namespace profd {
@@ -27,6 +28,9 @@ class ProfdService final : public v1::Profd::Service {
  public:
   ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
                const AgentChannelServer* channel, CaptureOrchestrator* captures);
+
+  // Set before serving; null leaves nvml_available false in GetStatus.
+  void set_gpu_sampler(const GpuSampler* gpus) { gpus_ = gpus; }
 
   grpc::Status ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
                           v1::ListAgentsResponse* response) override;
@@ -47,6 +51,7 @@ class ProfdService final : public v1::Profd::Service {
   AgentRegistry* const registry_;
   const AgentChannelServer* const channel_;
   CaptureOrchestrator* const captures_;
+  const GpuSampler* gpus_ = nullptr;
 };
 
 }  // namespace profd

@@ -6,7 +6,14 @@
                         the same N steps under torch.profiler (CUDA activities), exported as a
                         Chrome trace; prints kernels per step and kernel time per step.
   hold                  keep torch.profiler active until SIGTERM (CUPTI held by Kineto).
+  loop --windows W --steps N [--toggle none|counters|torch]
+                        W windows of N steps, printing each window's CLOCK_REALTIME start and end
+                        and ms per step. --toggle alternates inside this one process (off, on, ...):
+                        counters = the injected agent's callbacks (profagent_set_counters),
+                        torch = torch.profiler with CUDA activities around the window's steps.
 """
+import ctypes
+import os
 import argparse
 import json
 import signal
@@ -75,10 +82,47 @@ def hold(args):
         signal.sigwait({signal.SIGTERM})
 
 
+def loop(args):
+    model, ids = model_and_input()
+    for _ in range(20):
+        step(model, ids)
+    torch.cuda.synchronize()
+    set_counters = None
+    if args.toggle == "counters":
+        lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"], mode=os.RTLD_NOLOAD | os.RTLD_NOW)
+        set_counters = lib.profagent_set_counters
+        if set_counters(0) != 0:
+            sys.exit("loop: --toggle counters needs the agent injected with counters on")
+    from torch.profiler import ProfilerActivity, profile
+    for w in range(args.windows):
+        on = w % 2 == 1
+        if set_counters:
+            set_counters(1 if on else 0)
+        prof = None
+        if args.toggle == "torch" and on:
+            prof = profile(activities=[ProfilerActivity.CUDA])
+            prof.start()
+        start = time.time_ns()
+        t0 = time.perf_counter()
+        for _ in range(args.steps):
+            step(model, ids)
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1000 / args.steps
+        end = time.time_ns()
+        if prof:
+            prof.stop()
+        cond = "-" if args.toggle == "none" else ("on" if on else "off")
+        print("window %d %d %d %.4f %s" % (w, start, end, ms, cond), flush=True)
+    if set_counters:
+        set_counters(1)
+
+
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["serve", "torchprof", "hold"])
+    p.add_argument("mode", choices=["serve", "torchprof", "hold", "loop"])
+    p.add_argument("--windows", type=int, default=16)
+    p.add_argument("--toggle", default="none", choices=["none", "counters", "torch"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--out", default="torch_trace.json")
     a = p.parse_args()
-    {"serve": serve, "torchprof": torchprof, "hold": hold}[a.mode](a)
+    {"serve": serve, "torchprof": torchprof, "hold": hold, "loop": loop}[a.mode](a)

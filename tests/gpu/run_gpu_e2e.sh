@@ -111,4 +111,5 @@ print("launch loop ns/launch: no agent median %.0f (%.0f-%.0f), agent idle media
 PY
 kill $PROFD
 wait $PROFD 2>/dev/null
+bash tests/gpu/run_gpu_counters.sh "$DIST" "$OUT"
 say "done"

@@ -13,7 +13,9 @@ ProfdProcess::~ProfdProcess() { Kill(); }
 
 void ProfdProcess::Start() {
   std::vector<std::string> argv = {BuildPath("daemon/profd"), "--runtime_dir=" + dir_.path(),
-                                   "--grpc_address=none"};
+                                   "--grpc_address=none",
+                                   // a free port: tests run side by side (extra_flags override)
+                                   "--metrics_address=127.0.0.1:0"};
   argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
   process_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{},
                                           dir_.File("profd.log"));

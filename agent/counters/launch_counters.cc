@@ -1,0 +1,207 @@
+#include "agent/counters/launch_counters.h"
+
+#include <cuda.h>
+
+#include <cstdlib>
+#include <cstring>
+
+#include "agent/cuda_devices.h"
+#include "agent/cupti/cupti_library.h"
+#include "agent/log.h"
+
+namespace profagent {
+namespace {
+
+constexpr CUpti_CallbackId kLaunches[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
+    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
+};
+constexpr CUpti_CallbackId kGraphLaunches[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
+    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
+};
+constexpr CUpti_CallbackId kMemory[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2,           CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged,       CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync,         CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync, CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync,          CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz,
+    CUPTI_DRIVER_TRACE_CBID_cuMemCreate,             CUPTI_DRIVER_TRACE_CBID_cuMemRelease,
+};
+
+// Most threads use one context: remember the last one's device without asking CUPTI again.
+thread_local CUcontext t_context = nullptr;
+thread_local uint32_t t_device = 0;
+
+uint32_t DeviceOf(CUcontext context) {
+  if (context == t_context) return t_device;
+  uint32_t device = 0;
+  const CuptiLibrary& cupti = LoadCupti();
+  if (context != nullptr && cupti.GetDeviceId(context, &device) == CUPTI_SUCCESS) {
+    t_context = context;
+    t_device = device;
+  }
+  return device;
+}
+
+}  // namespace
+
+LaunchCounters& LaunchCounters::Get() {
+  static LaunchCounters* counters = new LaunchCounters;  // leaked: callbacks outlive statics
+  return *counters;
+}
+
+void LaunchCounters::OnLaunch(uint32_t device, bool graph) {
+  if (device >= kMaxDevices) return;
+  Device& d = devices_[device];
+  (graph ? d.graph_launches : d.launches).fetch_add(1, std::memory_order_relaxed);
+  if (!d.seen.load(std::memory_order_relaxed)) d.seen.store(true, std::memory_order_relaxed);
+}
+
+void LaunchCounters::OnAlloc(uint32_t device, uint64_t key, uint64_t bytes) {
+  if (device >= kMaxDevices || bytes == 0) return;
+  if (!pointers_.Insert(key, bytes)) return;  // table full: leave this one out entirely
+  Device& d = devices_[device];
+  d.seen.store(true, std::memory_order_relaxed);
+  uint64_t now = d.allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+  uint64_t peak = d.peak.load(std::memory_order_relaxed);
+  while (now > peak && !d.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+void LaunchCounters::OnFree(uint32_t device, uint64_t key) {
+  uint64_t bytes = pointers_.Remove(key);
+  if (bytes == 0 || device >= kMaxDevices) return;
+  devices_[device].allocated.fetch_sub(bytes, std::memory_order_relaxed);
+}
+
+void CUPTIAPI LaunchCounters::Callback(void* userdata, CUpti_CallbackDomain domain,
+                                       CUpti_CallbackId cbid, const void* data) {
+  const auto* cb = static_cast<const CUpti_CallbackData*>(data);
+  if (domain != CUPTI_CB_DOMAIN_DRIVER_API || cb->callbackSite != CUPTI_API_EXIT) return;
+  if (cb->functionReturnValue == nullptr ||
+      *static_cast<const CUresult*>(cb->functionReturnValue) != CUDA_SUCCESS) {
+    return;
+  }
+  auto* self = static_cast<LaunchCounters*>(userdata);
+  const void* p = cb->functionParams;
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+      self->OnLaunch(DeviceOf(cb->context), /*graph=*/true);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2: {
+      auto* a = static_cast<const cuMemAlloc_v2_params*>(p);
+      self->OnAlloc(DeviceOf(cb->context), *a->dptr, a->bytesize);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocPitch_v2: {
+      auto* a = static_cast<const cuMemAllocPitch_v2_params*>(p);
+      self->OnAlloc(DeviceOf(cb->context), *a->dptr, *a->pPitch * a->Height);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged: {
+      auto* a = static_cast<const cuMemAllocManaged_params*>(p);
+      self->OnAlloc(DeviceOf(cb->context), *a->dptr, a->bytesize);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
+      auto* a = static_cast<const cuMemAllocAsync_params*>(p);
+      self->OnAlloc(DeviceOf(cb->context), *a->dptr, a->bytesize);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocFromPoolAsync_ptsz: {
+      auto* a = static_cast<const cuMemAllocFromPoolAsync_params*>(p);
+      self->OnAlloc(DeviceOf(cb->context), *a->dptr, a->bytesize);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
+      self->OnFree(DeviceOf(cb->context), static_cast<const cuMemFree_v2_params*>(p)->dptr);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
+    case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
+      self->OnFree(DeviceOf(cb->context), static_cast<const cuMemFreeAsync_params*>(p)->dptr);
+      return;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemCreate: {
+      // Physical memory of the VMM API; a handle, not an address. The top bit keeps handles and
+      // addresses apart in one table.
+      auto* a = static_cast<const cuMemCreate_params*>(p);
+      uint32_t device = a->prop ? static_cast<uint32_t>(a->prop->location.id) : DeviceOf(cb->context);
+      self->OnAlloc(device, *a->handle | (1ull << 63), a->size);
+      return;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:
+      self->OnFree(DeviceOf(cb->context),
+                   static_cast<const cuMemRelease_params*>(p)->handle | (1ull << 63));
+      return;
+    default:
+      self->OnLaunch(DeviceOf(cb->context), /*graph=*/false);
+      return;
+  }
+}
+
+std::string LaunchCounters::Enable() {
+  if (const char* env = std::getenv("PROFD_AGENT_COUNTERS"); env && std::strcmp(env, "0") == 0) {
+    return "turned off by PROFD_AGENT_COUNTERS=0";
+  }
+  if (!QueryCudaDevices().driver_loaded) return "the process has no CUDA driver loaded";
+  const CuptiLibrary& cupti = LoadCupti();
+  if (!cupti.loaded) return "cannot load CUPTI: " + cupti.error;
+  CUpti_SubscriberHandle subscriber = nullptr;
+  char holder[256] = {};
+  CUptiResult r;
+  if (cupti.SubscribeV2) {
+    CUpti_SubscriberParams params{};
+    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+    params.subscriberName = "profd";
+    params.oldSubscriberName = holder;
+    params.oldSubscriberSize = sizeof(holder);
+    r = cupti.SubscribeV2(&subscriber, &LaunchCounters::Callback, this, &params);
+  } else {
+    r = cupti.Subscribe(&subscriber, &LaunchCounters::Callback, this);
+  }
+  if (r != CUPTI_SUCCESS) {
+    return "cannot subscribe to CUPTI: " + cupti.Describe(r) +
+           (holder[0] ? std::string(" (held by ") + holder + ")" : "");
+  }
+  subscriber_.store(subscriber);
+  if (!SetActive(true)) return "cannot enable CUPTI callbacks";
+  return "";
+}
+
+bool LaunchCounters::SetActive(bool active) {
+  CUpti_SubscriberHandle subscriber = subscriber_.load();
+  if (subscriber == nullptr) return false;
+  const CuptiLibrary& cupti = LoadCupti();
+  bool ok = true;
+  auto enable = [&](CUpti_CallbackId cbid) {
+    ok &= cupti.EnableCallback(active ? 1 : 0, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid) ==
+          CUPTI_SUCCESS;
+  };
+  for (CUpti_CallbackId cbid : kLaunches) enable(cbid);
+  for (CUpti_CallbackId cbid : kGraphLaunches) enable(cbid);
+  for (CUpti_CallbackId cbid : kMemory) enable(cbid);
+  return ok;
+}
+
+void LaunchCounters::FillHeartbeat(wire::Heartbeat* heartbeat) const {
+  for (uint32_t i = 0; i < kMaxDevices; ++i) {
+    const Device& d = devices_[i];
+    if (!d.seen.load(std::memory_order_relaxed)) continue;
+    wire::DeviceCounters c;
+    c.device = i;
+    c.kernel_launches = d.launches.load(std::memory_order_relaxed);
+    c.graph_launches = d.graph_launches.load(std::memory_order_relaxed);
+    c.memory_allocated_bytes = d.allocated.load(std::memory_order_relaxed);
+    c.memory_peak_bytes = d.peak.load(std::memory_order_relaxed);
+    heartbeat->devices.push_back(c);
+  }
+}
+
+}  // namespace profagent

@@ -1,0 +1,65 @@
+// The agent's always-on counters, per device: kernel launches and CUDA graph launches (monotonic,
+// for Prometheus rate()), device memory allocated now and its peak since the process started.
+//
+// Fed by CUPTI driver-API callbacks on the application threads that make the calls, counted once
+// (runtime launches reach the driver; only the driver layer is counted) and only when the call
+// succeeded. The callback path is lock-free: atomics, a per-thread context->device cache and the
+// AddressTable. The peak is updated on every allocation, so a peak between two heartbeats is
+// never missed.
+//
+// Holding the callback subscription means holding CUPTI's one subscriber slot for the life of
+// the process: captures reuse it, but torch.profiler/Nsight cannot subscribe in that process.
+// PROFD_AGENT_COUNTERS=0 turns the counters off and keeps CUPTI free between captures.
+#pragma once
+
+#include <cupti.h>
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "agent/counters/address_table.h"
+#include "agent/wire/agent_messages.h"
+
+namespace profagent {
+
+class LaunchCounters {
+ public:
+  static constexpr uint32_t kMaxDevices = 64;
+
+  static LaunchCounters& Get();
+
+  // Agent thread, once: loads CUPTI and subscribes. Returns "" or why counters are off.
+  std::string Enable();
+  // Turns the callbacks off and on again without giving up the subscription (A/B overhead
+  // measurement, profagent_set_counters). False when counters are not enabled.
+  bool SetActive(bool active);
+  // The subscription captures must reuse (nullptr when counters are off).
+  CUpti_SubscriberHandle subscriber() const { return subscriber_.load(); }
+
+  // Agent thread: the counters of every device seen so far.
+  void FillHeartbeat(wire::Heartbeat* heartbeat) const;
+
+  // The callback path, exposed for tests: one successful driver call.
+  void OnLaunch(uint32_t device, bool graph);
+  void OnAlloc(uint32_t device, uint64_t key, uint64_t bytes);
+  void OnFree(uint32_t device, uint64_t key);
+
+ private:
+  LaunchCounters() = default;
+  static void CUPTIAPI Callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
+                                const void* data);
+
+  struct Device {
+    std::atomic<uint64_t> launches{0};
+    std::atomic<uint64_t> graph_launches{0};
+    std::atomic<uint64_t> allocated{0};
+    std::atomic<uint64_t> peak{0};
+    std::atomic<bool> seen{false};
+  };
+  Device devices_[kMaxDevices];
+  AddressTable pointers_;  // device pointers, and cuMemCreate handles with the top bit set
+  std::atomic<CUpti_SubscriberHandle> subscriber_{nullptr};
+};
+
+}  // namespace profagent

@@ -1,0 +1,262 @@
+#include "daemon/metrics/metrics_collector.h"
+
+#include <limits>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+namespace profd {
+namespace {
+
+using prometheus::ClientMetric;
+using prometheus::MetricFamily;
+using prometheus::MetricType;
+using Labels = std::vector<ClientMetric::Label>;
+
+MetricFamily Family(const char* name, const char* help, MetricType type) {
+  MetricFamily family;
+  family.name = name;
+  family.help = help;
+  family.type = type;
+  return family;
+}
+
+void Add(MetricFamily& family, Labels labels, double value) {
+  ClientMetric metric;
+  metric.label = std::move(labels);
+  if (family.type == MetricType::Counter) {
+    metric.counter.value = value;
+  } else {
+    metric.gauge.value = value;
+  }
+  family.metric.push_back(std::move(metric));
+}
+
+Labels With(Labels labels, std::initializer_list<ClientMetric::Label> more) {
+  labels.insert(labels.end(), more);
+  return labels;
+}
+
+// The labels of a process series: who it is in Kubernetes terms, from its agent when it has one.
+Labels ProcessLabels(const std::string& hostname, uint32_t pid, const v1::AgentInfo* agent,
+                     const std::string& comm_without_agent) {
+  if (agent == nullptr) {
+    return {{"comm", comm_without_agent}, {"container", ""},
+            {"hostname", hostname},       {"namespace", ""},
+            {"pid", std::to_string(pid)}, {"pod", ""}};
+  }
+  return {{"comm", agent->comm()},      {"container", agent->container_name()},
+          {"hostname", hostname},       {"namespace", agent->pod_namespace()},
+          {"pid", std::to_string(pid)}, {"pod", agent->pod_name()}};
+}
+
+}  // namespace
+
+MetricsCollector::MetricsCollector(Sources sources) : sources_(std::move(sources)) {}
+
+std::vector<MetricFamily> MetricsCollector::Collect() const {
+  const std::string& hostname = sources_.hostname;
+  const Labels host = {{"hostname", hostname}};
+  std::vector<MetricFamily> out;
+
+  // Snapshots first; everything below works on these copies without locks.
+  std::vector<v1::AgentInfo> agents;
+  if (sources_.registry != nullptr) agents = sources_.registry->List();
+  std::shared_ptr<const GpuSnapshot> gpus =
+      sources_.gpus != nullptr ? sources_.gpus->snapshot() : std::make_shared<const GpuSnapshot>();
+  DaemonMetrics::Snapshot daemon;
+  if (sources_.daemon != nullptr) daemon = sources_.daemon->Read();
+
+  std::unordered_map<uint32_t, const v1::AgentInfo*> agent_of_pid;
+  for (const v1::AgentInfo& a : agents) agent_of_pid[a.pid()] = &a;
+  std::unordered_map<std::string, uint32_t> nvml_index_of_uuid;
+  for (const GpuSample& g : gpus->gpus) {
+    if (!g.uuid.empty()) nvml_index_of_uuid[g.uuid] = g.index;
+  }
+
+  // profd itself.
+  MetricFamily build = Family("profd_build_info", "profd's version; always 1", MetricType::Gauge);
+  Add(build, With(host, {{"version", PROFD_VERSION}}), 1);
+  out.push_back(std::move(build));
+
+  MetricFamily connected =
+      Family("profd_agents_connected", "Processes with an agent connected to this profd",
+             MetricType::Gauge);
+  Add(connected, host, static_cast<double>(agents.size()));
+  out.push_back(std::move(connected));
+
+  MetricFamily protocol_errors =
+      Family("profd_agent_protocol_errors_total",
+             "Agent connections closed for a protocol violation (bad frame, bad message)",
+             MetricType::Counter);
+  Add(protocol_errors, host,
+      sources_.agent_protocol_errors ? static_cast<double>(sources_.agent_protocol_errors()) : 0);
+  out.push_back(std::move(protocol_errors));
+
+  MetricFamily captures =
+      Family("profd_captures_total", "Captures finished, by result (succeeded, failed, cancelled)",
+             MetricType::Counter);
+  for (int r = 0; r < kCaptureResultCount; ++r) {
+    Add(captures, With(host, {{"result", CaptureResultLabel(static_cast<CaptureResult>(r))}}),
+        static_cast<double>(daemon.captures_by_result[r]));
+  }
+  out.push_back(std::move(captures));
+
+  MetricFamily running =
+      Family("profd_captures_running", "Captures in progress", MetricType::Gauge);
+  Add(running, host,
+      static_cast<double>(sources_.captures_running ? sources_.captures_running()
+                                                    : daemon.captures_running));
+  out.push_back(std::move(running));
+
+  MetricFamily duration =
+      Family("profd_capture_duration_seconds", "Time from a capture request to its final state",
+             MetricType::Histogram);
+  {
+    ClientMetric metric;
+    metric.label = host;
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < DaemonMetrics::kDurationBuckets.size(); ++i) {
+      cumulative += daemon.duration_bucket_counts[i];
+      metric.histogram.bucket.push_back({cumulative, DaemonMetrics::kDurationBuckets[i]});
+    }
+    metric.histogram.bucket.push_back(
+        {daemon.duration_count, std::numeric_limits<double>::infinity()});
+    metric.histogram.sample_count = daemon.duration_count;
+    metric.histogram.sample_sum = daemon.duration_sum_seconds;
+    duration.metric.push_back(std::move(metric));
+  }
+  out.push_back(std::move(duration));
+
+  auto daemon_counter = [&](const char* name, const char* help, uint64_t value) {
+    MetricFamily f = Family(name, help, MetricType::Counter);
+    Add(f, host, static_cast<double>(value));
+    out.push_back(std::move(f));
+  };
+  daemon_counter("profd_capture_events_total", "Trace events received from agents in captures",
+                 daemon.events);
+  daemon_counter("profd_capture_dropped_records_total",
+                 "CUPTI records lost in captures (buffers full), as the agents reported",
+                 daemon.dropped_records);
+  daemon_counter("profd_trace_written_bytes_total",
+                 "Bytes of trace files written to the local spool or store",
+                 daemon.trace_bytes_written);
+  daemon_counter("profd_trace_uploaded_bytes_total",
+                 "Bytes of trace files uploaded to the remote store", daemon.trace_bytes_uploaded);
+  MetricFamily uploads = Family("profd_uploads_total",
+                                "Upload attempts of trace objects, by result (succeeded, failed)",
+                                MetricType::Counter);
+  Add(uploads, With(host, {{"result", "succeeded"}}),
+      static_cast<double>(daemon.uploads_succeeded));
+  Add(uploads, With(host, {{"result", "failed"}}), static_cast<double>(daemon.uploads_failed));
+  out.push_back(std::move(uploads));
+
+  MetricFamily nvml_available =
+      Family("profd_nvml_available",
+             "1 when NVML is loaded and GPU metrics are sampled; 0 when not (see profd's log or "
+             "`profctl status` for why)",
+             MetricType::Gauge);
+  Add(nvml_available, host, gpus->nvml_available ? 1 : 0);
+  out.push_back(std::move(nvml_available));
+
+  MetricFamily nvml_errors =
+      Family("profd_nvml_errors_total", "Failed NVML calls, by entry point", MetricType::Counter);
+  for (const auto& [call, count] : gpus->errors_by_call) {
+    Add(nvml_errors, With(host, {{"call", call}}), static_cast<double>(count));
+  }
+  out.push_back(std::move(nvml_errors));
+
+  // GPUs, from NVML.
+  MetricFamily gpu_util =
+      Family("profd_gpu_utilization_ratio",
+             "Fraction of the last sample period in which a kernel ran (NVML)", MetricType::Gauge);
+  MetricFamily gpu_bw =
+      Family("profd_gpu_memory_bandwidth_utilization_ratio",
+             "Fraction of the last sample period in which device memory was read or written (NVML)",
+             MetricType::Gauge);
+  MetricFamily gpu_used =
+      Family("profd_gpu_memory_used_bytes", "Device memory in use (NVML)", MetricType::Gauge);
+  MetricFamily gpu_total =
+      Family("profd_gpu_memory_total_bytes", "Device memory installed (NVML)", MetricType::Gauge);
+  MetricFamily proc_used =
+      Family("profd_process_gpu_memory_used_bytes",
+             "Device memory a process holds on a GPU, context and allocator caches included "
+             "(NVML)",
+             MetricType::Gauge);
+  MetricFamily proc_sm =
+      Family("profd_process_sm_utilization_ratio",
+             "Fraction of the GPU's SM time a process used over the last sample interval (NVML)",
+             MetricType::Gauge);
+  for (const GpuSample& g : gpus->gpus) {
+    const std::string index = std::to_string(g.index);
+    const Labels device = {
+        {"gpu", index}, {"hostname", hostname}, {"model", g.model}, {"uuid", g.uuid}};
+    if (g.utilization) Add(gpu_util, device, *g.utilization);
+    if (g.memory_bandwidth_utilization) Add(gpu_bw, device, *g.memory_bandwidth_utilization);
+    if (g.memory_used_bytes) Add(gpu_used, device, static_cast<double>(*g.memory_used_bytes));
+    if (g.memory_total_bytes) Add(gpu_total, device, static_cast<double>(*g.memory_total_bytes));
+    for (const GpuProcessSample& p : g.processes) {
+      auto agent = agent_of_pid.find(p.pid);
+      Labels labels =
+          With(ProcessLabels(hostname, p.pid, agent == agent_of_pid.end() ? nullptr : agent->second,
+                             p.comm),
+               {{"gpu", index}});
+      if (p.memory_used_bytes) Add(proc_used, labels, static_cast<double>(*p.memory_used_bytes));
+      if (p.sm_utilization) Add(proc_sm, std::move(labels), *p.sm_utilization);
+    }
+  }
+  for (MetricFamily* f : {&gpu_util, &gpu_bw, &gpu_used, &gpu_total, &proc_used, &proc_sm}) {
+    out.push_back(std::move(*f));
+  }
+
+  // Processes, from their agents' heartbeats.
+  MetricFamily info =
+      Family("profd_process_info", "One series per process with a connected agent; always 1",
+             MetricType::Gauge);
+  MetricFamily launches =
+      Family("profd_process_kernel_launches_total",
+             "Kernel launches since the agent started, CUDA graphs excluded", MetricType::Counter);
+  MetricFamily graphs = Family("profd_process_graph_launches_total",
+                               "CUDA graph launches since the agent started", MetricType::Counter);
+  MetricFamily allocated =
+      Family("profd_process_memory_allocated_bytes",
+             "Device memory the process has allocated now (agent)", MetricType::Gauge);
+  MetricFamily peak = Family("profd_process_memory_allocated_peak_bytes",
+                             "Most device memory the process had allocated at once since it "
+                             "started (agent)",
+                             MetricType::Gauge);
+  for (const v1::AgentInfo& a : agents) {
+    const Labels process = ProcessLabels(hostname, a.pid(), &a, "");
+    Add(info,
+        With(process,
+             {{"agent_version", a.agent_version()}, {"injected", a.injected() ? "true" : "false"}}),
+        1);
+    for (const v1::DeviceCounters& c : a.counters()) {
+      // The agent counts by CUDA ordinal, which CUDA_VISIBLE_DEVICES renumbers; the uuid says
+      // which physical GPU it is, and NVML's index for it is what `gpu` means everywhere. No
+      // uuid label on process series: it is on the GPU series, joined on (hostname, gpu), and
+      // leaving it out keeps the exposition with 64 agents x 8 GPUs ~20% smaller.
+      std::string uuid;
+      for (const v1::DeviceInfo& d : a.devices()) {
+        if (d.ordinal() == c.device()) uuid = d.uuid();
+      }
+      auto nvml = nvml_index_of_uuid.find(uuid);
+      const std::string gpu =
+          std::to_string(nvml != nvml_index_of_uuid.end() ? nvml->second : c.device());
+      Labels labels = With(process, {{"gpu", gpu}});
+      Add(launches, labels, static_cast<double>(c.kernel_launches()));
+      Add(graphs, labels, static_cast<double>(c.graph_launches()));
+      Add(allocated, labels, static_cast<double>(c.memory_allocated_bytes()));
+      Add(peak, std::move(labels), static_cast<double>(c.memory_peak_bytes()));
+    }
+  }
+  for (MetricFamily* f : {&info, &launches, &graphs, &allocated, &peak}) {
+    out.push_back(std::move(*f));
+  }
+
+  // A family without series would still print its HELP and TYPE; leave it out instead.
+  std::erase_if(out, [](const MetricFamily& f) { return f.metric.empty(); });
+  return out;
+}
+
+}  // namespace profd

@@ -1,0 +1,48 @@
+"""Summarizes an interleaved-window overhead run.
+
+  overhead_report.py WINDOWS_FILE [CAPTURE_JSON ...]
+
+WINDOWS_FILE has lines "window <i> <start_ns> <end_ns> <value> <cond>" (value: ns per launch or
+ms per step). With capture JSONs (profctl --json capture output), windows are classified by
+whether they lie wholly inside a capture (CUPTI enabled..disabled: "on") or wholly outside every
+capture ("off"); windows that straddle an edge are left out. Without, the cond column is used.
+Prints median, min and max of each condition and the median overhead, as JSON."""
+import json
+import statistics
+import sys
+
+windows = []
+for line in open(sys.argv[1]):
+    parts = line.split()
+    if parts and parts[0] == "window":
+        windows.append((int(parts[2]), int(parts[3]), float(parts[4]), parts[5]))
+windows = windows[1:]  # the first window warms up
+
+intervals = []
+for path in sys.argv[2:]:
+    try:
+        d = json.load(open(path))
+    except Exception:
+        continue
+    for p in d.get("processes", []):
+        if int(p.get("enabled_unix_ns", 0)) and int(p.get("disabled_unix_ns", 0)):
+            intervals.append((int(p["enabled_unix_ns"]), int(p["disabled_unix_ns"])))
+
+groups = {"on": [], "off": []}
+for start, end, value, cond in windows:
+    if intervals:
+        if any(s <= start and end <= e for s, e in intervals):
+            groups["on"].append(value)
+        elif all(end < s or start > e for s, e in intervals):
+            groups["off"].append(value)
+    elif cond in groups:
+        groups[cond].append(value)
+
+out = {}
+for name, values in groups.items():
+    if values:
+        out[name] = {"n": len(values), "median": statistics.median(values), "min": min(values),
+                     "max": max(values)}
+if "on" in out and "off" in out:
+    out["overhead_pct_of_medians"] = 100.0 * (out["on"]["median"] / out["off"]["median"] - 1)
+print(json.dumps(out))

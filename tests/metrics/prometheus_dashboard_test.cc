@@ -1,0 +1,272 @@
+// A real Prometheus (/usr/bin/prometheus, on a free loopback port, with the shipped
+// deploy/prometheus/prometheus-static.yml and profd-rules.yml) scrapes a real profd with a real
+// agent connected, and every PromQL expression of deploy/grafana/profd-dashboard.json (panels
+// and variables) is asked through Prometheus' HTTP query API: a malformed expression fails the
+// test through the API's error, and an expression without data fails it too — except, when
+// profd_nvml_available is 0, expressions on NVML-sourced series, which have nothing to show on a
+// host without a GPU. With the fake NVML library every expression must return data.
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/metrics/http_get.h"
+#include "tests/metrics/wire_agent.h"
+#include "tests/support/profd_process.h"
+
+namespace profd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+// Series that only NVML fills (docs/METRICS.md, "Sources").
+constexpr const char* kNvmlSeries[] = {"profd_gpu_", "profd_process_sm_utilization_ratio",
+                                       "profd_process_gpu_memory_used_bytes",
+                                       "profd_nvml_errors_total"};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+// Replaces `from` (which must occur) everywhere in text.
+void MustReplace(std::string& text, const std::string& from, const std::string& to) {
+  ASSERT_NE(text.find(from), std::string::npos) << "expected '" << from << "' in:\n" << text;
+  text = absl::StrReplaceAll(text, {{from, to}});
+}
+
+struct Expression {
+  std::string where;  // panel title / variable name, for messages
+  std::string promql;
+  bool nvml = false;
+};
+
+// Every expression of the dashboard, with Grafana's variables as a user with "All" selected
+// sees them.
+std::vector<Expression> DashboardExpressions() {
+  rapidjson::Document dashboard;
+  dashboard.Parse(ReadFile(SourcePath("deploy/grafana/profd-dashboard.json")).c_str());
+  EXPECT_FALSE(dashboard.HasParseError()) << "profd-dashboard.json is not JSON";
+  std::vector<Expression> out;
+  auto add = [&](std::string where, std::string expr) {
+    expr = absl::StrReplaceAll(expr, {{"$__rate_interval", "1m"},
+                                      {"$__range", "5m"},
+                                      {"$hostname", ".*"},
+                                      {"$namespace", ".*"},
+                                      {"$pod", ".*"},
+                                      {"$gpu", ".*"}});
+    EXPECT_EQ(expr.find('$'), std::string::npos) << where << ": unknown variable in " << expr;
+    Expression e{std::move(where), expr};
+    for (const char* series : kNvmlSeries) e.nvml |= expr.find(series) != std::string::npos;
+    out.push_back(std::move(e));
+  };
+  for (const auto& panel : dashboard["panels"].GetArray()) {
+    if (!panel.HasMember("targets")) continue;
+    for (const auto& target : panel["targets"].GetArray()) {
+      add(panel["title"].GetString(), target["expr"].GetString());
+    }
+  }
+  // label_values(<selector>, <label>) is Grafana's; Prometheus answers the same question as
+  // count by (<label>) (<selector>).
+  for (const auto& variable : dashboard["templating"]["list"].GetArray()) {
+    if (std::string(variable["type"].GetString()) != "query") continue;
+    std::string q = variable["definition"].GetString();
+    const std::string prefix = "label_values(";
+    EXPECT_EQ(q.rfind(prefix, 0), 0u) << q;
+    const size_t comma = q.rfind(',');
+    std::string selector = q.substr(prefix.size(), comma - prefix.size());
+    std::string label(absl::StripAsciiWhitespace(q.substr(comma + 1, q.size() - comma - 2)));
+    add(absl::StrCat("variable ", variable["name"].GetString()),
+        absl::StrCat("count by (", label, ") (", selector, ")"));
+  }
+  return out;
+}
+
+// Prometheus in a temp dir, scraping one profd every second with the shipped config and rules.
+class PrometheusServer {
+ public:
+  explicit PrometheusServer(const std::string& metrics_address) {
+    std::string config = ReadFile(SourcePath("deploy/prometheus/prometheus-static.yml"));
+    MustReplace(config, "scrape_interval: 15s", "scrape_interval: 1s");
+    MustReplace(config, "evaluation_interval: 15s", "evaluation_interval: 1s");
+    MustReplace(config, "localhost:9477", metrics_address);
+    std::ofstream(dir_.File("prometheus.yml")) << config;
+    std::filesystem::copy_file(SourcePath("deploy/prometheus/profd-rules.yml"),
+                               dir_.File("profd-rules.yml"));
+    RunResult check = Run({"/usr/bin/promtool", "check", "config", dir_.File("prometheus.yml")});
+    EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
+
+    address_ = absl::StrCat("127.0.0.1:", FreePort());
+    process_ = std::make_unique<Subprocess>(
+        std::vector<std::string>{
+            "/usr/bin/prometheus", "--config.file=" + dir_.File("prometheus.yml"),
+            "--storage.tsdb.path=" + dir_.File("data"), "--web.listen-address=" + address_},
+        std::map<std::string, std::string>{}, dir_.File("prometheus.log"));
+    bool ready =
+        WaitFor([&] { return HttpGet("http://" + address_ + "/-/ready").ok(); }, absl::Seconds(30));
+    EXPECT_TRUE(ready) << log();
+  }
+  ~PrometheusServer() { process_->Kill(); }
+
+  const std::string& address() const { return address_; }
+  std::string log() const {
+    return ReadFileOrEmpty(dir_.File("prometheus.log")) +
+           ReadFileOrEmpty(dir_.File("prometheus.log.err"));
+  }
+
+  // The instant vector's size; -1 (and a test failure) when Prometheus rejects the expression.
+  int Count(const std::string& expr) const {
+    absl::StatusOr<rapidjson::Document> r = PrometheusQuery(address_, expr);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return -1;
+    return static_cast<int>((*r)["data"]["result"].GetArray().Size());
+  }
+
+  // The first sample's value, or NaN when there is none.
+  double Value(const std::string& expr) const {
+    absl::StatusOr<rapidjson::Document> r = PrometheusQuery(address_, expr);
+    if (!r.ok() || (*r)["data"]["result"].GetArray().Empty()) return std::nan("");
+    return std::stod((*r)["data"]["result"][0]["value"][1].GetString());
+  }
+
+ private:
+  TempDir dir_;
+  std::string address_;
+  std::unique_ptr<Subprocess> process_;
+};
+
+std::string MetricsAddress(const ProfdProcess& profd) {
+  return profd.ProfctlJson({"status"})["metrics_address"].GetString();
+}
+
+v1::Hello WireHello() {
+  v1::Hello hello;
+  hello.set_agent_version("test");
+  hello.set_pod_name("wire-pod");
+  hello.set_pod_namespace("serving");
+  hello.set_container_name("server");
+  v1::DeviceInfo* d = hello.add_devices();
+  d->set_ordinal(0);
+  d->set_uuid("GPU-11111111-1111-1111-1111-111111111111");  // the fake NVML's GPU 1
+  return hello;
+}
+
+// Asks every expression until each required one has data (rate() needs two scrapes). Returns
+// how many were allowed to stay empty.
+int ExpectDashboardHasData(const PrometheusServer& prometheus, bool nvml_required) {
+  std::vector<Expression> expressions = DashboardExpressions();
+  EXPECT_GE(expressions.size(), 20u);
+  std::vector<std::string> empty;
+  int exempt = 0;
+  bool ok = WaitFor(
+      [&] {
+        empty.clear();
+        exempt = 0;
+        for (const Expression& e : expressions) {
+          int n = prometheus.Count(e.promql);
+          if (n < 0) return true;  // malformed: already a failure, stop waiting
+          if (n > 0) continue;
+          if (e.nvml && !nvml_required) {
+            ++exempt;
+            continue;
+          }
+          empty.push_back(e.where + ": " + e.promql);
+        }
+        return empty.empty();
+      },
+      absl::Seconds(30));
+  EXPECT_TRUE(ok) << "dashboard expressions without data:\n  " << absl::StrJoin(empty, "\n  ")
+                  << "\n"
+                  << prometheus.log();
+  return exempt;
+}
+
+class PrometheusDashboardTest : public ::testing::Test {
+ protected:
+  void SetUp() override { setenv("NODE_NAME", "node-test", 1); }
+};
+
+// What CI sees: no GPU, no NVML. The agent host's counters are empty (no CUDA), so a WireAgent
+// provides the launch and memory counters the pod panels need.
+TEST_F(PrometheusDashboardTest, EveryPanelAnswersWithoutNvmlAndExitedProcessesVanish) {
+  ProfdProcess profd({"--nvml_library=/nonexistent/libnvidia-ml.so.1"});
+  profd.Start();
+  auto host = StartAgentHost(profd.agent_socket(), {},
+                             {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}});
+  auto wire = std::make_unique<WireAgent>(profd.agent_socket(), WireHello(), 0, 6ull << 30);
+  PrometheusServer prometheus(MetricsAddress(profd));
+
+  ASSERT_TRUE(
+      WaitFor([&] { return prometheus.Count("profd_nvml_available") == 1; }, absl::Seconds(15)))
+      << prometheus.log();
+  ASSERT_EQ(prometheus.Value("profd_nvml_available"), 0);
+  const int exempt = ExpectDashboardHasData(prometheus, /*nvml_required=*/false);
+  EXPECT_GT(exempt, 0);  // the GPU panels are there, and empty here
+  EXPECT_EQ(prometheus.Value("profd_agents_connected"), 2);
+  // The recording rules run on their own 1 s cycle, a step behind the scrapes.
+  EXPECT_TRUE(WaitFor(
+      [&] { return prometheus.Value("profd:pod_kernel_launches:rate1m{pod=\"wire-pod\"}") > 0; },
+      absl::Seconds(10)));
+  EXPECT_EQ(prometheus.Value("profd:pod_memory_allocated_peak_bytes:sum{pod=\"wire-pod\"}"),
+            6.0 * (1ull << 30));
+
+  // The processes go: their series leave Prometheus at the next scrape (staleness), not 5 min on.
+  const std::string host_pid = absl::StrCat("{pid=\"", host->pid(), "\"}");
+  const std::string wire_pid = absl::StrCat("{pid=\"", getpid(), "\"}");
+  ASSERT_EQ(prometheus.Count("profd_process_info" + host_pid), 1);
+  ASSERT_EQ(prometheus.Count("profd_process_kernel_launches_total" + wire_pid), 1);
+  host->Kill();
+  wire.reset();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return prometheus.Count("profd_process_info" + host_pid) == 0 &&
+               prometheus.Count("profd_process_info" + wire_pid) == 0 &&
+               prometheus.Count("profd_process_kernel_launches_total" + wire_pid) == 0 &&
+               prometheus.Count("profd_process_memory_allocated_peak_bytes" + wire_pid) == 0;
+      },
+      absl::Seconds(10)))
+      << prometheus.log();
+  EXPECT_EQ(prometheus.Value("profd_agents_connected"), 0);
+}
+
+// With NVML (the fake library standing in for the driver) nothing may be empty.
+TEST_F(PrometheusDashboardTest, EveryPanelHasDataWithNvml) {
+  TempDir dir;
+  const std::string pids_file = dir.File("nvml_pids");
+  setenv("FAKE_NVML_PIDS_FILE", pids_file.c_str(), 1);
+  ProfdProcess profd({"--nvml_library=" + BuildPath("tests/metrics/libfake_nvml.so"),
+                      "--nvml_sample_interval=200ms"});
+  profd.Start();
+  auto host = StartAgentHost(profd.agent_socket(), {},
+                             {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}});
+  WireAgent wire(profd.agent_socket(), WireHello(), 0, 6ull << 30);
+  std::ofstream(pids_file) << host->pid() << " 1\n" << getpid() << " 1\n";
+  PrometheusServer prometheus(MetricsAddress(profd));
+
+  EXPECT_EQ(ExpectDashboardHasData(prometheus, /*nvml_required=*/true), 0);
+  EXPECT_EQ(prometheus.Value("profd_nvml_available"), 1);
+  // The wire agent's CUDA device 0 is the fake's GPU 1 (same uuid): one `gpu` for both sources.
+  const std::string wire_gpu = absl::StrCat("{pid=\"", getpid(), "\",gpu=\"1\"}");
+  EXPECT_EQ(prometheus.Count("profd_process_kernel_launches_total" + wire_gpu), 1);
+  EXPECT_EQ(prometheus.Count("profd_process_sm_utilization_ratio" + wire_gpu), 1);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return prometheus.Value("profd:pod_sm_utilization:ratio{pod=\"llm-7f9c\",gpu=\"1\"}") ==
+               0.25;
+      },
+      absl::Seconds(10)));
+}
+
+}  // namespace
+}  // namespace profd::testing
