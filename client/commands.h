@@ -32,5 +32,7 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc);  // cap
 void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc);  // report, diff
 
 bool CaptureIsOver(const profd::v1::CaptureInfo& info);
+// list, show, get, import, spool (client/store_commands.cc)
+void AddStoreCommands(CLI::App& app, const GlobalOptions& g, int* rc);
 
 }  // namespace profctl

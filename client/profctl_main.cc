@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   AddAgentCommands(app, g, &rc);
   AddCaptureCommands(app, g, &rc);
   AddReportCommands(app, g, &rc);
+  AddStoreCommands(app, g, &rc);
 
   try {
     app.parse(argc, argv);

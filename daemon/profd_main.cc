@@ -26,6 +26,10 @@
 #include "daemon/metrics/metrics_collector.h"
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/server/profd_service.h"
+#include "daemon/store/byte_size.h"
+#include "daemon/store/spool.h"
+#include "daemon/store/trace_store.h"
+#include "daemon/store/trace_store_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/server_builder.h"
@@ -60,8 +64,59 @@ ABSL_FLAG(uint64_t, max_capture_events, 50'000'000,
 ABSL_FLAG(bool, record_batches, false,
           "Also keep each capture's raw event batches (batches-<pid>.pb) for replay");
 
+// The trace store (docs/STORE.md).
+ABSL_FLAG(std::string, store, profd::store::kDefaultStoreUri,
+          "Where finished captures go: file:///path or s3://bucket[/prefix]");
+ABSL_FLAG(std::string, s3_endpoint, "",
+          "S3-compatible endpoint, e.g. http://127.0.0.1:9000 (MinIO), "
+          "https://storage.googleapis.com (GCS interop); default "
+          "https://s3.<region>.amazonaws.com");
+ABSL_FLAG(std::string, s3_region, "", "S3 region (default $AWS_REGION, else us-east-1)");
+ABSL_FLAG(bool, s3_path_style, false,
+          "Address buckets as <endpoint>/<bucket>/key (MinIO, Ceph RGW) instead of "
+          "<bucket>.<endpoint>/key");
+ABSL_FLAG(std::string, s3_part_size, "8MiB",
+          "Traces larger than this go up as multipart uploads in parts of this size (>= 5MiB)");
+ABSL_FLAG(std::string, spool_dir, profd::store::kDefaultSpoolDir,
+          "Local folder finished captures wait in until they are uploaded");
+ABSL_FLAG(std::string, spool_max_bytes, "10GiB",
+          "Spool size cap: when full, new captures are refused (finished ones are never dropped)");
+ABSL_FLAG(absl::Duration, upload_retry_initial, absl::Seconds(1),
+          "First wait after a failed upload; doubles up to --upload_retry_max");
+ABSL_FLAG(absl::Duration, upload_retry_max, absl::Minutes(5),
+          "Longest wait between upload retries");
+
 namespace profd {
 namespace {
+
+// Opens the store and its spool from the flags; on failure says why and leaves both null, so
+// profd still serves agents and metrics (the store calls then answer with the reason).
+std::string OpenStore(const std::string& hostname, std::unique_ptr<store::TraceStore>* trace_store,
+                      std::unique_ptr<store::Spool>* spool) {
+  store::S3Options s3;
+  s3.endpoint = absl::GetFlag(FLAGS_s3_endpoint);
+  s3.region = absl::GetFlag(FLAGS_s3_region);
+  s3.path_style = absl::GetFlag(FLAGS_s3_path_style);
+  absl::StatusOr<uint64_t> part_size = store::ParseByteSize(absl::GetFlag(FLAGS_s3_part_size));
+  if (!part_size.ok()) return absl::StrCat("--s3_part_size: ", part_size.status().message());
+  s3.part_size = *part_size;
+  absl::StatusOr<std::unique_ptr<store::TraceStore>> opened =
+      store::TraceStore::Open(absl::GetFlag(FLAGS_store), s3);
+  if (!opened.ok()) return std::string(opened.status().message());
+  store::SpoolOptions options;
+  options.dir = absl::GetFlag(FLAGS_spool_dir);
+  absl::StatusOr<uint64_t> max_bytes = store::ParseByteSize(absl::GetFlag(FLAGS_spool_max_bytes));
+  if (!max_bytes.ok()) return absl::StrCat("--spool_max_bytes: ", max_bytes.status().message());
+  options.max_bytes = *max_bytes;
+  options.retry_initial = absl::GetFlag(FLAGS_upload_retry_initial);
+  options.retry_max = absl::GetFlag(FLAGS_upload_retry_max);
+  options.hostname = hostname;
+  absl::StatusOr<std::unique_ptr<store::Spool>> s = store::Spool::Open(options, opened->get());
+  if (!s.ok()) return std::string(s.status().message());
+  *trace_store = *std::move(opened);
+  *spool = *std::move(s);
+  return "";
+}
 
 constexpr char kComponent[] = "profd";
 
@@ -102,12 +157,32 @@ int Main(int argc, char** argv) {
   channel_options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   channel_options.agent_timeout = absl::GetFlag(FLAGS_agent_timeout);
   AgentChannelServer channel(channel_options, &registry);
+  std::unique_ptr<store::TraceStore> trace_store;
+  std::unique_ptr<store::Spool> spool;  // the capture code submits finished captures here
+  std::string store_error = OpenStore(identity.hostname, &trace_store, &spool);
+  if (store_error.empty()) {
+    identity.store_uri = trace_store->uri();
+    LogInfo(kComponent, "store %s, spool %s", trace_store->uri(), spool->dir());
+  } else {
+    LogError(kComponent, "no trace store, captures cannot be kept: %s", store_error);
+  }
   CaptureOptions capture_options;
   capture_options.hostname = identity.hostname;
   capture_options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
   capture_options.max_duration = absl::GetFlag(FLAGS_max_capture_duration);
   capture_options.max_events = absl::GetFlag(FLAGS_max_capture_events);
   capture_options.record_batches = absl::GetFlag(FLAGS_record_batches);
+  if (spool) {
+    // Every finished capture goes to the store through the spool (hard links, no second copy);
+    // its folder in --capture_dir stays where profctl capture --output reads it.
+    capture_options.on_complete =
+        [&spool](const v1::CaptureInfo& info,
+                 const std::string& folder) -> absl::StatusOr<std::string> {
+      absl::StatusOr<v1::StoredTrace> queued = spool->SubmitCopy(info.capture_id(), folder);
+      if (!queued.ok()) return queued.status();
+      return folder;
+    };
+  }
   // Capture and store components report into daemon_metrics (daemon/metrics/daemon_metrics.h).
   DaemonMetrics daemon_metrics;
   capture_options.on_finished = [&daemon_metrics](const v1::CaptureInfo& info) {
@@ -158,9 +233,12 @@ int Main(int argc, char** argv) {
     builder.AddListeningPort(identity.grpc_addresses[i], grpc::InsecureServerCredentials(),
                              &bound_ports[i]);
   }
+  store::TraceStoreService store_service(trace_store.get(), spool.get(), identity.hostname,
+                                         store_error);
   ProfdService service(&identity, &registry, &channel, &captures);
   service.set_gpu_sampler(&gpu_sampler);
   builder.RegisterService(&service);
+  builder.RegisterService(&store_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) {
     LogError(kComponent, "cannot serve gRPC on %s: is another profd running?",

@@ -9,6 +9,7 @@ packages=(
   libabsl-dev            # Status, time, flags, strings
   prometheus-cpp-dev     # /metrics
   libcurl4-openssl-dev   # S3 uploads (built-in AWS SigV4)
+  libssl-dev             # libcrypto: SHA-256/MD5 integrity checks of stored traces
   zlib1g-dev             # gzip traces
   rapidjson-dev          # reading traces (profctl report/import)
   libcli11-dev           # profctl's command line
@@ -42,5 +43,10 @@ fi
 if [ ! -d /usr/local/cuda/include ] || [ ! -e /usr/local/cuda/lib64/libcupti.so ]; then
   echo "setup: the CUDA 13 toolkit with CUPTI is expected at /usr/local/cuda" >&2
   exit 1
+fi
+# s3rver, the S3-protocol server the store tests start; versions pinned by its package-lock.json.
+s3rver_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/store/s3rver"
+if [ ! -x "$s3rver_dir/node_modules/.bin/s3rver" ]; then
+  npm ci --prefix "$s3rver_dir" --no-audit --no-fund --loglevel=error
 fi
 echo "setup: ok"

@@ -1,0 +1,81 @@
+// S3Bucket: an ObjectBucket on an S3-compatible service (AWS S3, MinIO, Ceph RGW, GCS through its
+// S3 interoperability API), over libcurl with libcurl's own AWS SigV4 signing.
+//
+// Integrity: every PUT (and every multipart part) carries Content-MD5 and x-amz-content-sha256 of
+// its payload, so the service rejects a corrupted body, and the ETag that comes back is checked
+// against the MD5 when it is one. Files larger than the part size go up as a multipart upload
+// (one part in memory at a time); a failed multipart upload is aborted.
+//
+// Errors become absl::Status with a message that names the bucket and endpoint and says what to
+// do: no such bucket (NOT_FOUND), credentials refused (PERMISSION_DENIED), clock skew
+// (FAILED_PRECONDITION), endpoint unreachable (UNAVAILABLE).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "daemon/store/object_bucket.h"
+
+namespace profd::store {
+
+struct S3Options {
+  std::string bucket;
+  std::string endpoint;     // "" = https://s3.<region>.amazonaws.com; else scheme://host[:port]
+  std::string region;       // "" = $AWS_REGION, $AWS_DEFAULT_REGION, else us-east-1
+  bool path_style = false;  // endpoint/bucket/key instead of bucket.endpoint/key (MinIO, s3rver)
+  uint64_t part_size = 8ull << 20;  // files above this go up in parts of this size (>= 5 MiB)
+  absl::Duration connect_timeout = absl::Seconds(10);
+  absl::Duration request_timeout = absl::Minutes(10);
+};
+
+// Credentials the standard way: $AWS_ACCESS_KEY_ID / $AWS_SECRET_ACCESS_KEY (+ $AWS_SESSION_TOKEN),
+// else the shared credentials file ($AWS_SHARED_CREDENTIALS_FILE or ~/.aws/credentials), profile
+// $AWS_PROFILE or "default". Read again for every request, so rotated keys are picked up.
+struct AwsCredentials {
+  std::string access_key_id;
+  std::string secret_access_key;
+  std::string session_token;
+  std::string source;  // where they came from, for messages
+};
+absl::StatusOr<AwsCredentials> LoadAwsCredentials();
+
+// The Status for an S3 error response (HTTP status and XML body), in words a user can act on.
+absl::Status S3ErrorStatus(const std::string& what, const std::string& where, long http_status,
+                           const std::string& body);
+
+// Thread-safe: every request uses its own curl handle.
+class S3Bucket final : public ObjectBucket {
+ public:
+  // prefix: the key prefix inside the bucket the URIs print (keys passed in already include it).
+  explicit S3Bucket(S3Options options);
+
+  std::string UriOf(const std::string& key) const override;
+  absl::Status PutFile(const std::string& key, const std::string& path, bool may_move) override;
+  absl::Status PutBytes(const std::string& key, const std::string& data) override;
+  absl::Status Read(const std::string& key, const ChunkSink& sink) override;
+  absl::StatusOr<ObjectListing> List(const std::string& prefix, bool delimited) override;
+
+  // The endpoint requests go to, for messages.
+  const std::string& endpoint() const { return endpoint_; }
+
+ private:
+  struct Response {
+    long status = 0;
+    std::string body;
+    std::string etag;
+  };
+  // One signed request. query must be canonical (sorted, encoded); body may be empty. With a
+  // sink, a 2xx body goes to the sink instead of Response::body.
+  absl::StatusOr<Response> Send(const std::string& method, const std::string& key,
+                                const std::string& query, absl::string_view body,
+                                const std::string& content_type, const ChunkSink* sink);
+  std::string UrlFor(const std::string& key, const std::string& query) const;
+  absl::Status PutMultipart(const std::string& key, const std::string& path, uint64_t size);
+
+  S3Options options_;
+  std::string endpoint_;  // scheme://host[:port], no trailing '/'
+};
+
+}  // namespace profd::store

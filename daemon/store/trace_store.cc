@@ -1,0 +1,402 @@
+#include "daemon/store/trace_store.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "daemon/store/digest.h"
+#include "daemon/store/local_bucket.h"
+#include "google/protobuf/util/json_util.h"
+#include "rapidjson/document.h"
+
+namespace profd::store {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr char kIndexFolder[] = "_index/";
+
+// The UTC time in an id of the form <yyyymmdd>T<hhmmss>Z-..., if it has one.
+bool TimeFromId(const std::string& id, absl::Time* out) {
+  if (id.size() < 16 || id[8] != 'T' || id[15] != 'Z') return false;
+  // absl's %Y takes every digit it sees: give it separators.
+  std::string text = absl::StrCat(id.substr(0, 4), "-", id.substr(4, 2), "-", id.substr(6, 2), " ",
+                                  id.substr(9, 2), ":", id.substr(11, 2), ":", id.substr(13, 2));
+  std::string err;
+  return absl::ParseTime("%Y-%m-%d %H:%M:%S", text, absl::UTCTimeZone(), out, &err);
+}
+
+std::string ToJson(const google::protobuf::Message& message) {
+  google::protobuf::util::JsonPrintOptions options;
+  options.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  return out;
+}
+
+bool PodMatches(const v1::StoredTrace& t, const std::string& pod) {
+  for (const std::string& p : t.pods()) {
+    if (p == pod) return true;
+    size_t slash = p.find('/');
+    if (slash != std::string::npos && p.substr(slash + 1) == pod) return true;
+  }
+  return false;
+}
+
+bool Newer(const v1::StoredTrace& a, const v1::StoredTrace& b) {
+  if (a.started_unix_ns() != b.started_unix_ns()) return a.started_unix_ns() > b.started_unix_ns();
+  return a.capture_id() > b.capture_id();
+}
+
+// The last path element of a "a/b/c/" folder key.
+std::string LastElement(const std::string& folder) {
+  std::string f(absl::StripSuffix(folder, "/"));
+  size_t slash = f.rfind('/');
+  return slash == std::string::npos ? f : f.substr(slash + 1);
+}
+
+}  // namespace
+
+absl::Status ValidateCaptureId(const std::string& id) {
+  bool ok = !id.empty() && id.size() <= 200 && id[0] != '.';
+  for (char c : id) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') ok = false;
+  }
+  if (!ok) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "'", id, "' is not a capture id: expected letters, digits, '.', '_' or '-' (such as ",
+        "20261129T164836Z-node-1-9f3a2c01); `profctl list` shows the ids"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
+                                                      const std::string& default_hostname) {
+  std::string manifest_path = absl::StrCat(folder, "/", kManifestFile);
+  std::ifstream in(manifest_path);
+  if (!in) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "capture folder ", folder, " has no manifest.json: a finished capture must have one"));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  rapidjson::Document manifest;
+  manifest.Parse(text.str().c_str());
+  if (manifest.HasParseError() || !manifest.IsObject()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(manifest_path, " is not a JSON object (docs/TRACE_FORMAT.md)"));
+  }
+  auto str = [&](const char* name) -> std::string {
+    auto it = manifest.FindMember(name);
+    return it != manifest.MemberEnd() && it->value.IsString() ? it->value.GetString() : "";
+  };
+  // Proto3 JSON (the capture manifest is a CaptureInfo) writes 64-bit integers as strings.
+  auto i64 = [&](const char* name) -> int64_t {
+    auto it = manifest.FindMember(name);
+    if (it == manifest.MemberEnd()) return 0;
+    if (it->value.IsInt64()) return it->value.GetInt64();
+    int64_t v = 0;
+    if (it->value.IsString() && absl::SimpleAtoi(it->value.GetString(), &v)) return v;
+    return 0;
+  };
+
+  v1::StoredTrace trace;
+  trace.set_capture_id(str("capture_id"));
+  if (trace.capture_id().empty()) trace.set_capture_id(fs::path(folder).filename().string());
+  if (absl::Status s = ValidateCaptureId(trace.capture_id()); !s.ok()) return s;
+  trace.set_hostname(str("hostname").empty() ? default_hostname : str("hostname"));
+  trace.set_label(str("label"));
+  trace.set_source(str("source").empty() ? "capture" : str("source"));
+  int64_t started = i64("started_unix_ns");
+  if (started == 0) started = i64("requested_unix_ns");
+  absl::Time from_id;
+  if (started == 0 && TimeFromId(trace.capture_id(), &from_id))
+    started = absl::ToUnixNanos(from_id);
+  if (started == 0) {
+    struct stat st;
+    if (stat(manifest_path.c_str(), &st) == 0) started = int64_t{st.st_mtime} * 1000000000;
+  }
+  trace.set_started_unix_ns(started);
+  if (auto it = manifest.FindMember("processes");
+      it != manifest.MemberEnd() && it->value.IsArray()) {
+    for (const auto& p : it->value.GetArray()) {
+      if (!p.IsObject()) continue;
+      auto pod = p.FindMember("pod_name");
+      if (pod == p.MemberEnd() || !pod->value.IsString() || pod->value.GetStringLength() == 0) {
+        continue;
+      }
+      auto ns = p.FindMember("pod_namespace");
+      std::string name = pod->value.GetString();
+      if (ns != p.MemberEnd() && ns->value.IsString() && ns->value.GetStringLength() > 0) {
+        name = absl::StrCat(ns->value.GetString(), "/", name);
+      }
+      if (std::find(trace.pods().begin(), trace.pods().end(), name) == trace.pods().end()) {
+        trace.add_pods(name);
+      }
+    }
+  }
+
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    std::string name = entry.path().filename().string();
+    if (entry.is_regular_file() && !absl::StartsWith(name, ".")) names.push_back(name);
+  }
+  if (ec) return absl::InternalError(absl::StrCat("cannot list ", folder, ": ", ec.message()));
+  std::sort(names.begin(), names.end());
+  uint64_t total = 0;
+  for (const std::string& name : names) {
+    std::string path = absl::StrCat(folder, "/", name);
+    absl::StatusOr<std::string> sha = Sha256OfFile(path);
+    if (!sha.ok()) return sha.status();
+    v1::StoredFile* f = trace.add_files();
+    f->set_name(name);
+    f->set_bytes(fs::file_size(path, ec));
+    f->set_sha256(*sha);
+    total += f->bytes();
+  }
+  trace.set_bytes(total);
+  return trace;
+}
+
+absl::StatusOr<std::unique_ptr<TraceStore>> TraceStore::Open(const std::string& uri,
+                                                             const S3Options& s3) {
+  if (absl::StartsWith(uri, "file://") || absl::StartsWith(uri, "/")) {
+    std::string root(absl::StripPrefix(uri, "file://"));
+    if (root.empty() || root[0] != '/') {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--store=", uri,
+                       ": a local store needs an absolute path, as file:///var/lib/profd/traces"));
+    }
+    while (root.size() > 1 && root.back() == '/') root.pop_back();
+    auto store =
+        std::make_unique<TraceStore>(std::make_unique<LocalBucket>(root), "file://" + root, "");
+    store->is_local_ = true;
+    return store;
+  }
+  if (absl::StartsWith(uri, "s3://")) {
+    std::string rest(absl::StripPrefix(uri, "s3://"));
+    size_t slash = rest.find('/');
+    std::string bucket = rest.substr(0, slash);
+    std::string prefix = slash == std::string::npos ? "" : rest.substr(slash + 1);
+    while (!prefix.empty() && prefix.back() == '/') prefix.pop_back();
+    if (bucket.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--store=", uri, ": no bucket; expected s3://bucket or s3://bucket/prefix"));
+    }
+    S3Options options = s3;
+    options.bucket = bucket;
+    if (options.part_size < (5u << 20)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--s3_part_size=", options.part_size, ": S3 parts must be at least 5 MiB (5242880)"));
+    }
+    std::string canonical = absl::StrCat("s3://", bucket, prefix.empty() ? "" : "/", prefix);
+    return std::make_unique<TraceStore>(std::make_unique<S3Bucket>(options), canonical,
+                                        prefix.empty() ? "" : prefix + "/");
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("--store=", uri, ": expected file:///path/to/folder or s3://bucket[/prefix]"));
+}
+
+TraceStore::TraceStore(std::unique_ptr<ObjectBucket> bucket, std::string uri,
+                       std::string key_prefix)
+    : bucket_(std::move(bucket)), uri_(std::move(uri)), prefix_(std::move(key_prefix)) {}
+
+absl::Time TraceStore::DayOf(const v1::StoredTrace& trace) {
+  absl::Time t;
+  if (!TimeFromId(trace.capture_id(), &t)) {
+    t = trace.started_unix_ns() != 0 ? absl::FromUnixNanos(trace.started_unix_ns()) : absl::Now();
+  }
+  return t;
+}
+
+std::string TraceStore::DayPrefix(const v1::StoredTrace& trace) const {
+  return prefix_ + absl::FormatTime("%Y/%m/%d/", DayOf(trace), absl::UTCTimeZone());
+}
+
+std::string TraceStore::IndexDay(const v1::StoredTrace& trace) const {
+  return absl::FormatTime("%Y-%m-%d", DayOf(trace), absl::UTCTimeZone());
+}
+
+std::string TraceStore::IndexKey(const std::string& day, const std::string& host) const {
+  return absl::StrCat(prefix_, kIndexFolder, day, "/", host, ".json");
+}
+
+std::string TraceStore::FolderKey(const v1::StoredTrace& trace) const {
+  return absl::StrCat(DayPrefix(trace), trace.hostname(), "/", trace.capture_id(), "/");
+}
+
+std::string TraceStore::LocationOf(const v1::StoredTrace& trace) const {
+  return bucket_->UriOf(FolderKey(trace));
+}
+
+absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndex(const std::string& key) {
+  absl::StatusOr<std::string> text = ReadAll(*bucket_, key);
+  if (absl::IsNotFound(text.status())) return std::vector<v1::StoredTrace>{};
+  if (!text.ok()) return text.status();
+  v1::ListTracesResponse index;
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  if (!google::protobuf::util::JsonStringToMessage(*text, &index, options).ok()) {
+    return absl::DataLossError(absl::StrCat("the store index ", bucket_->UriOf(key),
+                                            " is not valid JSON; delete it to rebuild"));
+  }
+  return std::vector<v1::StoredTrace>(index.traces().begin(), index.traces().end());
+}
+
+absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described,
+                                                const std::string& folder, bool may_move) {
+  if (absl::Status s = ValidateCaptureId(described.capture_id()); !s.ok()) return s;
+  const std::string key = FolderKey(described);
+  bool has_manifest = false;
+  for (const v1::StoredFile& f : described.files()) {
+    if (f.name() == kManifestFile) {
+      has_manifest = true;
+      continue;
+    }
+    absl::Status s =
+        bucket_->PutFile(key + f.name(), absl::StrCat(folder, "/", f.name()), may_move);
+    if (!s.ok()) return s;
+  }
+  if (!has_manifest) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("capture ", described.capture_id(), " has no manifest.json"));
+  }
+  absl::Status s =
+      bucket_->PutFile(key + kManifestFile, absl::StrCat(folder, "/", kManifestFile), may_move);
+  if (!s.ok()) return s;
+
+  v1::StoredTrace stored = described;
+  stored.set_state(v1::TRACE_STATE_STORED);
+  stored.set_location(bucket_->UriOf(key));
+  stored.clear_upload_error();
+
+  absl::MutexLock lock(&index_mu_);
+  const std::string index_key = IndexKey(IndexDay(described), described.hostname());
+  absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(index_key);
+  if (!rows.ok() && !absl::IsDataLoss(rows.status())) return rows.status();
+  v1::ListTracesResponse index;
+  if (rows.ok()) {
+    for (const v1::StoredTrace& row : *rows) {
+      if (row.capture_id() != stored.capture_id()) *index.add_traces() = row;
+    }
+  }
+  *index.add_traces() = stored;
+  s = bucket_->PutBytes(index_key, ToJson(index));
+  if (!s.ok()) return s;
+  return stored;
+}
+
+absl::StatusOr<std::vector<std::string>> TraceStore::Subfolders(const std::string& prefix) {
+  absl::StatusOr<ObjectListing> listing = bucket_->List(prefix, /*delimited=*/true);
+  if (!listing.ok()) return listing.status();
+  std::vector<std::string> names;
+  for (const std::string& f : listing->folders) names.push_back(LastElement(f));
+  std::sort(names.rbegin(), names.rend());  // yyyy-mm-dd: newest first
+  return names;
+}
+
+absl::StatusOr<std::vector<std::string>> TraceStore::IndexedHosts(const std::string& day) {
+  absl::StatusOr<ObjectListing> listing =
+      bucket_->List(absl::StrCat(prefix_, kIndexFolder, day, "/"), /*delimited=*/true);
+  if (!listing.ok()) return listing.status();
+  std::vector<std::string> hosts;
+  for (const ObjectInfo& o : listing->objects) {
+    std::string name = LastElement(o.key);
+    if (absl::EndsWith(name, ".json")) hosts.push_back(name.substr(0, name.size() - 5));
+  }
+  return hosts;
+}
+
+absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter& filter) {
+  std::vector<v1::StoredTrace> out;
+  const size_t limit = filter.limit == 0 ? 50 : filter.limit;
+  absl::StatusOr<std::vector<std::string>> days = Subfolders(prefix_ + kIndexFolder);
+  if (!days.ok()) return days.status();
+  for (const std::string& day : *days) {
+    absl::Time day_start;
+    std::string err;
+    if (!absl::ParseTime("%Y-%m-%d", day, absl::UTCTimeZone(), &day_start, &err)) continue;
+    if (day_start + absl::Hours(24) <= filter.since) break;  // older days follow
+    std::vector<std::string> hosts;
+    if (!filter.hostname.empty()) {
+      hosts.push_back(filter.hostname);
+    } else {
+      absl::StatusOr<std::vector<std::string>> h = IndexedHosts(day);
+      if (!h.ok()) return h.status();
+      hosts = *h;
+    }
+    for (const std::string& host : hosts) {
+      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(IndexKey(day, host));
+      if (!rows.ok()) return rows.status();
+      for (v1::StoredTrace& row : *rows) {
+        if (!filter.hostname.empty() && row.hostname() != filter.hostname) continue;
+        if (!filter.pod.empty() && !PodMatches(row, filter.pod)) continue;
+        if (absl::FromUnixNanos(row.started_unix_ns()) < filter.since) continue;
+        out.push_back(std::move(row));
+      }
+    }
+    // Days go newest first: once a day fills the limit, older days cannot get in.
+    if (out.size() >= limit) break;
+  }
+  std::sort(out.begin(), out.end(), Newer);
+  if (out.size() > limit) out.resize(limit);
+  return out;
+}
+
+absl::StatusOr<v1::StoredTrace> TraceStore::Get(const std::string& capture_id) {
+  if (absl::Status s = ValidateCaptureId(capture_id); !s.ok()) return s;
+  absl::Time t;
+  if (TimeFromId(capture_id, &t)) {
+    v1::StoredTrace probe;
+    probe.set_capture_id(capture_id);
+    const std::string day = IndexDay(probe);
+    absl::StatusOr<std::vector<std::string>> hosts = IndexedHosts(day);
+    if (!hosts.ok()) return hosts.status();
+    // The id usually names its host: look there first.
+    std::stable_partition(hosts->begin(), hosts->end(), [&](const std::string& h) {
+      return absl::StrContains(capture_id, "-" + h + "-");
+    });
+    for (const std::string& host : *hosts) {
+      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(IndexKey(day, host));
+      if (!rows.ok()) return rows.status();
+      for (const v1::StoredTrace& row : *rows) {
+        if (row.capture_id() == capture_id) return row;
+      }
+    }
+  } else {
+    TraceFilter all;
+    all.limit = 100000;
+    absl::StatusOr<std::vector<v1::StoredTrace>> rows = List(all);
+    if (!rows.ok()) return rows.status();
+    for (const v1::StoredTrace& row : *rows) {
+      if (row.capture_id() == capture_id) return row;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("no capture ", capture_id, " in the store ", uri_,
+                                          ": `profctl list` shows what is stored"));
+}
+
+absl::Status TraceStore::Read(const v1::StoredTrace& trace, const std::string& file,
+                              const ChunkSink& sink) {
+  bool known = false;
+  for (const v1::StoredFile& f : trace.files()) known |= f.name() == file;
+  if (!known) {
+    return absl::NotFoundError(
+        absl::StrCat("capture ", trace.capture_id(), " has no file named ", file));
+  }
+  return bucket_->Read(FolderKey(trace) + file, sink);
+}
+
+}  // namespace profd::store

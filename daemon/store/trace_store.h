@@ -1,0 +1,99 @@
+// TraceStore: where finished captures live, on any ObjectBucket (a local directory or an S3
+// bucket), under one key layout that scales to a fleet:
+//
+//   <prefix>/<yyyy>/<mm>/<dd>/<hostname>/<capture-id>/manifest.json
+//                                                     summary.json
+//                                                     trace-<pid>.json.gz ...
+//   <prefix>/_index/<yyyy>-<mm>-<dd>/<hostname>.json   one row per capture of that host and day
+//
+// The date is the UTC day in the capture id (<yyyymmdd>T<hhmmss>Z-...), so Get(id) goes straight
+// to one day's index. The per-host, per-day index lets List read one small object per host and day
+// instead of one manifest per capture, and list the days with one delimited listing; it is written
+// after the capture's files, so a listed capture is complete. Only the profd of that host writes
+// its index (one writer: no lost updates). The index sits in a flat _index/ folder rather than
+// beside the captures because delimited listings of deep trees are where S3 look-alikes differ
+// (s3rver reports no common prefix for keys two levels down).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/store/object_bucket.h"
+#include "daemon/store/s3_bucket.h"
+#include "profd/v1/store.pb.h"
+
+namespace profd::store {
+
+inline constexpr char kDefaultStoreUri[] = "file:///var/lib/profd/traces";
+inline constexpr char kManifestFile[] = "manifest.json";
+inline constexpr char kSummaryFile[] = "summary.json";
+
+struct TraceFilter {
+  std::string hostname;  // exact
+  std::string pod;       // pod name or namespace/pod
+  absl::Time since = absl::InfinitePast();
+  size_t limit = 50;
+};
+
+// Capture ids name folders and keys: letters, digits, '.', '_', '-', at most 200, not starting
+// with '.'. INVALID_ARGUMENT otherwise.
+absl::Status ValidateCaptureId(const std::string& capture_id);
+
+// Describes a finished capture folder from its manifest.json and files (sizes, SHA-256): the row
+// the index will hold. Fields read from the manifest (all optional but the file itself):
+// capture_id (else the folder name), hostname (else default_hostname), label, source,
+// started_unix_ns (else requested_unix_ns, else the id's time), processes[].pod_name and
+// .pod_namespace. Files in sub-folders are ignored.
+absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
+                                                      const std::string& default_hostname);
+
+// Thread-safe: the spool's uploader thread calls Put while gRPC threads call List/Get/Read.
+class TraceStore {
+ public:
+  // uri: file:///path (or a plain absolute path) or s3://bucket[/prefix]. s3 is used for s3://.
+  static absl::StatusOr<std::unique_ptr<TraceStore>> Open(const std::string& uri,
+                                                          const S3Options& s3);
+  TraceStore(std::unique_ptr<ObjectBucket> bucket, std::string uri, std::string key_prefix);
+
+  const std::string& uri() const { return uri_; }
+  bool is_local() const { return is_local_; }
+
+  // Where the capture's folder is (or will be, once uploaded): file:///... or s3://.../id/.
+  std::string LocationOf(const v1::StoredTrace& trace) const;
+
+  // Stores every file of `folder` (described by DescribeCaptureFolder), manifest.json last, then
+  // adds the capture to its index. Idempotent: a retry after a failure overwrites what got there.
+  // may_move: the folder's files may be moved instead of copied (the spool gives them up).
+  absl::StatusOr<v1::StoredTrace> Put(const v1::StoredTrace& described, const std::string& folder,
+                                      bool may_move);
+
+  // Newest first, at most filter.limit.
+  absl::StatusOr<std::vector<v1::StoredTrace>> List(const TraceFilter& filter);
+  // NOT_FOUND when the store has no such capture.
+  absl::StatusOr<v1::StoredTrace> Get(const std::string& capture_id);
+  // Streams one file of a stored capture. NOT_FOUND for a file the capture does not have.
+  absl::Status Read(const v1::StoredTrace& trace, const std::string& file, const ChunkSink& sink);
+
+ private:
+  static absl::Time DayOf(const v1::StoredTrace& trace);
+  std::string DayPrefix(const v1::StoredTrace& trace) const;
+  std::string IndexDay(const v1::StoredTrace& trace) const;  // yyyy-mm-dd
+  std::string IndexKey(const std::string& day, const std::string& host) const;
+  absl::StatusOr<std::vector<std::string>> IndexedHosts(const std::string& day);
+  std::string FolderKey(const v1::StoredTrace& trace) const;
+  absl::StatusOr<std::vector<v1::StoredTrace>> ReadIndex(const std::string& key);
+  absl::StatusOr<std::vector<std::string>> Subfolders(const std::string& prefix);
+
+  std::unique_ptr<ObjectBucket> bucket_;
+  const std::string uri_;
+  const std::string prefix_;  // "" or "some/prefix/"
+  bool is_local_ = false;
+  absl::Mutex index_mu_;  // serializes read-modify-write of index objects
+};
+
+}  // namespace profd::store

@@ -1,0 +1,275 @@
+#include "daemon/store/trace_store_service.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/log.h"
+#include "daemon/store/local_bucket.h"
+#include "daemon/store/trace_import.h"
+
+namespace profd::store {
+
+namespace {
+
+constexpr char kComponent[] = "store";
+constexpr size_t kChunkBytes = 1 << 20;
+
+bool Matches(const v1::StoredTrace& t, const v1::ListTracesRequest& r) {
+  if (!r.hostname().empty() && t.hostname() != r.hostname()) return false;
+  if (r.since_unix_ns() != 0 && t.started_unix_ns() < r.since_unix_ns()) return false;
+  if (!r.pod().empty()) {
+    bool found = false;
+    for (const std::string& p : t.pods()) {
+      size_t slash = p.find('/');
+      found |= p == r.pod() || (slash != std::string::npos && p.substr(slash + 1) == r.pod());
+    }
+    if (!found) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+TraceStoreService::TraceStoreService(TraceStore* store, Spool* spool, std::string hostname,
+                                     std::string unavailable_reason)
+    : store_(store),
+      spool_(spool),
+      hostname_(std::move(hostname)),
+      unavailable_reason_(std::move(unavailable_reason)) {}
+
+grpc::Status TraceStoreService::Unavailable() const {
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      "profd has no trace store: " + unavailable_reason_);
+}
+
+grpc::Status TraceStoreService::ListTraces(grpc::ServerContext*,
+                                           const v1::ListTracesRequest* request,
+                                           v1::ListTracesResponse* response) {
+  if (store_ == nullptr || spool_ == nullptr) return Unavailable();
+  const size_t limit = request->limit() == 0 ? 50 : request->limit();
+  std::vector<v1::StoredTrace> all;
+  std::set<std::string> seen;
+  TraceFilter filter;
+  filter.hostname = request->hostname();
+  filter.pod = request->pod();
+  if (request->since_unix_ns() != 0) filter.since = absl::FromUnixNanos(request->since_unix_ns());
+  filter.limit = limit;
+  absl::StatusOr<std::vector<v1::StoredTrace>> stored = store_->List(filter);
+  if (stored.ok()) {
+    for (v1::StoredTrace& t : *stored) {
+      seen.insert(t.capture_id());
+      all.push_back(std::move(t));
+    }
+  } else {
+    response->set_store_error(std::string(stored.status().message()));
+  }
+  for (v1::StoredTrace& t : spool_->Pending()) {
+    if (Matches(t, *request) && !seen.count(t.capture_id())) all.push_back(std::move(t));
+  }
+  std::sort(all.begin(), all.end(), [](const v1::StoredTrace& a, const v1::StoredTrace& b) {
+    return a.started_unix_ns() != b.started_unix_ns() ? a.started_unix_ns() > b.started_unix_ns()
+                                                      : a.capture_id() > b.capture_id();
+  });
+  if (all.size() > limit) all.resize(limit);
+  for (v1::StoredTrace& t : all) *response->add_traces() = std::move(t);
+  response->set_store_uri(store_->uri());
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<v1::StoredTrace> TraceStoreService::Find(const std::string& capture_id,
+                                                        std::string* spool_folder) {
+  if (absl::Status s = ValidateCaptureId(capture_id); !s.ok()) return s;
+  if (auto pending = spool_->FindPending(capture_id)) {
+    *spool_folder = pending->second;
+    return pending->first;
+  }
+  spool_folder->clear();
+  return store_->Get(capture_id);
+}
+
+absl::Status TraceStoreService::ReadFile(const v1::StoredTrace& trace,
+                                         const std::string& spool_folder, const std::string& file,
+                                         const ChunkSink& sink) {
+  if (!spool_folder.empty()) {
+    LocalBucket folder(spool_folder);
+    absl::Status s = folder.Read(file, sink);
+    // Uploaded (and removed from the spool) meanwhile: read it from the store.
+    if (!absl::IsNotFound(s)) return s;
+  }
+  v1::StoredTrace stored = trace;
+  if (!spool_folder.empty()) {
+    absl::StatusOr<v1::StoredTrace> found = store_->Get(trace.capture_id());
+    if (!found.ok()) return found.status();
+    stored = *found;
+  }
+  return store_->Read(stored, file, sink);
+}
+
+grpc::Status TraceStoreService::ShowTrace(grpc::ServerContext*, const v1::ShowTraceRequest* request,
+                                          v1::ShowTraceResponse* response) {
+  if (store_ == nullptr || spool_ == nullptr) return Unavailable();
+  std::string folder;
+  absl::StatusOr<v1::StoredTrace> trace = Find(request->capture_id(), &folder);
+  if (!trace.ok()) return ToGrpc(trace.status());
+  auto append_to = [](std::string* out) {
+    return [out](absl::string_view chunk) {
+      out->append(chunk.data(), chunk.size());
+      return absl::OkStatus();
+    };
+  };
+  absl::Status s =
+      ReadFile(*trace, folder, kManifestFile, append_to(response->mutable_manifest_json()));
+  if (!s.ok()) return ToGrpc(s);
+  bool has_summary = std::any_of(trace->files().begin(), trace->files().end(),
+                                 [](const v1::StoredFile& f) { return f.name() == kSummaryFile; });
+  if (has_summary) {
+    s = ReadFile(*trace, folder, kSummaryFile, append_to(response->mutable_summary_json()));
+    if (!s.ok()) return ToGrpc(s);
+  }
+  *response->mutable_trace() = *trace;
+  return grpc::Status::OK;
+}
+
+grpc::Status TraceStoreService::GetTrace(grpc::ServerContext* context,
+                                         const v1::GetTraceRequest* request,
+                                         grpc::ServerWriter<v1::TraceChunk>* writer) {
+  if (store_ == nullptr || spool_ == nullptr) return Unavailable();
+  std::string folder;
+  absl::StatusOr<v1::StoredTrace> trace = Find(request->capture_id(), &folder);
+  if (!trace.ok()) return ToGrpc(trace.status());
+  std::vector<v1::StoredFile> files;
+  for (const v1::StoredFile& f : trace->files()) {
+    if (request->files().empty() || std::find(request->files().begin(), request->files().end(),
+                                              f.name()) != request->files().end()) {
+      files.push_back(f);
+    }
+  }
+  for (const std::string& wanted : request->files()) {
+    if (std::none_of(files.begin(), files.end(),
+                     [&](const v1::StoredFile& f) { return f.name() == wanted; })) {
+      return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                          absl::StrCat("capture ", trace->capture_id(), " has no file ", wanted));
+    }
+  }
+  bool first = true;
+  for (const v1::StoredFile& f : files) {
+    v1::TraceChunk chunk;
+    if (first) *chunk.mutable_trace() = *trace;
+    first = false;
+    *chunk.mutable_file() = f;
+    auto flush = [&]() -> absl::Status {
+      if (context->IsCancelled()) return absl::CancelledError("the client went away");
+      if (!writer->Write(chunk)) return absl::CancelledError("the client went away");
+      chunk.Clear();
+      return absl::OkStatus();
+    };
+    absl::Status s = ReadFile(*trace, folder, f.name(), [&](absl::string_view data) {
+      while (!data.empty()) {
+        size_t room = kChunkBytes - chunk.data().size();
+        size_t n = std::min(room, data.size());
+        chunk.mutable_data()->append(data.data(), n);
+        data.remove_prefix(n);
+        if (chunk.data().size() == kChunkBytes) {
+          if (absl::Status w = flush(); !w.ok()) return w;
+        }
+      }
+      return absl::OkStatus();
+    });
+    if (!s.ok()) return ToGrpc(s);
+    chunk.set_end_of_file(true);
+    if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status TraceStoreService::ImportTrace(grpc::ServerContext*,
+                                            grpc::ServerReader<v1::ImportTraceChunk>* reader,
+                                            v1::ImportTraceResponse* response) {
+  if (store_ == nullptr || spool_ == nullptr) return Unavailable();
+  v1::ImportTraceChunk chunk;
+  if (!reader->Read(&chunk) || !chunk.has_header()) {
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                        "ImportTrace: the first message must carry the header (file name)");
+  }
+  const v1::ImportTraceHeader header = chunk.header();
+  const std::string id = NewCaptureId(hostname_, absl::Now());
+  // The gzip copy is never larger than the upload by much: reserve twice the upload.
+  absl::StatusOr<std::string> folder = spool_->Reserve(id, header.bytes() * 2);
+  if (!folder.ok()) return ToGrpc(folder.status());
+
+  const std::string upload = *folder + "/.upload";
+  absl::Status status;
+  {
+    std::ofstream out(upload, std::ios::binary | std::ios::trunc);
+    while (reader->Read(&chunk)) {
+      if (chunk.has_header()) {
+        status = absl::InvalidArgumentError("ImportTrace: a second header in the stream");
+        break;
+      }
+      out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    }
+    out.close();
+    if (status.ok() && !out) status = absl::InternalError("cannot write " + upload);
+  }
+  absl::StatusOr<ImportResult> imported;
+  if (status.ok()) {
+    ImportRequest request;
+    request.input_path = upload;
+    request.original_name = header.file_name();
+    request.label = header.label();
+    request.hostname = hostname_;
+    request.capture_id = id;
+    request.folder = *folder;
+    imported = BuildImportedCapture(request);
+    status = imported.status();
+  }
+  std::error_code ec;
+  std::filesystem::remove(upload, ec);
+  if (!status.ok()) {
+    spool_->Abandon(id);
+    return ToGrpc(status);
+  }
+  absl::StatusOr<v1::StoredTrace> queued = spool_->Submit(id);
+  if (!queued.ok()) {
+    spool_->Abandon(id);
+    return ToGrpc(queued.status());
+  }
+  LogInfo(kComponent, "imported %s as capture %s (%d events, %d kernels)", header.file_name(), id,
+          imported->events, imported->kernels);
+  *response->mutable_trace() = *queued;
+  response->set_events(imported->events);
+  response->set_kernels(imported->kernels);
+  return grpc::Status::OK;
+}
+
+grpc::Status TraceStoreService::GetSpoolStatus(grpc::ServerContext*,
+                                               const v1::GetSpoolStatusRequest*,
+                                               v1::SpoolStatus* response) {
+  if (store_ == nullptr || spool_ == nullptr) return Unavailable();
+  SpoolStats s = spool_->stats();
+  response->set_spool_dir(spool_->dir());
+  response->set_store_uri(store_->uri());
+  response->set_bytes(s.bytes);
+  response->set_capacity_bytes(s.capacity_bytes);
+  response->set_pending(s.pending);
+  response->set_reserved(s.reserved);
+  response->set_uploaded_total(s.uploaded_total);
+  response->set_upload_failures_total(s.upload_failures_total);
+  response->set_refused_total(s.refused_total);
+  response->set_last_error(s.last_error);
+  if (s.next_attempt != absl::InfinitePast()) {
+    response->set_next_attempt_unix_ns(absl::ToUnixNanos(s.next_attempt));
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace profd::store

@@ -1,0 +1,292 @@
+// The store end to end: a real profd with an S3 store (s3rver on loopback) or a local one, traces
+// entering through `profctl import` (the same Spool path a capture takes), and profctl list / show
+// / get. Fault cases: the store down when a trace is finished, profd killed with uploads pending,
+// credentials refused, a missing bucket, a full spool.
+#include <stdlib.h>
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/store/store_test_util.h"
+#include "tests/support/profd_process.h"
+
+namespace profd::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+class StoreProfctlTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!S3rverProcess::Installed())
+      GTEST_SKIP() << "s3rver is not installed: run scripts/setup.sh";
+    setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+    setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+    s3rver_ = std::make_unique<S3rverProcess>(std::vector<std::string>{"traces"});
+  }
+
+  std::unique_ptr<ProfdProcess> StartProfd(const std::string& store,
+                                           std::vector<std::string> extra = {}) {
+    std::vector<std::string> flags = {"--store=" + store,
+                                      "--s3_endpoint=" + s3rver_->endpoint(),
+                                      "--s3_path_style",
+                                      "--s3_part_size=5MiB",
+                                      "--spool_dir=" + spool_.path(),
+                                      "--upload_retry_initial=100ms",
+                                      "--upload_retry_max=500ms"};
+    flags.insert(flags.end(), extra.begin(), extra.end());
+    auto profd = std::make_unique<ProfdProcess>(flags);
+    profd->Start();
+    return profd;
+  }
+
+  // Imports through profctl --json; returns the capture id ("" on failure, with the output).
+  std::string Import(const ProfdProcess& profd, const std::string& file) {
+    rapidjson::Document doc = profd.ProfctlJson({"import", file, "--label", "from-test"});
+    if (!doc.IsObject() || !doc.HasMember("trace")) return "";
+    return doc["trace"]["capture_id"].GetString();
+  }
+
+  std::string StateOf(const ProfdProcess& profd, const std::string& id) {
+    rapidjson::Document doc = profd.ProfctlJson({"list"});
+    for (const auto& t : doc["traces"].GetArray()) {
+      if (id == t["capture_id"].GetString()) return t["state"].GetString();
+    }
+    return "absent";
+  }
+
+  bool Stored(const ProfdProcess& profd, const std::string& id) {
+    return StateOf(profd, id) == "TRACE_STATE_STORED";
+  }
+
+  // profctl get into a fresh folder; returns the folder.
+  std::string Get(const ProfdProcess& profd, const std::string& id) {
+    std::string dir = scratch_.File("get-" + id);
+    RunResult r = profd.Profctl({"get", id, "-o", dir});
+    EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+    EXPECT_NE(r.out.find("checksums verified against the manifest"), std::string::npos) << r.out;
+    return dir;
+  }
+
+  std::unique_ptr<S3rverProcess> s3rver_;
+  TempDir spool_, scratch_;
+};
+
+TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
+  s3rver_->Start();
+  auto profd = StartProfd("s3://traces/fleet");
+  std::string small = MakeTraceFile(scratch_.File("kineto.json"), 9, 0, /*gzip=*/false);
+  std::string large = MakeTraceFile(scratch_.File("big.json.gz"), 30, 14 << 20, /*gzip=*/true);
+  ASSERT_GT(fs::file_size(large), 10u << 20);
+
+  RunResult human = profd->Profctl({"import", small});
+  ASSERT_EQ(human.exit_code, 0) << human.out << human.err << profd->log();
+  EXPECT_NE(human.out.find("(10 events, 9 kernels)"), std::string::npos) << human.out;
+  EXPECT_NE(human.out.find("s3://traces/fleet/"), std::string::npos) << human.out;
+  std::string big_id = Import(*profd, large);
+  ASSERT_FALSE(big_id.empty()) << profd->log();
+
+  ASSERT_TRUE(WaitFor([&] { return Stored(*profd, big_id); }, absl::Seconds(60)))
+      << profd->log() << s3rver_->log();
+  EXPECT_NE(s3rver_->log().find("?uploads"), std::string::npos) << "multipart upload expected";
+  EXPECT_NE(s3rver_->log().find("partNumber=3"), std::string::npos);
+
+  RunResult list = profd->Profctl({"list"});
+  EXPECT_EQ(list.exit_code, 0);
+  EXPECT_NE(list.out.find(big_id), std::string::npos) << list.out;
+  EXPECT_NE(list.out.find("stored"), std::string::npos) << list.out;
+  rapidjson::Document all = profd->ProfctlJson({"list", "--since", "1h"});
+  EXPECT_EQ(all["traces"].GetArray().Size(), 2u);
+  rapidjson::Document none = profd->ProfctlJson({"list", "--hostname", "another-node"});
+  EXPECT_EQ(none["traces"].GetArray().Size(), 0u);
+
+  RunResult show = profd->Profctl({"show", big_id});
+  EXPECT_EQ(show.exit_code, 0) << show.err;
+  EXPECT_NE(show.out.find("top kernels by total time"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("kernel_0"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("big.json.gz"), std::string::npos) << show.out;  // manifest
+  rapidjson::Document shown = profd->ProfctlJson({"show", big_id});
+  EXPECT_STREQ(shown["manifest"]["source"].GetString(), "import");
+  EXPECT_EQ(shown["summary"]["top_kernels"].GetArray().Size(), 3u);
+
+  // The trace comes back byte-identical to the file imported (a .gz is stored as it is).
+  std::string dir = Get(*profd, big_id);
+  EXPECT_EQ(Sha256File(dir + "/trace-777.json.gz"), Sha256File(large));
+  EXPECT_TRUE(fs::exists(dir + "/manifest.json"));
+  EXPECT_TRUE(fs::exists(dir + "/summary.json"));
+
+  RunResult unknown = profd->Profctl({"get", "20200101T000000Z-nowhere-00000000"});
+  EXPECT_EQ(unknown.exit_code, 4) << unknown.out << unknown.err;
+  EXPECT_NE(unknown.err.find("no capture"), std::string::npos) << unknown.err;
+  RunResult not_json = profd->Profctl({"import", "/etc/hostname"});
+  EXPECT_NE(not_json.exit_code, 0);
+  EXPECT_NE(not_json.err.find("not a Chrome trace JSON"), std::string::npos) << not_json.err;
+}
+
+TEST_F(StoreProfctlTest, StoreDownWhenTraceFinishesItWaitsAndArrivesIntact) {
+  auto profd = StartProfd("s3://traces/down");  // nothing listens on the endpoint yet
+  std::string file = MakeTraceFile(scratch_.File("t.json.gz"), 12, 200 << 10, true);
+  RunResult imported = profd->Profctl({"import", file});
+  ASSERT_EQ(imported.exit_code, 0) << imported.err;
+  EXPECT_NE(imported.out.find("uploading in the background"), std::string::npos);
+  rapidjson::Document listed = profd->ProfctlJson({"list"});
+  ASSERT_EQ(listed["traces"].GetArray().Size(), 1u);
+  std::string id = listed["traces"][0]["capture_id"].GetString();
+  EXPECT_STREQ(listed["traces"][0]["state"].GetString(), "TRACE_STATE_SPOOLED");
+  EXPECT_NE(std::string(listed["store_error"].GetString()).find("unreachable"), std::string::npos);
+
+  ASSERT_TRUE(WaitFor(
+      [&] { return profd->Profctl({"spool"}).out.find("unreachable") != std::string::npos; },
+      absl::Seconds(10)));
+  RunResult human_list = profd->Profctl({"list"});
+  EXPECT_NE(human_list.out.find("spooled"), std::string::npos) << human_list.out;
+  EXPECT_NE(human_list.err.find("could not be read"), std::string::npos) << human_list.err;
+  // Still readable from the spool.
+  EXPECT_EQ(profd->Profctl({"show", id}).exit_code, 0);
+
+  s3rver_->Start();
+  ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(30))) << profd->log();
+  std::string dir = Get(*profd, id);
+  EXPECT_EQ(Sha256File(dir + "/trace-777.json.gz"), Sha256File(file));
+  EXPECT_NE(profd->Profctl({"spool"}).out.find("pending  0"), std::string::npos);
+}
+
+TEST_F(StoreProfctlTest, ProfdKilledWithUploadsPendingResumesAfterRestart) {
+  auto profd = StartProfd("s3://traces/restart");
+  std::string a = MakeTraceFile(scratch_.File("a.json"), 4, 1000, false);
+  std::string b = MakeTraceFile(scratch_.File("b.json.gz"), 5, 300 << 10, true);
+  std::string id_a = Import(*profd, a);
+  std::string id_b = Import(*profd, b);
+  ASSERT_FALSE(id_a.empty());
+  ASSERT_FALSE(id_b.empty());
+  ASSERT_TRUE(WaitFor(
+      [&] { return profd->Profctl({"spool"}).out.find("unreachable") != std::string::npos; },
+      absl::Seconds(10)));
+  profd->Kill();  // SIGKILL: no chance to flush anything
+  EXPECT_TRUE(fs::exists(spool_.File("pending/" + id_a + "/manifest.json")));
+
+  s3rver_->Start();
+  profd->Start();
+  EXPECT_TRUE(
+      WaitFor([&] { return Stored(*profd, id_a) && Stored(*profd, id_b); }, absl::Seconds(30)))
+      << profd->log();
+  EXPECT_NE(profd->log().find("resuming 2 pending uploads"), std::string::npos) << profd->log();
+  EXPECT_EQ(Sha256File(Get(*profd, id_b) + "/trace-777.json.gz"), Sha256File(b));
+  Get(*profd, id_a);
+}
+
+TEST_F(StoreProfctlTest, RefusedCredentialsAreExplainedAndTheTraceKept) {
+  s3rver_->Start();
+  setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGKEY", 1);  // s3rver knows only S3RVER
+  auto profd = StartProfd("s3://traces/creds");
+  std::string id = Import(*profd, MakeTraceFile(scratch_.File("c.json"), 3, 0, false));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor(
+      [&] { return profd->Profctl({"spool"}).out.find("access denied") != std::string::npos; },
+      absl::Seconds(10)));
+  RunResult spool = profd->Profctl({"spool"});
+  EXPECT_NE(spool.out.find("InvalidAccessKeyId"), std::string::npos) << spool.out;
+  EXPECT_NE(spool.out.find("AWS_SECRET_ACCESS_KEY"), std::string::npos) << spool.out;
+  EXPECT_NE(profd->log().find("access denied"), std::string::npos);
+  EXPECT_EQ(StateOf(*profd, id), "TRACE_STATE_SPOOLED");
+
+  // Fixed credentials, profd restarted: the kept trace goes up.
+  setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+  profd->Stop();
+  profd->Start();
+  EXPECT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(30))) << profd->log();
+}
+
+TEST_F(StoreProfctlTest, MissingBucketIsExplainedAndTheTraceKept) {
+  s3rver_->Start();
+  auto profd = StartProfd("s3://no-such-bucket/p");
+  std::string id = Import(*profd, MakeTraceFile(scratch_.File("m.json"), 3, 0, false));
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor(
+      [&] { return profd->Profctl({"spool"}).out.find("no such bucket") != std::string::npos; },
+      absl::Seconds(10)))
+      << profd->Profctl({"spool"}).out;
+  EXPECT_EQ(StateOf(*profd, id), "TRACE_STATE_SPOOLED");
+  RunResult show = profd->Profctl({"show", id});
+  EXPECT_EQ(show.exit_code, 0);
+  EXPECT_NE(show.out.find("no such bucket"), std::string::npos) << show.out;
+  EXPECT_TRUE(fs::exists(spool_.File("pending/" + id + "/manifest.json")));
+}
+
+TEST_F(StoreProfctlTest, FullSpoolRefusesNewTracesAndKeepsTheOthers) {
+  auto profd = StartProfd("s3://traces/full", {"--spool_max_bytes=64KiB"});  // store down
+  std::string file = MakeTraceFile(scratch_.File("f.json.gz"), 3, 12 << 10, true);
+  std::vector<std::string> kept;
+  RunResult refused;
+  for (int i = 0; i < 10; ++i) {
+    RunResult r = profd->Profctl({"--json", "import", file});
+    if (r.exit_code != 0) {
+      refused = r;
+      break;
+    }
+    rapidjson::Document doc;
+    doc.Parse(r.out.c_str());
+    kept.push_back(doc["trace"]["capture_id"].GetString());
+  }
+  ASSERT_NE(refused.exit_code, 0) << "the spool never filled";
+  EXPECT_NE(refused.err.find("spool full"), std::string::npos) << refused.err;
+  EXPECT_NE(refused.err.find("--spool_max_bytes"), std::string::npos) << refused.err;
+  ASSERT_GE(kept.size(), 1u);
+  for (const std::string& id : kept) EXPECT_EQ(StateOf(*profd, id), "TRACE_STATE_SPOOLED") << id;
+  EXPECT_NE(profd->Profctl({"spool"}).out.find("captures refused (spool full) 1"),
+            std::string::npos);
+}
+
+TEST_F(StoreProfctlTest, LocalStoreIsTheDefaultShape) {
+  TempDir traces;
+  auto profd = StartProfd("file://" + traces.path());
+  std::string file = MakeTraceFile(scratch_.File("l.json.gz"), 7, 1000, true);
+  std::string id = Import(*profd, file);
+  ASSERT_FALSE(id.empty()) << profd->log();
+  ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(10)));
+  std::string day = id.substr(0, 4) + "/" + id.substr(4, 2) + "/" + id.substr(6, 2);
+  EXPECT_TRUE(fs::exists(
+      traces.File(day + "/" + id.substr(17, id.size() - 26) + "/" + id + "/trace-777.json.gz")))
+      << id;
+  EXPECT_EQ(Sha256File(Get(*profd, id) + "/trace-777.json.gz"), Sha256File(file));
+  RunResult status = profd->Profctl({"status"});
+  EXPECT_NE(status.out.find("file://" + traces.path()), std::string::npos) << status.out;
+}
+
+}  // namespace
+}  // namespace profd::testing
+
+namespace profd::testing {
+namespace {
+
+// A real capture (the lead's replay agent feeds a recorded CUPTI capture through the real agent
+// library) goes from profctl capture through the spool into the S3 store.
+TEST_F(StoreProfctlTest, RealCaptureReachesTheStore) {
+  s3rver_->Start();
+  TempDir captures;
+  auto profd = StartProfd("s3://traces/captures", {"--capture_dir=" + captures.path()});
+  auto agent = std::make_unique<Subprocess>(
+      std::vector<std::string>{BuildPath("tests/integration/replay_agent"),
+                               SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")},
+      std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", profd->agent_socket()}});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        rapidjson::Document d = profd->ProfctlJson({"agents"});
+        return d["agents"].GetArray().Size() == 1;
+      },
+      absl::Seconds(5)));
+  rapidjson::Document c =
+      profd->ProfctlJson({"capture", "--pid", std::to_string(agent->pid()), "--duration", "300ms"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd->log();
+  std::string id = c["capture_id"].GetString();
+  ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(30))) << profd->log();
+  std::string dir = Get(*profd, id);
+  std::string trace = c["files"][0]["name"].GetString();
+  EXPECT_EQ(Sha256File(dir + "/" + trace), c["files"][0]["sha256"].GetString());
+  RunResult show = profd->Profctl({"show", id});
+  EXPECT_NE(show.out.find("profd_test_kernel"), std::string::npos) << show.out;
+}
+
+}  // namespace
+}  // namespace profd::testing

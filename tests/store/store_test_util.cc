@@ -1,0 +1,157 @@
+#include "tests/store/store_test_util.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <stdexcept>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "daemon/store/digest.h"
+
+namespace profd::testing {
+
+namespace fs = std::filesystem;
+
+int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+namespace {
+
+bool Accepts(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  bool ok = connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  close(fd);
+  return ok;
+}
+
+std::string S3rverScript() {
+  // ctest's environment may lack PROFD_SOURCE_DIR: fall back to the source tree built from.
+  const char* env = std::getenv("PROFD_SOURCE_DIR");
+  std::string root = env && env[0] ? env : PROFD_TEST_SOURCE_DIR;
+  return root + "/tests/store/s3rver/node_modules/s3rver/bin/s3rver.js";
+}
+
+}  // namespace
+
+S3rverProcess::S3rverProcess(std::vector<std::string> buckets)
+    : buckets_(std::move(buckets)), port_(FreeLoopbackPort()) {}
+
+S3rverProcess::~S3rverProcess() { Stop(); }
+
+bool S3rverProcess::Installed() { return fs::exists(S3rverScript()); }
+
+void S3rverProcess::Start() {
+  std::vector<std::string> argv = {"/usr/bin/env", "node",       S3rverScript(),
+                                   "-d",           data_.path(), "-a",
+                                   "127.0.0.1",    "-p",         std::to_string(port_)};
+  for (const std::string& b : buckets_) {
+    argv.push_back("--configure-bucket");
+    argv.push_back(b);
+  }
+  process_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{},
+                                          data_.File("s3rver.log"));
+  if (!WaitFor([&] { return Accepts(port_) || !process_->Running(); }, absl::Seconds(20)) ||
+      !process_->Running()) {
+    throw std::runtime_error("s3rver did not start:\n" +
+                             ReadFileOrEmpty(data_.File("s3rver.log.err")));
+  }
+}
+
+void S3rverProcess::Stop() {
+  if (!process_) return;
+  process_->Signal(SIGTERM);
+  process_->Wait(absl::Seconds(10));
+  process_.reset();
+  WaitFor([&] { return !Accepts(port_); }, absl::Seconds(5));
+}
+
+std::string S3rverProcess::log() const {
+  return ReadFileOrEmpty(data_.File("s3rver.log")) + ReadFileOrEmpty(data_.File("s3rver.log.err"));
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string Sha256File(const std::string& path) {
+  auto sha = profd::store::Sha256OfFile(path);
+  return sha.ok() ? *sha : "";
+}
+
+std::string MakeTraceFile(const std::string& path, int kernels, uint64_t padding, bool gzip) {
+  std::string json = R"({"schemaVersion": 1, "traceName": "test", "traceEvents": [)";
+  absl::StrAppend(&json, R"({"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel",)",
+                  R"("pid":777,"tid":1,"ts":0.0,"dur":2.0})");
+  for (int i = 0; i < kernels; ++i) {
+    absl::StrAppend(&json, R"(,{"ph":"X","cat":"kernel","name":"kernel_)", i % 3,
+                    R"(","pid":0,"tid":7,"ts":)", 10 + i * 10, R"(,"dur":)", 1 + i % 3,
+                    R"(,"args":{"device":0,"stream":7}})");
+  }
+  json += R"(], "padding": ")";
+  // Incompressible padding: random base64 letters, so gzip keeps it about this size.
+  static const char kAlphabet[] =
+      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::mt19937_64 random(padding + kernels);
+  for (uint64_t i = 0; i < padding; ++i) json.push_back(kAlphabet[random() % 64]);
+  json += "\"}\n";
+  if (gzip) {
+    gzFile out = gzopen(path.c_str(), "wb6");
+    gzwrite(out, json.data(), static_cast<unsigned>(json.size()));
+    gzclose(out);
+  } else {
+    std::ofstream(path, std::ios::binary) << json;
+  }
+  return path;
+}
+
+std::string MakeCaptureFolder(const std::string& parent, const std::string& id,
+                              const std::string& hostname, const std::string& pod, uint64_t padding,
+                              absl::Time started) {
+  std::string folder = parent + "/" + id;
+  fs::create_directories(folder);
+  std::string trace = MakeTraceFile(folder + "/trace-777.json.gz", 5, padding, true);
+  std::ofstream(folder + "/summary.json")
+      << R"({"window_ns": "50000", "events": "6", "gpus": [{"device": 0, "kernels": "5"}]})";
+  std::string files;
+  for (const std::string& name : {std::string("trace-777.json.gz"), std::string("summary.json")}) {
+    if (!files.empty()) files += ",";
+    absl::StrAppend(&files, R"({"name":")", name, R"(","bytes":)",
+                    fs::file_size(folder + "/" + name), R"(,"sha256":")",
+                    Sha256File(folder + "/" + name), "\"}");
+  }
+  std::ofstream(folder + "/manifest.json")
+      << absl::StrCat(R"({"capture_id":")", id, R"(","hostname":")", hostname,
+                      R"(","label":"test capture","started_unix_ns":)", absl::ToUnixNanos(started),
+                      R"(,"processes":[{"pid":777,"comm":"python3","pod_name":")", pod,
+                      R"(","pod_namespace":"serving"}],"files":[)", files, "]}");
+  return folder;
+}
+
+}  // namespace profd::testing

@@ -1,0 +1,58 @@
+// Test support for the store tests: a real s3rver (S3-protocol server, npm) on a free loopback
+// port, and capture folders shaped as docs/TRACE_FORMAT.md describes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "tests/support/subprocess.h"
+
+namespace profd::testing {
+
+// s3rver in a child process. It checks that the access key id is one it knows (S3RVER) and
+// accepts any SigV4 signature from it; buckets are created at start (--configure-bucket).
+class S3rverProcess {
+ public:
+  explicit S3rverProcess(std::vector<std::string> buckets);
+  ~S3rverProcess();
+
+  // node_modules installed by scripts/setup.sh.
+  static bool Installed();
+  // Starts on port() (the same port again after Stop) and waits until it accepts connections.
+  void Start();
+  void Stop();
+  int port() const { return port_; }
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // Where s3rver keeps an object's bytes on disk (to check what arrived).
+  std::string data_dir() const { return data_.path(); }
+  // Its request log (one line per request: method, path and query).
+  std::string log() const;
+
+ private:
+  std::vector<std::string> buckets_;
+  TempDir data_;
+  int port_;
+  std::unique_ptr<Subprocess> process_;
+};
+
+// A port on 127.0.0.1 nothing listens on now.
+int FreeLoopbackPort();
+
+// Writes a capture folder <parent>/<id>/ with manifest.json (files with sizes and sha256),
+// trace-<pid>.json.gz (a small Kineto-style trace, padded with `padding` incompressible bytes in a
+// metadata string) and summary.json. Returns the folder.
+std::string MakeCaptureFolder(const std::string& parent, const std::string& id,
+                              const std::string& hostname, const std::string& pod,
+                              uint64_t padding = 0, absl::Time started = absl::Now());
+
+// A gzip Chrome-trace JSON file with `kernels` kernel events and about `padding` bytes of
+// incompressible text; returns the path.
+std::string MakeTraceFile(const std::string& path, int kernels, uint64_t padding, bool gzip);
+
+std::string Sha256File(const std::string& path);
+std::string ReadFile(const std::string& path);
+
+}  // namespace profd::testing
