@@ -173,6 +173,8 @@ int Main(int argc, char** argv) {
   capture_options.max_events = absl::GetFlag(FLAGS_max_capture_events);
   capture_options.record_batches = absl::GetFlag(FLAGS_record_batches);
   if (spool) {
+    // A full spool refuses new captures up front rather than losing them at the end.
+    capture_options.check_space = [&spool] { return spool->CheckSpace(0); };
     // Every finished capture goes to the store through the spool (hard links, no second copy);
     // its folder in --capture_dir stays where profctl capture --output reads it.
     capture_options.on_complete =

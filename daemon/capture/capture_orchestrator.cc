@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "daemon/analysis/analysis.h"
 #include "daemon/log.h"
 #include "daemon/trace/capture_summary.h"
 #include "daemon/trace/chrome_trace_writer.h"
@@ -440,7 +441,19 @@ class CaptureOrchestrator::Capture {
 
     if (info_.files_size() > 0) {
       info_.set_location(folder_);
-      absl::Status s = WriteFileAtomically(folder_ + "/summary.json", ToJson(info_.summary()));
+      // The seeds' bottleneck analysis, done once here for every capture: summary.json is the
+      // report `profctl report` prints. If it cannot be made, the short summary stands in.
+      std::vector<std::string> paths;
+      for (const auto& f : info_.files()) paths.push_back(f.path());
+      absl::Status s;
+      absl::StatusOr<analysis::Report> report = analysis::AnalyzeTraceFiles(paths);
+      if (report.ok()) {
+        s = analysis::WriteReportJson(*report, folder_ + "/summary.json");
+      } else {
+        LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
+                   report.status().message());
+        s = WriteFileAtomically(folder_ + "/summary.json", ToJson(info_.summary()));
+      }
       if (s.ok()) s = WriteFileAtomically(folder_ + "/manifest.json", ToJson(info_));
       if (!s.ok()) {
         info_.set_phase(v1::CAPTURE_PHASE_FAILED);
@@ -613,6 +626,9 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     return absl::ResourceExhaustedError(absl::StrCat(
         "only ", free_bytes >> 20, " MiB free in ", options_.capture_dir,
         ": free some space or point profd --capture_dir elsewhere"));
+  }
+  if (options_.check_space) {
+    if (absl::Status room = options_.check_space(); !room.ok()) return room;
   }
 
   // When.

@@ -43,6 +43,9 @@ struct CaptureOptions {
   // (the folder itself when unset).
   std::function<absl::StatusOr<std::string>(const v1::CaptureInfo& info, const std::string& folder)>
       on_complete;
+  // Optional: asked before a capture starts whether the store can take one more (the spool's
+  // cap); an error refuses the capture with its message.
+  std::function<absl::Status()> check_space;
   // Optional: told about every finished capture (metrics).
   std::function<void(const v1::CaptureInfo& info)> on_finished;
 };
