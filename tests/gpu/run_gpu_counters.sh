@@ -13,7 +13,7 @@ export PROFD_TARGET=unix:$RT/profd.sock PROFD_AGENT_SOCKET=$RT/agent.sock
 profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures --heartbeat_interval=200ms > $RT/profd.log 2>&1 &
 P=$!
 sleep 0.5
-CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so $DIST/share/profd/tests/cuda_workload burst --kernels 1000 --bytes 8388608 > $RT/w.out 2>&1 &
+PROFD_AGENT_COUNTERS=exact CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so $DIST/share/profd/tests/cuda_workload burst --kernels 1000 --bytes 8388608 > $RT/w.out 2>&1 &
 W=$!
 for _ in $(seq 300); do grep -q ready $RT/w.out && break; sleep 0.1; done
 sleep 1
