@@ -14,9 +14,13 @@
 """
 import ctypes
 import os
+import signal
+
+# Before torch starts any thread: every thread inherits the mask, so SIGUSR1/SIGTERM reach only
+# sigwait in the main thread (a thread with the default action would end the process).
+signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})
 import argparse
 import json
-import signal
 import sys
 import time
 
@@ -41,7 +45,6 @@ def serve(args):
     for _ in range(10):
         step(model, ids)
     torch.cuda.synchronize()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGUSR1, signal.SIGTERM})
     print("ready", flush=True)
     while True:
         sig = signal.sigwait({signal.SIGUSR1, signal.SIGTERM})
@@ -75,7 +78,6 @@ def torchprof(args):
 def hold(args):
     from torch.profiler import ProfilerActivity, profile
     model, ids = model_and_input()
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     with profile(activities=[ProfilerActivity.CUDA]):
         step(model, ids)
         print("holding", flush=True)
@@ -125,4 +127,6 @@ if __name__ == "__main__":
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--out", default="torch_trace.json")
     a = p.parse_args()
+    if a.mode in ("torchprof", "loop"):
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGUSR1, signal.SIGTERM})
     {"serve": serve, "torchprof": torchprof, "hold": hold, "loop": loop}[a.mode](a)

@@ -86,7 +86,8 @@ say "gpt2 profd capture: $(grep 'steps done' $RT/g.out)"
 python3 tests/gpu/check_trace.py "$t" | tee -a "$OUT/summary.txt"
 # Metrics while GPT-2 runs: NVML and the agent's counters on a real GPU, and a real Prometheus
 # asking every dashboard query (a Prometheus binary, if carried, at $DIST/../prometheus).
-( for _ in $(seq 60); do kill -USR1 $G; sleep 0.3; done ) &
+( for _ in $(seq 60); do kill -USR1 $G 2>/dev/null; sleep 0.3; done ) &
+SIGNALS=$!
 sleep 3
 python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9477/metrics').read().decode())" > "$OUT/metrics_gpu.txt"
 python3 - "$OUT/metrics_gpu.txt" $G <<'PY' | tee -a "$OUT/summary.txt"
@@ -102,7 +103,7 @@ if [ -x "$DIST/../prometheus" ]; then
   python3 tests/gpu/check_dashboard.py "$DIST/../prometheus" deploy/grafana/profd-dashboard.json 127.0.0.1:9477 $RT > "$OUT/dashboard.txt" 2>&1
   say "dashboard through a real Prometheus: $(tail -1 $OUT/dashboard.txt)"
 fi
-wait
+wait $SIGNALS
 # The bottleneck report on our capture and on torch.profiler's export of the same 20 steps.
 profctl report "$RT/gpt2_profd_trace.json.gz" > "$OUT/report_profd.txt" 2>&1
 profctl report --json "$RT/gpt2_profd_trace.json.gz" > "$RT/report_profd.json" 2>/dev/null
