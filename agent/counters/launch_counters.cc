@@ -154,11 +154,13 @@ std::string LaunchCounters::Enable() {
   }
   if (mode && std::strcmp(mode, "exact") == 0) {
     sample_every_ = 1;
+  } else if (mode && std::strcmp(mode, "memory") == 0) {
+    sample_every_ = 0;  // memory only: no launch callbacks at all
   } else {
     const char* every = std::getenv("PROFD_AGENT_LAUNCH_SAMPLE_EVERY");
     sample_every_ = every && std::atoi(every) > 0 ? static_cast<uint32_t>(std::atoi(every)) : 10;
   }
-  weight_.store(sample_every_);
+  weight_.store(sample_every_ == 0 ? 1 : sample_every_);
   if (!QueryCudaDevices().driver_loaded) return "the process has no CUDA driver loaded";
   const CuptiLibrary& cupti = LoadCupti();
   if (!cupti.loaded) return "cannot load CUPTI: " + cupti.error;
@@ -195,7 +197,8 @@ bool LaunchCounters::SetActive(bool active) {
   }
   active_.store(active);
   // Exact counting, or the start of a sampling interval.
-  EnableLaunchCallbacks(active && (sample_every_ == 1 || ticks_ % sample_every_ == 0));
+  EnableLaunchCallbacks(active && sample_every_ != 0 &&
+                        (sample_every_ == 1 || ticks_ % sample_every_ == 0));
   return ok;
 }
 

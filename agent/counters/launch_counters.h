@@ -11,7 +11,8 @@
 // costs ~3 % of a launch-bound loop, so by default (PROFD_AGENT_COUNTERS=sampled) launches are
 // counted during one heartbeat interval in PROFD_AGENT_LAUNCH_SAMPLE_EVERY (10), each counting
 // 10: rate() stays right for steady work at a tenth of the cost. Memory calls are rare and always
-// counted exactly. PROFD_AGENT_COUNTERS=exact counts every launch; =off holds no CUPTI at all.
+// counted exactly. PROFD_AGENT_COUNTERS=exact counts every launch, =memory counts no launches,
+// =off holds no CUPTI at all.
 //
 // Holding the callback subscription means holding CUPTI's one subscriber slot for the life of
 // the process: captures reuse it, but torch.profiler/Nsight cannot subscribe in that process

@@ -10,7 +10,8 @@ export LD_LIBRARY_PATH=$DIST/lib:${LD_LIBRARY_PATH:-}
 export PATH=$DIST/bin:$PATH
 RT=/tmp/profd-counters; rm -rf $RT; mkdir -p $RT
 export PROFD_TARGET=unix:$RT/profd.sock PROFD_AGENT_SOCKET=$RT/agent.sock
-profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures --heartbeat_interval=200ms > $RT/profd.log 2>&1 &
+profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures --heartbeat_interval=200ms \
+  --metrics_address=none --spool_dir=$RT/spool --store=file://$RT/store > $RT/profd.log 2>&1 &
 P=$!
 sleep 0.5
 PROFD_AGENT_COUNTERS=exact CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so $DIST/share/profd/tests/cuda_workload burst --kernels 1000 --bytes 8388608 > $RT/w.out 2>&1 &
@@ -38,3 +39,4 @@ print("launch delta %d (expected 3000): %s; allocated %d, peak %d (expected 8388
          "EXACT" if a[2] == 8388612 and a[3] == 8388612 else "MISMATCH"))
 PY
 kill $W $P
+wait $P 2>/dev/null

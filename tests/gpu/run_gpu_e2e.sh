@@ -143,7 +143,7 @@ done
 python3 - "$RT" <<'PY' | tee -a "$OUT/summary.txt"
 import glob, statistics as s, sys
 def med(pattern):
-    v = [float(l.split()[2]) for f in glob.glob(sys.argv[1] + pattern) for l in open(f) if l.startswith("window")]
+    v = [float(l.split()[4]) for f in glob.glob(sys.argv[1] + pattern) for l in open(f) if l.startswith("window")]
     return s.median(v), min(v), max(v)
 a, b = med("/noagent*.txt"), med("/agent*.txt")
 print("launch loop ns/launch: no agent median %.0f (%.0f-%.0f), agent idle median %.0f (%.0f-%.0f)" % (a + b))

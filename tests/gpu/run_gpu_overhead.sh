@@ -25,12 +25,15 @@ drive_captures() {  # pid prefix
   done
 }
 
-profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures > "$RT/profd.log" 2>&1 &
+profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures --metrics_address=none \
+  --spool_dir=$RT/spool --store=file://$RT/store > "$RT/profd.log" 2>&1 &
 sleep 0.5
 
 # Launch-bound loop: 50 000 empty-kernel launches per window.
-CUDA_INJECTION64_PATH=$AGENT $WORKLOAD loop --launches 50000 --windows 21 --toggle counters > $RT/loop_counters.txt
-res "launch loop, agent counters off/on" "$($REPORT $RT/loop_counters.txt)"
+for mode in exact memory; do
+  PROFD_AGENT_COUNTERS=$mode CUDA_INJECTION64_PATH=$AGENT $WORKLOAD loop --launches 50000 --windows 21 --toggle counters > $RT/loop_counters_$mode.txt
+  res "launch loop, agent counters ($mode) off/on" "$($REPORT $RT/loop_counters_$mode.txt)"
+done
 $WORKLOAD loop --launches 50000 --windows 21 --toggle raw-cupti > $RT/loop_raw.txt
 res "launch loop, raw CUPTI kernel+memcpy+memset+runtime off/on (no agent)" "$($REPORT $RT/loop_raw.txt)"
 CUDA_INJECTION64_PATH=$AGENT $WORKLOAD loop --launches 50000 --windows 61 --toggle none > $RT/loop_cap.txt &
@@ -41,8 +44,10 @@ wait $W
 res "launch loop, profd capture (default kinds) outside/inside" "$($REPORT $RT/loop_cap.txt $RT/loop.cap*.json)"
 
 # GPT-2 small fp16 inference, 15 steps per window.
-CUDA_INJECTION64_PATH=$AGENT python3 tests/gpu/gpt2_workload.py loop --windows 21 --steps 15 --toggle counters > $RT/gpt2_counters.txt
-res "gpt2, agent counters off/on" "$($REPORT $RT/gpt2_counters.txt)"
+for mode in exact memory; do
+  PROFD_AGENT_COUNTERS=$mode CUDA_INJECTION64_PATH=$AGENT python3 tests/gpu/gpt2_workload.py loop --windows 21 --steps 15 --toggle counters > $RT/gpt2_counters_$mode.txt
+  res "gpt2, agent counters ($mode) off/on" "$($REPORT $RT/gpt2_counters_$mode.txt)"
+done
 python3 tests/gpu/gpt2_workload.py loop --windows 21 --steps 15 --toggle torch > $RT/gpt2_torch.txt 2>/dev/null
 res "gpt2, torch.profiler (CUDA activities) off/on (no agent)" "$($REPORT $RT/gpt2_torch.txt)"
 CUDA_INJECTION64_PATH=$AGENT python3 tests/gpu/gpt2_workload.py loop --windows 81 --steps 15 --toggle none > $RT/gpt2_cap.txt &
@@ -51,6 +56,7 @@ for _ in $(seq 600); do grep -q "^window 2 " $RT/gpt2_cap.txt 2>/dev/null && bre
 drive_captures $G gpt2
 wait $G
 res "gpt2, profd capture (default kinds) outside/inside" "$($REPORT $RT/gpt2_cap.txt $RT/gpt2.cap*.json)"
-cp $RT/loop_counters.txt $RT/gpt2_cap.txt $RT/gpt2_torch.txt "$OUT/" 2>/dev/null
-tail -3 $RT/gpt2.cap1.json > /dev/null
+ls $RT/*.cap*.json 2>/dev/null | wc -l | xargs echo "captures driven:" | tee -a "$OUT/overhead.txt"
+tail -2 $RT/profd.log >> "$OUT/overhead.txt"
 kill %1 2>/dev/null
+wait
