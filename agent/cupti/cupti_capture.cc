@@ -18,7 +18,7 @@ constexpr size_t kPoolBuffers = 16;
 constexpr size_t kBufferBytes = 8u << 20;
 // Batches are cut at this size so frames stay far below the channel's 16 MiB limit.
 constexpr size_t kBatchBytes = 1u << 20;
-constexpr uint32_t kDefaultFlushMs = 250;
+constexpr uint32_t kDefaultFlushMs = 500;
 
 std::atomic<CuptiCapture*> g_active{nullptr};
 
@@ -203,6 +203,13 @@ void CuptiCapture::Run(wire::StartCapture request) {
     dropped_ = dropped_total_ = lost_events_ = batches_ = 0;
   }
   pool_.Allocate(kPoolBuffers, kBufferBytes);
+  {
+    std::lock_guard<std::mutex> lock(completed_mutex_);
+    converter_stop_ = false;
+    completed_.clear();
+  }
+  dropped_pending_.store(0);
+  converter_thread_ = std::thread([this] { ConvertLoop(); });
   g_active.store(this);
   cupti.ActivityRegisterCallbacks(&CuptiCapture::BufferRequested, &CuptiCapture::BufferCompleted);
 
@@ -241,6 +248,12 @@ void CuptiCapture::Run(wire::StartCapture request) {
 
   if (enabled.empty()) {
     g_active.store(nullptr);
+    {
+      std::lock_guard<std::mutex> lock(completed_mutex_);
+      converter_stop_ = true;
+    }
+    completed_cv_.notify_all();
+    converter_thread_.join();
     if (own_subscription) cupti.Unsubscribe(subscriber);
     pool_.Release();
     Fail(id, wire::CaptureError::kCuptiFailed, "no activity kind could be enabled: " + warnings);
@@ -278,11 +291,21 @@ void CuptiCapture::Run(wire::StartCapture request) {
   cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   g_active.store(nullptr);
   if (own_subscription) cupti.Unsubscribe(subscriber);
+  {
+    // Every buffer is now queued; the converter drains the queue, then ends.
+    std::lock_guard<std::mutex> lock(completed_mutex_);
+    converter_stop_ = true;
+  }
+  completed_cv_.notify_all();
+  converter_thread_.join();
 
   status = wire::CaptureStatus{};
   {
     std::lock_guard<std::mutex> lock(convert_mutex_);
-    if (converter_->pending_events() > 0 || dropped_ > 0 || first_batch_) EmitBatch();
+    if (converter_->pending_events() > 0 || dropped_ > 0 || dropped_pending_.load() > 0 ||
+        first_batch_) {
+      EmitBatch();
+    }
     status.events = converter_->total_events() - lost_events_;
     status.truncated = converter_->truncated();
     status.dropped_records = dropped_total_ + lost_events_;
@@ -306,6 +329,7 @@ void CuptiCapture::Run(wire::StartCapture request) {
 }
 
 void CuptiCapture::EmitBatch() {
+  dropped_ += dropped_pending_.exchange(0);
   uint64_t events = converter_->pending_events();
   converter_->TakeBatch(dropped_, first_batch_ ? clock_ : nullptr,
                         first_batch_ ? &devices_ : nullptr, &batch_buffer_);
@@ -327,23 +351,42 @@ void CuptiCapture::BufferCompleted(CUcontext context, uint32_t stream_id, uint8_
                                    size_t size, size_t valid_size) {
   CuptiCapture* self = g_active.load();
   if (self == nullptr) return;
-  const CuptiLibrary& cupti = LoadCupti();
-  {
-    std::lock_guard<std::mutex> lock(self->convert_mutex_);
-    if (self->converter_) {
-      CUpti_Activity* record = nullptr;
-      while (cupti.ActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
-        self->converter_->Add(record);
-        if (self->converter_->pending_bytes() >= kBatchBytes) self->EmitBatch();
-      }
-      size_t dropped = 0;
-      if (cupti.ActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS) {
-        self->dropped_ += dropped;
-      }
-      if (self->converter_->pending_events() > 0) self->EmitBatch();
-    }
+  size_t dropped = 0;
+  if (LoadCupti().ActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS) {
+    self->dropped_pending_.fetch_add(dropped);
   }
-  self->pool_.Return(buffer);
+  {
+    std::lock_guard<std::mutex> lock(self->completed_mutex_);
+    self->completed_.push_back({buffer, valid_size});
+  }
+  self->completed_cv_.notify_one();
+}
+
+void CuptiCapture::ConvertLoop() {
+  pthread_setname_np(pthread_self(), "profagent-conv");
+  const CuptiLibrary& cupti = LoadCupti();
+  std::vector<Completed> work;
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(completed_mutex_);
+      completed_cv_.wait(lock, [this] { return converter_stop_ || !completed_.empty(); });
+      if (completed_.empty() && converter_stop_) return;
+      work.swap(completed_);
+    }
+    for (const Completed& c : work) {
+      {
+        std::lock_guard<std::mutex> lock(convert_mutex_);
+        CUpti_Activity* record = nullptr;
+        while (cupti.ActivityGetNextRecord(c.buffer, c.valid_size, &record) == CUPTI_SUCCESS) {
+          converter_->Add(record);
+          if (converter_->pending_bytes() >= kBatchBytes) EmitBatch();
+        }
+        if (converter_->pending_events() > 0) EmitBatch();
+      }
+      pool_.Return(c.buffer);
+    }
+    work.clear();
+  }
 }
 
 CaptureHandler* CreateCaptureHandler(Agent* agent) { return new CuptiCapture(agent); }

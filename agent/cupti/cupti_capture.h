@@ -5,7 +5,10 @@
 // Threads: OnStartCapture/OnStopCapture/OnDisconnected come from the agent thread and only hand
 // over to the capture thread (one per capture). CUPTI asks for buffers from whatever thread fills
 // one, application threads included: that path takes no lock (BufferPool). Completed buffers
-// are converted on CUPTI's own thread or on the capture thread while it flushes.
+// are handed by CUPTI's thread to this capture's converter thread and converted there: CUPTI
+// calls BufferCompleted under its own lock, which application threads wait on when they need a
+// new buffer, so that callback only queues (measured: converting inline doubled the capture's
+// cost on a launch-bound loop; docs/OVERHEAD.md).
 #pragma once
 
 #include <atomic>
@@ -58,6 +61,7 @@ class CuptiCapture final : public CaptureHandler {
   void Fail(const std::string& capture_id, wire::CaptureError error, const std::string& message);
   void Send(const wire::CaptureStatus& status);
   void EmitBatch();  // convert_mutex_ held
+  void ConvertLoop();  // the converter thread
 
   static void BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records);
   static void BufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t size,
@@ -74,6 +78,16 @@ class CuptiCapture final : public CaptureHandler {
   std::string current_id_;        // guarded by stop_mutex_
 
   BufferPool pool_;
+  struct Completed {
+    uint8_t* buffer;
+    size_t valid_size;
+  };
+  std::mutex completed_mutex_;
+  std::condition_variable completed_cv_;
+  std::vector<Completed> completed_;  // guarded by completed_mutex_
+  bool converter_stop_ = false;       // guarded by completed_mutex_
+  std::thread converter_thread_;
+  std::atomic<uint64_t> dropped_pending_{0};  // read by BufferCompleted, taken by the converter
   std::mutex convert_mutex_;  // CUPTI's thread vs. the capture thread's final flush
   std::unique_ptr<ActivityConverter> converter_;
   std::vector<wire::DeviceInfo> devices_;

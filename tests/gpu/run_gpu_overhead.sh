@@ -30,7 +30,7 @@ profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures --metrics
 sleep 0.5
 
 # Launch-bound loop: 50 000 empty-kernel launches per window.
-for mode in exact memory; do
+for mode in exact memory sampled; do
   PROFD_AGENT_COUNTERS=$mode CUDA_INJECTION64_PATH=$AGENT $WORKLOAD loop --launches 50000 --windows 21 --toggle counters > $RT/loop_counters_$mode.txt
   res "launch loop, agent counters ($mode) off/on" "$($REPORT $RT/loop_counters_$mode.txt)"
 done
