@@ -150,7 +150,8 @@ void Agent::SendHello() {
   hello_.devices = cuda.devices;
   hello_.cuda_driver_version = cuda.driver_version;
   devices_sent_ = cuda.initialized;
-  if (CaptureHandler* handler = capture_handler_.load()) hello_.cupti_version = handler->CuptiVersion();
+  if (CaptureHandler* handler = capture_handler_.load())
+    hello_.cupti_version = handler->CuptiVersion();
   std::string message;
   wire::EncodeHello(hello_, &message);
   std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -196,8 +197,8 @@ bool Agent::ReadFrames() {
   }
   size_t pos = 0;
   while (in_buffer_.size() - pos >= profd::v1::kAgentFrameHeaderBytes) {
-    uint32_t length =
-        profd::v1::DecodeFrameHeader(reinterpret_cast<const unsigned char*>(in_buffer_.data() + pos));
+    uint32_t length = profd::v1::DecodeFrameHeader(
+        reinterpret_cast<const unsigned char*>(in_buffer_.data() + pos));
     if (length > profd::v1::kMaxAgentFrameBytes) {
       Disconnect("oversized frame from profd");
       return false;
@@ -220,7 +221,8 @@ void Agent::Dispatch(std::string_view frame) {
   CaptureHandler* handler = capture_handler_.load();
   switch (command.kind) {
     case wire::DaemonCommand::Kind::kHelloAck:
-      if (command.heartbeat_interval_ms >= 10) heartbeat_interval_ms_ = command.heartbeat_interval_ms;
+      if (command.heartbeat_interval_ms >= 10)
+        heartbeat_interval_ms_ = command.heartbeat_interval_ms;
       break;
     case wire::DaemonCommand::Kind::kStartCapture:
       if (handler != nullptr) {

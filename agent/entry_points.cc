@@ -6,8 +6,8 @@
 #include "agent/agent.h"
 #include "agent/capture_handler.h"
 #include "agent/counters/launch_counters.h"
-#include "agent/log.h"
 #include "agent/include/profagent.h"
+#include "agent/log.h"
 #include "profd/v1/agent_frame.h"
 
 namespace profagent {

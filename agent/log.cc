@@ -1,10 +1,11 @@
 #include "agent/log.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 
 namespace profagent {
 namespace {

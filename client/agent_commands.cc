@@ -12,8 +12,8 @@ namespace {
 
 std::string PodOf(const profd::v1::AgentInfo& a) {
   if (!a.pod_name().empty()) {
-    std::string pod = a.pod_namespace().empty() ? a.pod_name()
-                                                : a.pod_namespace() + "/" + a.pod_name();
+    std::string pod =
+        a.pod_namespace().empty() ? a.pod_name() : a.pod_namespace() + "/" + a.pod_name();
     return a.container_name().empty() ? pod : pod + "/" + a.container_name();
   }
   if (!a.container_id().empty()) return a.container_id().substr(0, 12);

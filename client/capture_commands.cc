@@ -56,13 +56,20 @@ std::string Bytes(uint64_t b) {
 
 std::string PhaseName(profd::v1::CapturePhase phase) {
   switch (phase) {
-    case profd::v1::CAPTURE_PHASE_PENDING: return "pending";
-    case profd::v1::CAPTURE_PHASE_RUNNING: return "running";
-    case profd::v1::CAPTURE_PHASE_FINISHING: return "finishing";
-    case profd::v1::CAPTURE_PHASE_DONE: return "done";
-    case profd::v1::CAPTURE_PHASE_FAILED: return "failed";
-    case profd::v1::CAPTURE_PHASE_CANCELLED: return "cancelled";
-    default: return "unknown";
+    case profd::v1::CAPTURE_PHASE_PENDING:
+      return "pending";
+    case profd::v1::CAPTURE_PHASE_RUNNING:
+      return "running";
+    case profd::v1::CAPTURE_PHASE_FINISHING:
+      return "finishing";
+    case profd::v1::CAPTURE_PHASE_DONE:
+      return "done";
+    case profd::v1::CAPTURE_PHASE_FAILED:
+      return "failed";
+    case profd::v1::CAPTURE_PHASE_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
   }
 }
 
@@ -103,8 +110,7 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
             << " events, " << Count(s.dropped_records()) << " dropped\n";
   if (!info.message().empty()) std::cout << "  " << info.message() << "\n";
   for (const auto& p : info.processes()) {
-    std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << Count(p.events())
-              << " events";
+    std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << Count(p.events()) << " events";
     if (p.start_latency_ns() > 0) {
       std::cout << ", CUPTI on " << Nanos(static_cast<double>(p.start_latency_ns()))
                 << " after the start";
@@ -130,8 +136,8 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
     Table kernels({"TIME %>", "TOTAL>", "COUNT>", "AVG>", "MIN>", "MAX>", "NAME"}, 80);
     for (const auto& k : s.top_kernels()) {
       kernels.AddRow({absl::StrFormat("%.1f", total ? 100.0 * k.total_ns() / total : 0.0),
-                      Nanos(static_cast<double>(k.total_ns())), Count(k.count()),
-                      Nanos(k.avg_ns()), Nanos(static_cast<double>(k.min_ns())),
+                      Nanos(static_cast<double>(k.total_ns())), Count(k.count()), Nanos(k.avg_ns()),
+                      Nanos(static_cast<double>(k.min_ns())),
                       Nanos(static_cast<double>(k.max_ns())), k.name()});
     }
     std::cout << kernels.Render();
@@ -157,8 +163,7 @@ int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
     fs::copy_file(f.path(), to, fs::copy_options::overwrite_existing, ec);
     if (ec) {
       std::cerr << "profctl: cannot copy " << f.path() << " to " << to.string() << ": "
-                << ec.message()
-                << " (the trace is on the profd host; fetch it with `profctl get "
+                << ec.message() << " (the trace is on the profd host; fetch it with `profctl get "
                 << info.capture_id() << "`)\n";
       return kExitError;
     }
@@ -342,7 +347,8 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   captures->callback([&g, rc, limit] { *rc = RunCaptures(g, *limit); });
 
   auto id = std::make_shared<std::string>();
-  CLI::App* cancel = app.add_subcommand("cancel", "Stop a running capture early (keeps its events)");
+  CLI::App* cancel =
+      app.add_subcommand("cancel", "Stop a running capture early (keeps its events)");
   cancel->add_option("id", *id, "Capture id")->required();
   cancel->callback([&g, rc, id] { *rc = RunCancel(g, *id); });
 }

@@ -51,10 +51,8 @@ ABSL_FLAG(absl::Duration, nvml_sample_interval, absl::Seconds(1),
           "How often GPU utilization and memory are read from NVML");
 ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
           "NVML library to dlopen (a path, or a name the dynamic loader finds)");
-ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1),
-          "How often agents send counters");
-ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10),
-          "An agent silent this long is dropped");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "How often agents send counters");
+ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10), "An agent silent this long is dropped");
 ABSL_FLAG(std::string, capture_dir, "/var/lib/profd/captures",
           "Folder where capture folders (traces, manifest, summary) are written");
 ABSL_FLAG(absl::Duration, max_capture_duration, absl::Seconds(60),
@@ -177,9 +175,9 @@ int Main(int argc, char** argv) {
     capture_options.check_space = [&spool] { return spool->CheckSpace(0); };
     // Every finished capture goes to the store through the spool (hard links, no second copy);
     // its folder in --capture_dir stays where profctl capture --output reads it.
-    capture_options.on_complete =
-        [&spool](const v1::CaptureInfo& info,
-                 const std::string& folder) -> absl::StatusOr<std::string> {
+    capture_options.on_complete = [&spool](
+                                      const v1::CaptureInfo& info,
+                                      const std::string& folder) -> absl::StatusOr<std::string> {
       absl::StatusOr<v1::StoredTrace> queued = spool->SubmitCopy(info.capture_id(), folder);
       if (!queued.ok()) return queued.status();
       return folder;
@@ -258,10 +256,10 @@ int Main(int argc, char** argv) {
     }
   }
   if (grpc_socket != "none") chmod(grpc_socket.c_str(), 0660);
-  LogInfo(kComponent, "profd %s on %s: gRPC %s; metrics %s", PROFD_VERSION, identity.hostname,
-          absl::StrJoin(identity.grpc_addresses, ", "),
-          identity.metrics_address.empty() ? "off"
-                                           : "http://" + identity.metrics_address + "/metrics");
+  LogInfo(
+      kComponent, "profd %s on %s: gRPC %s; metrics %s", PROFD_VERSION, identity.hostname,
+      absl::StrJoin(identity.grpc_addresses, ", "),
+      identity.metrics_address.empty() ? "off" : "http://" + identity.metrics_address + "/metrics");
 
   int received = 0;
   sigwait(&signals, &received);

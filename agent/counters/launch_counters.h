@@ -71,11 +71,11 @@ class LaunchCounters {
   void EnableLaunchCallbacks(bool on);
 
   Device devices_[kMaxDevices];
-  uint32_t sample_every_ = 0;              // set by Enable, before any callback
-  std::atomic<uint64_t> weight_{1};        // what one counted launch adds
-  std::atomic<bool> active_{false};        // SetActive
-  std::atomic<bool> launches_on_{false};   // launch callbacks enabled now
-  uint64_t ticks_ = 0;                     // agent thread
+  uint32_t sample_every_ = 0;             // set by Enable, before any callback
+  std::atomic<uint64_t> weight_{1};       // what one counted launch adds
+  std::atomic<bool> active_{false};       // SetActive
+  std::atomic<bool> launches_on_{false};  // launch callbacks enabled now
+  uint64_t ticks_ = 0;                    // agent thread
   AddressTable pointers_;  // device pointers, and cuMemCreate handles with the top bit set
   std::atomic<CUpti_SubscriberHandle> subscriber_{nullptr};
 };

@@ -8,9 +8,20 @@ namespace {
 
 // profd.v1.EventBatch field numbers (proto/profd/v1/events.proto).
 enum BatchField : uint32_t {
-  kCaptureId = 1, kSequence = 2, kStrings = 3, kKernels = 4, kMemcpys = 5, kMemsets = 6,
-  kApiCalls = 7, kSyncs = 8, kMemoryOps = 9, kOverheads = 10, kMarkers = 11, kDevices = 12,
-  kClock = 13, kDropped = 14,
+  kCaptureId = 1,
+  kSequence = 2,
+  kStrings = 3,
+  kKernels = 4,
+  kMemcpys = 5,
+  kMemsets = 6,
+  kApiCalls = 7,
+  kSyncs = 8,
+  kMemoryOps = 9,
+  kOverheads = 10,
+  kMarkers = 11,
+  kDevices = 12,
+  kClock = 13,
+  kDropped = 14,
 };
 
 constexpr uint32_t kApiDomainRuntime = 1, kApiDomainDriver = 2;
@@ -28,7 +39,8 @@ std::string ActivityConverter::StripVersionSuffix(const char* name) {
   size_t v = s.rfind("_v");
   if (v != std::string::npos && v + 2 < s.size()) {
     bool digits = true;
-    for (size_t i = v + 2; i < s.size(); ++i) digits = digits && std::isdigit(static_cast<unsigned char>(s[i]));
+    for (size_t i = v + 2; i < s.size(); ++i)
+      digits = digits && std::isdigit(static_cast<unsigned char>(s[i]));
     if (digits) s.resize(v);
   }
   return s;
@@ -61,9 +73,10 @@ uint32_t ActivityConverter::InternApi(CUpti_CallbackDomain domain, uint32_t cbid
   auto it = by_api_.find(key);
   if (it != by_api_.end()) return it->second;
   const char* raw = api_name_ ? api_name_(domain, cbid) : nullptr;
-  std::string name = raw ? StripVersionSuffix(raw)
-                         : (domain == CUPTI_CB_DOMAIN_DRIVER_API ? "cuda_driver_" : "cuda_runtime_") +
-                               std::to_string(cbid);
+  std::string name =
+      raw ? StripVersionSuffix(raw)
+          : (domain == CUPTI_CB_DOMAIN_DRIVER_API ? "cuda_driver_" : "cuda_runtime_") +
+                std::to_string(cbid);
   uint32_t id = InternString(name);
   by_api_[key] = id;
   return id;

@@ -75,8 +75,8 @@ void BufferPool::Release() {
 uint8_t* BufferPool::Acquire() {
   for (size_t i = 0; i < count_; ++i) {
     bool expected = false;
-    if (slots_[i].data && slots_[i].in_use.compare_exchange_strong(expected, true,
-                                                                   std::memory_order_acquire)) {
+    if (slots_[i].data &&
+        slots_[i].in_use.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
       return slots_[i].data;
     }
   }
@@ -216,8 +216,8 @@ void CuptiCapture::Run(wire::StartCapture request) {
   // 4. A common start across processes and nodes: wait for the wall-clock time asked for.
   if (request.start_at_realtime_ns > Now(CLOCK_REALTIME)) {
     std::unique_lock<std::mutex> lock(stop_mutex_);
-    stop_cv_.wait_for(lock, std::chrono::nanoseconds(request.start_at_realtime_ns -
-                                                     Now(CLOCK_REALTIME)),
+    stop_cv_.wait_for(lock,
+                      std::chrono::nanoseconds(request.start_at_realtime_ns - Now(CLOCK_REALTIME)),
                       [this] { return stop_requested_; });
   }
 
@@ -274,8 +274,8 @@ void CuptiCapture::Run(wire::StartCapture request) {
   while (true) {
     {
       std::unique_lock<std::mutex> lock(stop_mutex_);
-      auto wake = std::min(deadline, std::chrono::steady_clock::now() +
-                                         std::chrono::milliseconds(flush_ms));
+      auto wake = std::min(deadline,
+                           std::chrono::steady_clock::now() + std::chrono::milliseconds(flush_ms));
       stop_cv_.wait_until(lock, wake, [this] { return stop_requested_; });
       if (stop_requested_ || std::chrono::steady_clock::now() >= deadline) break;
     }
@@ -318,8 +318,8 @@ void CuptiCapture::Run(wire::StartCapture request) {
   status.enabled_realtime_ns = enabled_at;
   status.disabled_realtime_ns = disabled_at;
   if (lost_events_ > 0) {
-    status.message = std::to_string(lost_events_) +
-                     " events lost: the connection to profd could not keep up";
+    status.message =
+        std::to_string(lost_events_) + " events lost: the connection to profd could not keep up";
   }
   Send(status);
   Log(LogLevel::kInfo, "capture %s: done, %llu events, %llu dropped", id.c_str(),

@@ -60,7 +60,7 @@ class CuptiCapture final : public CaptureHandler {
   // Fails the capture with a status to profd.
   void Fail(const std::string& capture_id, wire::CaptureError error, const std::string& message);
   void Send(const wire::CaptureStatus& status);
-  void EmitBatch();  // convert_mutex_ held
+  void EmitBatch();    // convert_mutex_ held
   void ConvertLoop();  // the converter thread
 
   static void BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records);
@@ -75,7 +75,7 @@ class CuptiCapture final : public CaptureHandler {
   std::mutex stop_mutex_;
   std::condition_variable stop_cv_;
   bool stop_requested_ = false;  // guarded by stop_mutex_
-  std::string current_id_;        // guarded by stop_mutex_
+  std::string current_id_;       // guarded by stop_mutex_
 
   BufferPool pool_;
   struct Completed {
@@ -88,14 +88,14 @@ class CuptiCapture final : public CaptureHandler {
   bool converter_stop_ = false;       // guarded by completed_mutex_
   std::thread converter_thread_;
   std::atomic<uint64_t> dropped_pending_{0};  // read by BufferCompleted, taken by the converter
-  std::mutex convert_mutex_;  // CUPTI's thread vs. the capture thread's final flush
+  std::mutex convert_mutex_;                  // CUPTI's thread vs. the capture thread's final flush
   std::unique_ptr<ActivityConverter> converter_;
   std::vector<wire::DeviceInfo> devices_;
   bool first_batch_ = true;
   uint64_t clock_[3] = {0, 0, 0};
-  uint64_t dropped_ = 0;       // CUPTI's dropped records, not yet reported in a batch
+  uint64_t dropped_ = 0;  // CUPTI's dropped records, not yet reported in a batch
   uint64_t dropped_total_ = 0;
-  uint64_t lost_events_ = 0;   // converted but refused by a full send queue
+  uint64_t lost_events_ = 0;  // converted but refused by a full send queue
   uint64_t batches_ = 0;
   std::string batch_buffer_;
 };

@@ -20,8 +20,12 @@ bool DecodeStartCapture(std::string_view data, StartCapture* s) {
   ProtoReader r(data);
   while (r.Next()) {
     switch (r.field()) {
-      case 1: s->capture_id = std::string(r.bytes()); break;
-      case 2: s->duration_ms = static_cast<uint32_t>(r.varint()); break;
+      case 1:
+        s->capture_id = std::string(r.bytes());
+        break;
+      case 2:
+        s->duration_ms = static_cast<uint32_t>(r.varint());
+        break;
       case 3:
         if (r.wire_type() == 0) {
           s->kinds.push_back(static_cast<ActivityKind>(r.varint()));
@@ -42,11 +46,20 @@ bool DecodeStartCapture(std::string_view data, StartCapture* s) {
           }
         }
         break;
-      case 4: s->start_at_realtime_ns = r.varint(); break;
-      case 5: s->max_events = r.varint(); break;
-      case 6: s->flush_interval_ms = static_cast<uint32_t>(r.varint()); break;
-      case 7: s->requested_realtime_ns = r.varint(); break;
-      default: break;
+      case 4:
+        s->start_at_realtime_ns = r.varint();
+        break;
+      case 5:
+        s->max_events = r.varint();
+        break;
+      case 6:
+        s->flush_interval_ms = static_cast<uint32_t>(r.varint());
+        break;
+      case 7:
+        s->requested_realtime_ns = r.varint();
+        break;
+      default:
+        break;
     }
   }
   return r.ok();

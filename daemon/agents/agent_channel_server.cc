@@ -176,7 +176,7 @@ void AgentChannelServer::OnReadable(ConnectionId id, Connection& c) {
     if (n == 0) {
       // A peer that half-closes (shutdown(SHUT_WR)) or exits lands here; a partial frame is lost.
       Close(id,
-            c.registered ? "agent disconnected"
+            c.registered   ? "agent disconnected"
             : c.in.empty() ? "connection closed before hello"
                            : "connection closed in the middle of a frame",
             !c.registered && !c.in.empty());
@@ -199,7 +199,8 @@ void AgentChannelServer::OnReadable(ConnectionId id, Connection& c) {
       return;
     }
     if (c.in.size() - pos - v1::kAgentFrameHeaderBytes < length) break;
-    if (!HandleFrame(id, c, std::string_view(c.in).substr(pos + v1::kAgentFrameHeaderBytes, length))) {
+    if (!HandleFrame(id, c,
+                     std::string_view(c.in).substr(pos + v1::kAgentFrameHeaderBytes, length))) {
       return;  // closed
     }
     pos += v1::kAgentFrameHeaderBytes + length;

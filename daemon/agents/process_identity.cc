@@ -36,7 +36,8 @@ bool IsHex64(absl::string_view s) {
 std::string ContainerIdIn(absl::string_view segment) {
   if (absl::EndsWith(segment, ".scope")) segment.remove_suffix(6);
   size_t dash = segment.rfind('-');
-  absl::string_view candidate = dash == absl::string_view::npos ? segment : segment.substr(dash + 1);
+  absl::string_view candidate =
+      dash == absl::string_view::npos ? segment : segment.substr(dash + 1);
   return IsHex64(candidate) ? std::string(candidate) : "";
 }
 

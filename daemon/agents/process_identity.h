@@ -2,10 +2,11 @@
 // command line, owner, and the container and pod it runs in, from its cgroup path.
 #pragma once
 
-#include <string>
-#include "absl/strings/string_view.h"
-
 #include <sys/types.h>
+
+#include <string>
+
+#include "absl/strings/string_view.h"
 
 namespace profd {
 

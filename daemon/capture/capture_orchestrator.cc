@@ -95,8 +95,11 @@ class CaptureOrchestrator::Capture {
 
   Capture(CaptureOrchestrator* owner, v1::CaptureInfo info, std::vector<Target> targets,
           uint64_t max_events, std::string folder)
-      : owner_(owner), info_(std::move(info)), targets_(std::move(targets)),
-        max_events_(max_events), folder_(std::move(folder)) {
+      : owner_(owner),
+        info_(std::move(info)),
+        targets_(std::move(targets)),
+        max_events_(max_events),
+        folder_(std::move(folder)) {
     for (const Target& t : targets_) {
       v1::ProcessCapture* p = info_.add_processes();
       p->set_pid(t.agent.pid());
@@ -282,7 +285,8 @@ class CaptureOrchestrator::Capture {
     v1::ProcessCapture& p = P(i);
     Process& proc = processes_[i];
     proc.names.Add(batch);
-    if (batch.devices_size() > 0) proc.devices.assign(batch.devices().begin(), batch.devices().end());
+    if (batch.devices_size() > 0)
+      proc.devices.assign(batch.devices().begin(), batch.devices().end());
     if (proc.writer == nullptr && write_error_.empty()) {
       TraceProcess tp;
       tp.pid = p.pid();
@@ -336,8 +340,8 @@ class CaptureOrchestrator::Capture {
 
   bool CheckDeadlines() {
     absl::Time now = absl::Now();
-    absl::Time start_at = absl::FromUnixNanos(std::max(info_.requested_unix_ns(),
-                                                       info_.start_at_unix_ns()));
+    absl::Time start_at =
+        absl::FromUnixNanos(std::max(info_.requested_unix_ns(), info_.start_at_unix_ns()));
     absl::Time end_at = start_at + absl::Milliseconds(info_.duration_ms());
     bool changed = false;
     for (size_t i = 0; i < targets_.size(); ++i) {
@@ -538,10 +542,10 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     return absl::InvalidArgumentError("the capture duration must be more than 0 (e.g. 5s)");
   }
   if (absl::Milliseconds(request.duration_ms()) > options_.max_duration) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "duration ", absl::FormatDuration(absl::Milliseconds(request.duration_ms())),
-        " is over this profd's limit of ", absl::FormatDuration(options_.max_duration),
-        " (profd --max_capture_duration)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("duration ", absl::FormatDuration(absl::Milliseconds(request.duration_ms())),
+                     " is over this profd's limit of ", absl::FormatDuration(options_.max_duration),
+                     " (profd --max_capture_duration)"));
   }
   std::vector<v1::AgentInfo> agents = registry_->List();
   std::vector<Capture::Target> targets;
@@ -557,9 +561,9 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
         ends = absl::StrCat(", which ends in about ",
                             absl::FormatDuration(absl::Trunc(end - absl::Now(), absl::Seconds(1))));
       }
-      return absl::FailedPreconditionError(absl::StrCat(
-          "pid ", agent.pid(), " is already being captured by ", agent.capturing(), ends,
-          ": retry then, or `profctl cancel ", agent.capturing(), "`"));
+      return absl::FailedPreconditionError(
+          absl::StrCat("pid ", agent.pid(), " is already being captured by ", agent.capturing(),
+                       ends, ": retry then, or `profctl cancel ", agent.capturing(), "`"));
     }
     for (const auto& t : targets) {
       if (t.connection == *conn) return absl::OkStatus();
@@ -583,11 +587,12 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     if (it == agents.end()) {
       bool exists = access(absl::StrCat("/proc/", pid).c_str(), F_OK) == 0;
       if (exists) {
-        return absl::NotFoundError(absl::StrCat(
-            "process ", pid, " is running but has no profd agent: start it with "
-            "CUDA_INJECTION64_PATH=<path>/libprofagent.so (and PROFD_AGENT_SOCKET=",
-            channel_->options().socket_path, " if profd is not at the default); ",
-            DescribeAgents(agents)));
+        return absl::NotFoundError(
+            absl::StrCat("process ", pid,
+                         " is running but has no profd agent: start it with "
+                         "CUDA_INJECTION64_PATH=<path>/libprofagent.so (and PROFD_AGENT_SOCKET=",
+                         channel_->options().socket_path, " if profd is not at the default); ",
+                         DescribeAgents(agents)));
       }
       return absl::NotFoundError(absl::StrCat("no process ", pid, " on ", options_.hostname, "; ",
                                               DescribeAgents(agents)));
@@ -618,14 +623,14 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   std::filesystem::create_directories(options_.capture_dir, ec);
   struct statvfs fs;
   if (statvfs(options_.capture_dir.c_str(), &fs) != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "capture folder ", options_.capture_dir, " is not usable: ", ec.message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("capture folder ", options_.capture_dir, " is not usable: ", ec.message()));
   }
   uint64_t free_bytes = static_cast<uint64_t>(fs.f_bavail) * fs.f_frsize;
   if (free_bytes < options_.min_free_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "only ", free_bytes >> 20, " MiB free in ", options_.capture_dir,
-        ": free some space or point profd --capture_dir elsewhere"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("only ", free_bytes >> 20, " MiB free in ", options_.capture_dir,
+                     ": free some space or point profd --capture_dir elsewhere"));
   }
   if (options_.check_space) {
     if (absl::Status room = options_.check_space(); !room.ok()) return room;

@@ -29,12 +29,12 @@ namespace profd {
 
 struct CaptureOptions {
   std::string hostname;
-  std::string capture_dir;                    // capture folders are written here
+  std::string capture_dir;  // capture folders are written here
   absl::Duration max_duration = absl::Seconds(60);
-  uint64_t max_events = 50'000'000;           // per process; the trace says when it was cut
-  absl::Duration start_timeout = absl::Seconds(5);   // agent must enable CUPTI by then
+  uint64_t max_events = 50'000'000;                   // per process; the trace says when it was cut
+  absl::Duration start_timeout = absl::Seconds(5);    // agent must enable CUPTI by then
   absl::Duration finish_timeout = absl::Seconds(30);  // ... and report the end by then
-  uint64_t min_free_bytes = 64u << 20;        // refuse captures when the disk is this full
+  uint64_t min_free_bytes = 64u << 20;                // refuse captures when the disk is this full
   int gzip_level = 1;
   // Also keep the raw event batches (batches-<pid>.pb, varint-delimited EventBatch) for replay
   // in tests and bug reports.

@@ -233,9 +233,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
         With(process,
              {{"agent_version", a.agent_version()},
               {"injected", a.injected() ? "true" : "false"},
-              {"launch_counting", a.launch_sample_every() == 0   ? "off"
-                                  : a.launch_sample_every() == 1 ? "exact"
-                                                                 : absl::StrCat("sampled-1/", a.launch_sample_every())}}),
+              {"launch_counting", a.launch_sample_every() == 0 ? "off"
+                                  : a.launch_sample_every() == 1
+                                      ? "exact"
+                                      : absl::StrCat("sampled-1/", a.launch_sample_every())}}),
         1);
     for (const v1::DeviceCounters& c : a.counters()) {
       // The agent counts by CUDA ordinal, which CUDA_VISIBLE_DEVICES renumbers; the uuid says

@@ -6,8 +6,7 @@ namespace profd {
 namespace {
 
 grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
 }
 
 }  // namespace
@@ -30,7 +29,8 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   response->set_started_unix_ns(absl::ToUnixNanos(identity_->started));
   response->set_agents_connected(static_cast<uint32_t>(registry_->size()));
   response->set_agent_socket(identity_->agent_socket);
-  for (const std::string& address : identity_->grpc_addresses) response->add_grpc_addresses(address);
+  for (const std::string& address : identity_->grpc_addresses)
+    response->add_grpc_addresses(address);
   response->set_metrics_address(identity_->metrics_address);
   response->set_store_uri(identity_->store_uri);
   response->set_agent_protocol_errors(channel_->protocol_errors());
@@ -61,9 +61,10 @@ grpc::Status ProfdService::Capture(grpc::ServerContext* context, const v1::Captu
     for (const auto& p : info.processes()) events += p.events();
     progress.set_events(events);
     int64_t started = info.started_unix_ns();
-    progress.set_elapsed_ms(started ? std::max<int64_t>(0, absl::ToInt64Milliseconds(
-                                                               absl::Now() - absl::FromUnixNanos(started)))
-                                    : 0);
+    progress.set_elapsed_ms(
+        started ? std::max<int64_t>(
+                      0, absl::ToInt64Milliseconds(absl::Now() - absl::FromUnixNanos(started)))
+                : 0);
     bool done = CaptureOrchestrator::Terminal(info.phase());
     progress.set_final(done);
     *progress.mutable_capture() = std::move(info);
@@ -78,15 +79,16 @@ grpc::Status ProfdService::GetCapture(grpc::ServerContext*, const v1::GetCapture
                                       v1::CaptureInfo* response) {
   std::optional<v1::CaptureInfo> info = captures_->Get(request->capture_id());
   if (!info) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        "no capture " + request->capture_id() + " on this profd (it remembers the "
-                        "last 256; older ones are in the store)");
+    return grpc::Status(grpc::StatusCode::NOT_FOUND, "no capture " + request->capture_id() +
+                                                         " on this profd (it remembers the "
+                                                         "last 256; older ones are in the store)");
   }
   *response = std::move(*info);
   return grpc::Status::OK;
 }
 
-grpc::Status ProfdService::ListCaptures(grpc::ServerContext*, const v1::ListCapturesRequest* request,
+grpc::Status ProfdService::ListCaptures(grpc::ServerContext*,
+                                        const v1::ListCapturesRequest* request,
                                         v1::ListCapturesResponse* response) {
   for (v1::CaptureInfo& info : captures_->List(request->limit())) {
     *response->add_captures() = std::move(info);

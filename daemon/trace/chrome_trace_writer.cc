@@ -26,11 +26,16 @@ const char* MemoryKindName(int kind) {
 
 const char* SyncName(int kind) {
   switch (kind) {
-    case v1::SYNC_KIND_EVENT_SYNCHRONIZE: return "Event Sync";
-    case v1::SYNC_KIND_STREAM_WAIT_EVENT: return "Stream Wait Event";
-    case v1::SYNC_KIND_STREAM_SYNCHRONIZE: return "Stream Sync";
-    case v1::SYNC_KIND_CONTEXT_SYNCHRONIZE: return "Context Sync";
-    default: return "Sync";
+    case v1::SYNC_KIND_EVENT_SYNCHRONIZE:
+      return "Event Sync";
+    case v1::SYNC_KIND_STREAM_WAIT_EVENT:
+      return "Stream Wait Event";
+    case v1::SYNC_KIND_STREAM_SYNCHRONIZE:
+      return "Stream Sync";
+    case v1::SYNC_KIND_CONTEXT_SYNCHRONIZE:
+      return "Context Sync";
+    default:
+      return "Sync";
   }
 }
 
@@ -68,8 +73,7 @@ absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Create(
     return absl::UnavailableError(
         absl::StrCat("cannot create trace file ", path, ": ", std::strerror(errno)));
   }
-  std::unique_ptr<ChromeTraceWriter> writer(
-      new ChromeTraceWriter(path, file, process, gzip_level));
+  std::unique_ptr<ChromeTraceWriter> writer(new ChromeTraceWriter(path, file, process, gzip_level));
   std::string& b = writer->buffer_;
   b += "{\"schemaVersion\":1,\"displayTimeUnit\":\"ms\",\"traceName\":";
   b += StringTable::JsonQuote(process.capture_id + "/" + std::to_string(process.pid));
@@ -223,9 +227,9 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
     ++events_;
   }
   for (const v1::Memcpy& m : batch.memcpys()) {
-    std::string name = absl::StrCat("\"Memcpy ", CopyKindName(m.copy_kind()), " (",
-                                    MemoryKindName(m.src_kind()), " -> ",
-                                    MemoryKindName(m.dst_kind()), ")\"");
+    std::string name =
+        absl::StrCat("\"Memcpy ", CopyKindName(m.copy_kind()), " (", MemoryKindName(m.src_kind()),
+                     " -> ", MemoryKindName(m.dst_kind()), ")\"");
     AppendGpuHeader("gpu_memcpy", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
     std::string& b = buffer_;
     b += ",\"correlation\":";
@@ -312,7 +316,8 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
     ++events_;
   }
   for (const v1::Marker& m : batch.markers()) {
-    AppendHostEvent("user_annotation", m.start_ns(), m.end_ns(), m.tid(), names.Quoted(m.name_id()));
+    AppendHostEvent("user_annotation", m.start_ns(), m.end_ns(), m.tid(),
+                    names.Quoted(m.name_id()));
     buffer_ += "}";
     ++events_;
   }
@@ -360,9 +365,9 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
     buffer_ += "}}";
   };
   meta("process_name", process_.pid, nullptr,
-       "\"name\":" + StringTable::JsonQuote(absl::StrCat(
-                         process_.comm.empty() ? "process" : process_.comm, " (pid ",
-                         process_.pid, ")")));
+       "\"name\":" +
+           StringTable::JsonQuote(absl::StrCat(process_.comm.empty() ? "process" : process_.comm,
+                                               " (pid ", process_.pid, ")")));
   meta("process_sort_index", process_.pid, nullptr, "\"sort_index\":0");
   for (uint32_t tid : threads_) {
     std::string t = std::to_string(tid);
@@ -383,27 +388,28 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
   for (size_t i = 0; i < footer.devices.size(); ++i) {
     const v1::DeviceInfo& d = footer.devices[i];
     if (i) buffer_ += ',';
-    absl::StrAppend(&buffer_, "{\"id\":", d.ordinal(), ",\"name\":", StringTable::JsonQuote(d.name()),
-                    ",\"uuid\":", StringTable::JsonQuote(d.uuid()), ",\"computeMajor\":",
-                    d.compute_major(), ",\"computeMinor\":", d.compute_minor(),
-                    ",\"totalGlobalMem\":", d.global_memory_bytes(), ",\"numSms\":",
-                    d.multiprocessors(), ",\"maxThreadsPerMultiprocessor\":",
-                    d.max_threads_per_multiprocessor(), ",\"maxBlocksPerMultiprocessor\":",
-                    d.max_blocks_per_multiprocessor(), ",\"regsPerMultiprocessor\":",
-                    d.max_registers_per_multiprocessor(), ",\"sharedMemPerMultiprocessor\":",
-                    d.max_shared_memory_per_multiprocessor(), ",\"warpSize\":", d.warp_size(),
-                    ",\"regsPerBlock\":", d.max_registers_per_block(), ",\"sharedMemPerBlockOptin\":",
-                    d.max_shared_memory_per_block(), "}");
+    absl::StrAppend(
+        &buffer_, "{\"id\":", d.ordinal(), ",\"name\":", StringTable::JsonQuote(d.name()),
+        ",\"uuid\":", StringTable::JsonQuote(d.uuid()), ",\"computeMajor\":", d.compute_major(),
+        ",\"computeMinor\":", d.compute_minor(), ",\"totalGlobalMem\":", d.global_memory_bytes(),
+        ",\"numSms\":", d.multiprocessors(),
+        ",\"maxThreadsPerMultiprocessor\":", d.max_threads_per_multiprocessor(),
+        ",\"maxBlocksPerMultiprocessor\":", d.max_blocks_per_multiprocessor(),
+        ",\"regsPerMultiprocessor\":", d.max_registers_per_multiprocessor(),
+        ",\"sharedMemPerMultiprocessor\":", d.max_shared_memory_per_multiprocessor(),
+        ",\"warpSize\":", d.warp_size(), ",\"regsPerBlock\":", d.max_registers_per_block(),
+        ",\"sharedMemPerBlockOptin\":", d.max_shared_memory_per_block(), "}");
   }
-  absl::StrAppend(&buffer_, "],\"profd\":{\"capture_id\":", StringTable::JsonQuote(process_.capture_id),
-                  ",\"hostname\":", StringTable::JsonQuote(process_.hostname), ",\"pid\":",
-                  process_.pid, ",\"comm\":", StringTable::JsonQuote(process_.comm),
+  absl::StrAppend(&buffer_,
+                  "],\"profd\":{\"capture_id\":", StringTable::JsonQuote(process_.capture_id),
+                  ",\"hostname\":", StringTable::JsonQuote(process_.hostname),
+                  ",\"pid\":", process_.pid, ",\"comm\":", StringTable::JsonQuote(process_.comm),
                   ",\"command_line\":", StringTable::JsonQuote(process_.command_line),
-                  ",\"pod\":", StringTable::JsonQuote(process_.pod_name), ",\"namespace\":",
-                  StringTable::JsonQuote(process_.pod_namespace), ",\"events\":", events_,
-                  ",\"dropped_records\":", footer.dropped_records, ",\"truncated\":",
-                  footer.truncated ? "true" : "false", ",\"error\":",
-                  StringTable::JsonQuote(footer.error), "}}\n");
+                  ",\"pod\":", StringTable::JsonQuote(process_.pod_name),
+                  ",\"namespace\":", StringTable::JsonQuote(process_.pod_namespace),
+                  ",\"events\":", events_, ",\"dropped_records\":", footer.dropped_records,
+                  ",\"truncated\":", footer.truncated ? "true" : "false",
+                  ",\"error\":", StringTable::JsonQuote(footer.error), "}}\n");
   absl::Status status = Flush(true);
   deflateEnd(&zs_);
   if (std::fclose(file_) != 0 && status.ok()) {

@@ -74,7 +74,7 @@ class ChromeTraceWriter {
   uint64_t events_ = 0;
   uint64_t compressed_bytes_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> gpu_rows_;  // (device, stream) seen
-  std::vector<uint32_t> threads_;                         // host threads seen
+  std::vector<uint32_t> threads_;                        // host threads seen
 };
 
 }  // namespace profd

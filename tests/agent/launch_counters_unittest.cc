@@ -50,8 +50,8 @@ TEST(LaunchCountersTest, CountsLaunchesGraphsAndNeverMissesThePeak) {
   c.OnAlloc(0, 0xb000, 300);  // peak 400 here
   c.OnFree(0, 0xa000);
   c.OnFree(0, 0xb000);
-  c.OnAlloc(0, 0xc000, 50);   // now 50, the 400 peak happened between two heartbeats
-  c.OnFree(0, 0xdead);        // unknown address: ignored
+  c.OnAlloc(0, 0xc000, 50);  // now 50, the 400 peak happened between two heartbeats
+  c.OnFree(0, 0xdead);       // unknown address: ignored
   wire::Heartbeat hb;
   c.FillHeartbeat(&hb);
   ASSERT_EQ(hb.devices.size(), 2u);

@@ -14,8 +14,8 @@
 #include <cuda_runtime.h>
 #include <cupti.h>
 #include <dlfcn.h>
-#include <time.h>
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -104,9 +104,11 @@ static int Loop(long launches, long windows, const std::string& toggle) {
   if (toggle == "counters") {
     const char* agent = std::getenv("CUDA_INJECTION64_PATH");
     void* lib = agent ? dlopen(agent, RTLD_NOW | RTLD_NOLOAD) : nullptr;
-    set_counters = lib ? reinterpret_cast<int (*)(int)>(dlsym(lib, "profagent_set_counters")) : nullptr;
+    set_counters =
+        lib ? reinterpret_cast<int (*)(int)>(dlsym(lib, "profagent_set_counters")) : nullptr;
     if (set_counters == nullptr || set_counters(0) != 0) {
-      std::fprintf(stderr, "cuda_workload: --toggle counters needs the agent injected with counters on\n");
+      std::fprintf(stderr,
+                   "cuda_workload: --toggle counters needs the agent injected with counters on\n");
       return 1;
     }
   }
@@ -139,7 +141,8 @@ static int Loop(long launches, long windows, const std::string& toggle) {
 
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "burst";
-  if (mode == "burst") return Burst(Arg(argc, argv, "--kernels", 1000), Arg(argc, argv, "--bytes", 8 << 20));
+  if (mode == "burst")
+    return Burst(Arg(argc, argv, "--kernels", 1000), Arg(argc, argv, "--bytes", 8 << 20));
   if (mode == "loop") {
     std::string toggle = "none";
     for (int i = 1; i + 1 < argc; ++i) {

@@ -20,8 +20,8 @@ std::unique_ptr<Subprocess> StartReplayAgent(const std::string& socket,
   std::vector<std::string> argv = {BuildPath("tests/integration/replay_agent"),
                                    SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")};
   if (!extra.empty()) argv.push_back(extra);
-  return std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{
-                                                {"PROFD_AGENT_SOCKET", socket}});
+  return std::make_unique<Subprocess>(
+      argv, std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", socket}});
 }
 
 bool Registered(const ProfdProcess& profd, pid_t pid) {
@@ -35,8 +35,8 @@ bool Registered(const ProfdProcess& profd, pid_t pid) {
 class CaptureTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    profd_ = std::make_unique<ProfdProcess>(
-        std::vector<std::string>{"--capture_dir=" + captures_.path(), "--max_capture_duration=10s"});
+    profd_ = std::make_unique<ProfdProcess>(std::vector<std::string>{
+        "--capture_dir=" + captures_.path(), "--max_capture_duration=10s"});
     profd_->Start();
   }
   TempDir captures_;
@@ -55,7 +55,8 @@ TEST_F(CaptureTest, CaptureWritesTraceManifestAndSummary) {
   std::string folder = c["location"].GetString();
   EXPECT_TRUE(std::filesystem::exists(folder + "/manifest.json"));
   EXPECT_TRUE(std::filesystem::exists(folder + "/summary.json"));
-  EXPECT_EQ(std::filesystem::file_size(trace_path), std::stoull(c["files"][0]["bytes"].GetString()));
+  EXPECT_EQ(std::filesystem::file_size(trace_path),
+            std::stoull(c["files"][0]["bytes"].GetString()));
   EXPECT_EQ(std::string(c["files"][0]["sha256"].GetString()).size(), 64u);
   const auto& p = c["processes"][0];
   EXPECT_EQ(p["pid"].GetInt(), agent->pid());
@@ -102,8 +103,9 @@ TEST_F(CaptureTest, HumanOutputAndOutputCopy) {
 TEST_F(CaptureTest, SeveralProcessesInOneCapture) {
   auto a = StartReplayAgent(profd_->agent_socket());
   auto b = StartReplayAgent(profd_->agent_socket());
-  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, a->pid()) && Registered(*profd_, b->pid()); },
-                      absl::Seconds(2)));
+  ASSERT_TRUE(
+      WaitFor([&] { return Registered(*profd_, a->pid()) && Registered(*profd_, b->pid()); },
+              absl::Seconds(2)));
   rapidjson::Document c = profd_->ProfctlJson({"capture", "--all", "--duration", "300ms"});
   ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE");
   EXPECT_EQ(c["files"].Size(), 2u);
@@ -141,7 +143,8 @@ TEST_F(CaptureTest, ACaptureAlreadyRunningIsRefusedWithItsEnd) {
 TEST_F(CaptureTest, AgentThatDiesMidCaptureFailsTheCaptureClearly) {
   auto agent = StartReplayAgent(profd_->agent_socket(), "--die-after-start");
   ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
-  RunResult r = profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration", "2s"});
+  RunResult r =
+      profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration", "2s"});
   EXPECT_EQ(r.exit_code, 5);
   EXPECT_NE(r.err.find("agent disconnected during the capture"), std::string::npos) << r.err;
   // profd goes on serving.
@@ -151,7 +154,8 @@ TEST_F(CaptureTest, AgentThatDiesMidCaptureFailsTheCaptureClearly) {
 TEST_F(CaptureTest, ProcessWithoutCudaGetsAClearError) {
   auto host = StartAgentHost(profd_->agent_socket());
   ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, host->pid()); }, absl::Seconds(2)));
-  RunResult r = profd_->Profctl({"capture", "--pid", std::to_string(host->pid()), "--duration", "1s"});
+  RunResult r =
+      profd_->Profctl({"capture", "--pid", std::to_string(host->pid()), "--duration", "1s"});
   EXPECT_EQ(r.exit_code, 5);
   EXPECT_NE(r.err.find("has not loaded the CUDA driver"), std::string::npos) << r.err;
   EXPECT_TRUE(host->Running());  // the process is unharmed
@@ -166,13 +170,14 @@ TEST_F(CaptureTest, RequestsThatCannotBeServedSayWhy) {
   EXPECT_NE(gone.err.find("no process 999999"), std::string::npos) << gone.err;
   EXPECT_NE(gone.err.find(std::to_string(host->pid()) + " (agent_host)"), std::string::npos);
   // A live process without an agent: how to inject one.
-  RunResult plain = profd_->Profctl({"capture", "--pid", std::to_string(getpid()), "--duration", "1s"});
+  RunResult plain =
+      profd_->Profctl({"capture", "--pid", std::to_string(getpid()), "--duration", "1s"});
   EXPECT_EQ(plain.exit_code, 4);
   EXPECT_NE(plain.err.find("has no profd agent"), std::string::npos) << plain.err;
   EXPECT_NE(plain.err.find("CUDA_INJECTION64_PATH"), std::string::npos);
   // Too long.
-  RunResult long_one = profd_->Profctl({"capture", "--pid", std::to_string(host->pid()),
-                                        "--duration", "1h"});
+  RunResult long_one =
+      profd_->Profctl({"capture", "--pid", std::to_string(host->pid()), "--duration", "1h"});
   EXPECT_EQ(long_one.exit_code, 2);
   EXPECT_NE(long_one.err.find("over this profd's limit of 10s"), std::string::npos) << long_one.err;
   // Nothing named, bad duration, unknown kind: usage errors before profd is asked.

@@ -32,8 +32,7 @@ TEST(RegistrationTest, AgentRegistersReconnectsAndIsReaped) {
   auto host = StartAgentHost(profd.agent_socket(), {},
                              {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}});
 
-  ASSERT_TRUE(WaitFor([&] { return Listed(profd, host->pid()); }, absl::Seconds(2)))
-      << profd.log();
+  ASSERT_TRUE(WaitFor([&] { return Listed(profd, host->pid()); }, absl::Seconds(2))) << profd.log();
   rapidjson::Document doc = profd.ProfctlJson({"agents"});
   const rapidjson::Value* agent = FindAgent(doc, host->pid());
   ASSERT_NE(agent, nullptr);
@@ -54,8 +53,7 @@ TEST(RegistrationTest, AgentRegistersReconnectsAndIsReaped) {
   // profd dies and comes back: the agent finds it again by itself (back-off tops out at 5 s).
   profd.Kill();
   profd.Start();
-  EXPECT_TRUE(WaitFor([&] { return Listed(profd, host->pid()); }, absl::Seconds(8)))
-      << profd.log();
+  EXPECT_TRUE(WaitFor([&] { return Listed(profd, host->pid()); }, absl::Seconds(8))) << profd.log();
 
   // The process exits: it leaves the list.
   host->Kill();
@@ -120,8 +118,8 @@ TEST(RegistrationTest, GarbageOnTheAgentSocketIsRejectedAndOthersServed) {
 
 TEST(RegistrationTest, ProfctlSaysWhenProfdIsNotThere) {
   TempDir dir;
-  RunResult r = profd::testing::Run({BuildPath("client/profctl"), "--target", "unix:" + dir.File("none.sock"),
-                     "--timeout", "2s", "agents"});
+  RunResult r = profd::testing::Run({BuildPath("client/profctl"), "--target",
+                                     "unix:" + dir.File("none.sock"), "--timeout", "2s", "agents"});
   EXPECT_EQ(r.exit_code, 3);
   EXPECT_NE(r.err.find("profd not reachable at unix:"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("is it running?"), std::string::npos) << r.err;

@@ -94,8 +94,8 @@ class ReplayHandler final : public profagent::CaptureHandler {
       for (const auto& k : b.kernels()) first = std::min<uint64_t>(first, k.start_ns());
       for (const auto& a : b.api_calls()) first = std::min<uint64_t>(first, a.start_ns());
     }
-    int64_t shift = static_cast<int64_t>(status.enabled_realtime_ns + 1000000) -
-                    static_cast<int64_t>(first);
+    int64_t shift =
+        static_cast<int64_t>(status.enabled_realtime_ns + 1000000) - static_cast<int64_t>(first);
     uint64_t events = 0;
     for (profd::v1::EventBatch b : g_batches) {
       Shift(b, shift);

@@ -70,10 +70,10 @@ TEST_F(MetricsEndpointTest, WithoutNvmlProfdRunsSaysSoOnceAndExportsZero) {
 
   EXPECT_THAT(text, HasSubstr("\nprofd_nvml_available{hostname=\"node-test\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_agents_connected{hostname=\"node-test\"} 1\n"));
-  EXPECT_THAT(text,
-              ContainsRegex("\nprofd_process_info\\{comm=\"agent_host\",container=\"server\","
-                            "hostname=\"node-test\",namespace=\"serving\",pid=\"[0-9]+\","
-                            "pod=\"llm-7f9c\",agent_version=\"[^\"]+\",injected=\"true\",launch_counting=\"off\"\\} 1\n"));
+  EXPECT_THAT(text, ContainsRegex("\nprofd_process_info\\{comm=\"agent_host\",container=\"server\","
+                                  "hostname=\"node-test\",namespace=\"serving\",pid=\"[0-9]+\","
+                                  "pod=\"llm-7f9c\",agent_version=\"[^\"]+\",injected=\"true\","
+                                  "launch_counting=\"off\"\\} 1\n"));
   EXPECT_THAT(text, Not(HasSubstr("profd_gpu_")));
   ExpectPromtoolAccepts(text);
 

@@ -41,7 +41,10 @@ class Subprocess {
   void Signal(int sig);
   // Waits for exit; returns the exit code, 128+signal when killed, -1 on timeout.
   int Wait(absl::Duration timeout = absl::Seconds(10));
-  void Kill() { Signal(9); Wait(); }
+  void Kill() {
+    Signal(9);
+    Wait();
+  }
 
  private:
   pid_t pid_ = -1;

@@ -83,7 +83,8 @@ TEST(ChromeTraceWriterTest, RealCaptureBecomesKinetoStyleJson) {
       EXPECT_TRUE(e["args"].HasMember("registers per thread"));
       EXPECT_EQ(e["pid"].GetInt(), 0);  // GPU rows: pid = device
     }
-    if (cat == "gpu_memcpy") copy_bytes[e["args"]["copy kind"].GetString()] += e["args"]["bytes"].GetUint64();
+    if (cat == "gpu_memcpy")
+      copy_bytes[e["args"]["copy kind"].GetString()] += e["args"]["bytes"].GetUint64();
     if (cat == "cuda_runtime") {
       EXPECT_EQ(name.find("_v"), std::string::npos) << name;  // no CUPTI version suffix
       launches += name == "cudaLaunchKernel";
