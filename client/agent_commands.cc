@@ -5,9 +5,12 @@
 
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
-#include "client/table.h"
+#include "daemon/analysis/format.h"
+#include "daemon/analysis/text_table.h"
 
 namespace profctl {
+
+namespace analysis = profd::analysis;
 namespace {
 
 std::string PodOf(const profd::v1::AgentInfo& a) {
@@ -44,12 +47,12 @@ int RunAgents(const GlobalOptions& g) {
                  "(and PROFD_AGENT_SOCKET if profd uses another agent socket).\n";
     return kExitOk;
   }
-  Table table({"PID>", "POD/CONTAINER", "GPUS", "CONNECTED", "COMMAND"});
+  analysis::TextTable table({"PID>", "POD/CONTAINER", "GPUS", "CONNECTED", "COMMAND"});
   for (const auto& a : response.agents()) {
     table.AddRow({std::to_string(a.pid()), PodOf(a), GpusOf(a), Ago(a.connected_since_unix_ns()),
                   a.command_line().empty() ? a.comm() : a.command_line()});
   }
-  std::cout << table.Render();
+  std::cout << table.Render("");
   return kExitOk;
 }
 

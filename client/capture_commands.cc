@@ -14,9 +14,12 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
-#include "client/table.h"
+#include "daemon/analysis/format.h"
+#include "daemon/analysis/text_table.h"
 
 namespace profctl {
+
+namespace analysis = profd::analysis;
 namespace {
 
 struct CaptureFlags {
@@ -34,25 +37,9 @@ struct CaptureFlags {
   bool no_progress = false;
 };
 
-std::string Count(uint64_t n) {
-  std::string s = std::to_string(n);
-  for (int i = static_cast<int>(s.size()) - 3; i > 0; i -= 3) s.insert(static_cast<size_t>(i), ",");
-  return s;
-}
-
-std::string Nanos(double ns) {
-  if (ns >= 1e9) return absl::StrFormat("%.2f s", ns / 1e9);
-  if (ns >= 1e6) return absl::StrFormat("%.2f ms", ns / 1e6);
-  if (ns >= 1e3) return absl::StrFormat("%.2f us", ns / 1e3);
-  return absl::StrFormat("%.0f ns", ns);
-}
-
-std::string Bytes(uint64_t b) {
-  if (b >= (1ull << 30)) return absl::StrFormat("%.2f GiB", b / double(1ull << 30));
-  if (b >= (1ull << 20)) return absl::StrFormat("%.1f MiB", b / double(1ull << 20));
-  if (b >= (1ull << 10)) return absl::StrFormat("%.1f KiB", b / double(1ull << 10));
-  return absl::StrCat(b, " B");
-}
+using analysis::FormatBytes;
+using analysis::FormatCount;
+using analysis::FormatDuration;
 
 std::string PhaseName(profd::v1::CapturePhase phase) {
   switch (phase) {
@@ -106,45 +93,49 @@ bool ParseKinds(const std::string& text, profd::v1::CaptureRequest* request, std
 void PrintSummary(const profd::v1::CaptureInfo& info) {
   const profd::v1::CaptureSummary& s = info.summary();
   std::cout << "Capture " << info.capture_id() << ": " << PhaseName(info.phase()) << ", "
-            << Nanos(static_cast<double>(s.window_ns())) << " captured, " << Count(s.events())
-            << " events, " << Count(s.dropped_records()) << " dropped\n";
+            << FormatDuration(static_cast<double>(s.window_ns())) << " captured, "
+            << FormatCount(s.events()) << " events, " << FormatCount(s.dropped_records())
+            << " dropped\n";
   if (!info.message().empty()) std::cout << "  " << info.message() << "\n";
   for (const auto& p : info.processes()) {
-    std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << Count(p.events()) << " events";
+    std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << FormatCount(p.events())
+              << " events";
     if (p.start_latency_ns() > 0) {
-      std::cout << ", CUPTI on " << Nanos(static_cast<double>(p.start_latency_ns()))
+      std::cout << ", CUPTI on " << FormatDuration(static_cast<double>(p.start_latency_ns()))
                 << " after the start";
     }
-    if (p.dropped_records() > 0) std::cout << ", " << Count(p.dropped_records()) << " DROPPED";
+    if (p.dropped_records() > 0)
+      std::cout << ", " << FormatCount(p.dropped_records()) << " DROPPED";
     if (p.truncated()) std::cout << ", CUT at the event cap";
     std::cout << "\n";
   }
   if (s.gpus_size() > 0) {
     std::cout << "\n";
-    Table gpus({"GPU>", "PID>", "BUSY>", "KERNELS>", "COPIES>", "COPIED>"});
+    analysis::TextTable gpus({"GPU>", "PID>", "BUSY>", "KERNELS>", "COPIES>", "COPIED>"});
     for (const auto& g : s.gpus()) {
       gpus.AddRow({std::to_string(g.device()), std::to_string(g.pid()),
-                   absl::StrFormat("%.1f%%", 100 * g.busy_ratio()), Count(g.kernels()),
-                   Count(g.memcpys()), Bytes(g.memcpy_bytes())});
+                   absl::StrFormat("%.1f%%", 100 * g.busy_ratio()), FormatCount(g.kernels()),
+                   FormatCount(g.memcpys()), FormatBytes(g.memcpy_bytes())});
     }
-    std::cout << gpus.Render();
+    std::cout << gpus.Render("");
   }
   if (s.top_kernels_size() > 0) {
     uint64_t total = 0;
     for (const auto& k : s.top_kernels()) total += k.total_ns();
     std::cout << "\nTop kernels by total GPU time\n";
-    Table kernels({"TIME %>", "TOTAL>", "COUNT>", "AVG>", "MIN>", "MAX>", "NAME"}, 80);
+    analysis::TextTable kernels({"TIME %>", "TOTAL>", "COUNT>", "AVG>", "MIN>", "MAX>", "NAME"},
+                                80);
     for (const auto& k : s.top_kernels()) {
       kernels.AddRow({absl::StrFormat("%.1f", total ? 100.0 * k.total_ns() / total : 0.0),
-                      Nanos(static_cast<double>(k.total_ns())), Count(k.count()), Nanos(k.avg_ns()),
-                      Nanos(static_cast<double>(k.min_ns())),
-                      Nanos(static_cast<double>(k.max_ns())), k.name()});
+                      FormatDuration(static_cast<double>(k.total_ns())), FormatCount(k.count()),
+                      FormatDuration(k.avg_ns()), FormatDuration(static_cast<double>(k.min_ns())),
+                      FormatDuration(static_cast<double>(k.max_ns())), k.name()});
     }
-    std::cout << kernels.Render();
+    std::cout << kernels.Render("");
   }
   if (info.files_size() > 0) std::cout << "\n";
   for (const auto& f : info.files()) {
-    std::cout << "Trace: " << f.path() << " (" << Bytes(f.bytes()) << ")\n";
+    std::cout << "Trace: " << f.path() << " (" << FormatBytes(f.bytes()) << ")\n";
   }
 }
 
@@ -240,7 +231,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
       bar.resize(static_cast<size_t>(width), ' ');
       std::fprintf(stderr, "\r%-9s [%s] %5.1fs/%.1fs  %s events   ",
                    PhaseName(last.phase()).c_str(), bar.c_str(), done / 1000, total / 1000,
-                   Count(progress.events()).c_str());
+                   FormatCount(progress.events()).c_str());
       std::fflush(stderr);
     }
     if (progress.final()) have_final = true;
@@ -279,7 +270,8 @@ int RunCaptures(const GlobalOptions& g, uint32_t limit) {
     PrintJson(response);
     return kExitOk;
   }
-  Table table({"ID", "STATE", "REQUESTED", "DURATION>", "PIDS", "EVENTS>", "LOCATION"}, 70);
+  analysis::TextTable table(
+      {"ID", "STATE", "REQUESTED", "DURATION>", "PIDS", "EVENTS>", "LOCATION"}, 70);
   for (const auto& c : response.captures()) {
     std::string pids;
     uint64_t events = 0;
@@ -288,10 +280,10 @@ int RunCaptures(const GlobalOptions& g, uint32_t limit) {
       events += p.events();
     }
     table.AddRow({c.capture_id(), PhaseName(c.phase()), Ago(c.requested_unix_ns()),
-                  absl::FormatDuration(absl::Milliseconds(c.duration_ms())), pids, Count(events),
-                  c.location()});
+                  absl::FormatDuration(absl::Milliseconds(c.duration_ms())), pids,
+                  FormatCount(events), c.location()});
   }
-  std::cout << (table.empty() ? "No captures yet on this profd.\n" : table.Render());
+  std::cout << (table.empty() ? "No captures yet on this profd.\n" : table.Render(""));
   return kExitOk;
 }
 

@@ -20,12 +20,15 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
-#include "client/table.h"
+#include "daemon/analysis/format.h"
+#include "daemon/analysis/text_table.h"
 #include "google/protobuf/util/json_util.h"
 #include "profd/v1/store.grpc.pb.h"
 #include "rapidjson/document.h"
 
 namespace profctl {
+
+namespace analysis = profd::analysis;
 namespace {
 
 namespace fs = std::filesystem;
@@ -55,17 +58,6 @@ std::unique_ptr<profd::v1::TraceStore::Stub> StoreStub(const ProfdClient& client
 grpc::ClientContext* WithStreamDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
   return ctx;
-}
-
-std::string Size(uint64_t bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 4) {
-    v /= 1024;
-    ++u;
-  }
-  return u == 0 ? absl::StrCat(bytes, " B") : absl::StrFormat("%.1f %s", v, units[u]);
 }
 
 std::string State(const profd::v1::StoredTrace& t) {
@@ -148,13 +140,13 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
               << ". Take one with `profctl capture`, or add one with `profctl import FILE`.\n";
     return kExitOk;
   }
-  Table table({"CAPTURE", "HOST", "PODS", "STARTED", "SIZE>", "STATE", "LABEL"});
+  analysis::TextTable table({"CAPTURE", "HOST", "PODS", "STARTED", "SIZE>", "STATE", "LABEL"});
   for (const auto& t : response.traces()) {
     table.AddRow({t.capture_id(), t.hostname(),
                   t.pods().empty() ? "-" : absl::StrJoin(t.pods(), ","), Ago(t.started_unix_ns()),
-                  Size(t.bytes()), State(t), t.label().empty() ? "-" : t.label()});
+                  analysis::FormatBytes(t.bytes()), State(t), t.label().empty() ? "-" : t.label()});
   }
-  std::cout << table.Render();
+  std::cout << table.Render("");
   return kExitOk;
 }
 
@@ -175,16 +167,16 @@ void PrintSummary(const std::string& summary_json) {
   std::cout << "summary: " << static_cast<uint64_t>(u64(doc, "events")) << " events over "
             << absl::FormatDuration(absl::Nanoseconds(u64(doc, "window_ns"))) << "\n";
   if (auto gpus = doc.FindMember("gpus"); gpus != doc.MemberEnd() && gpus->value.IsArray()) {
-    Table table({"GPU>", "BUSY>", "KERNELS>"});
+    analysis::TextTable table({"GPU>", "BUSY>", "KERNELS>"});
     for (const auto& gpu : gpus->value.GetArray()) {
       table.AddRow({absl::StrCat(static_cast<int>(u64(gpu, "device"))),
                     absl::StrFormat("%.1f%%", 100 * u64(gpu, "busy_ratio")),
                     absl::StrCat(static_cast<uint64_t>(u64(gpu, "kernels")))});
     }
-    if (!table.empty()) std::cout << table.Render();
+    if (!table.empty()) std::cout << table.Render("");
   }
   if (auto top = doc.FindMember("top_kernels"); top != doc.MemberEnd() && top->value.IsArray()) {
-    Table table({"KERNEL", "COUNT>", "TOTAL>", "AVG>", "MIN>", "MAX>"});
+    analysis::TextTable table({"KERNEL", "COUNT>", "TOTAL>", "AVG>", "MIN>", "MAX>"});
     auto dur = [](double ns) { return absl::FormatDuration(absl::Nanoseconds(ns)); };
     for (const auto& k : top->value.GetArray()) {
       auto name = k.FindMember("name");
@@ -192,7 +184,7 @@ void PrintSummary(const std::string& summary_json) {
                     absl::StrCat(static_cast<uint64_t>(u64(k, "count"))), dur(u64(k, "total_ns")),
                     dur(u64(k, "avg_ns")), dur(u64(k, "min_ns")), dur(u64(k, "max_ns"))});
     }
-    if (!table.empty()) std::cout << "top kernels by total time:\n" << table.Render();
+    if (!table.empty()) std::cout << "top kernels by total time:\n" << table.Render("");
   }
 }
 
@@ -223,9 +215,10 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
   std::cout << "state    " << State(t);
   if (!t.upload_error().empty()) std::cout << " (last upload attempt: " << t.upload_error() << ")";
   std::cout << "\nlocation " << t.location() << "\n";
-  Table files({"FILE", "SIZE>", "SHA256"}, 70);
-  for (const auto& f : t.files()) files.AddRow({f.name(), Size(f.bytes()), f.sha256()});
-  std::cout << files.Render() << "manifest:\n" << response.manifest_json() << "\n";
+  analysis::TextTable files({"FILE", "SIZE>", "SHA256"}, 70);
+  for (const auto& f : t.files())
+    files.AddRow({f.name(), analysis::FormatBytes(f.bytes()), f.sha256()});
+  std::cout << files.Render("") << "manifest:\n" << response.manifest_json() << "\n";
   if (!response.summary_json().empty()) PrintSummary(response.summary_json());
   return kExitOk;
 }
@@ -330,8 +323,8 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
     PrintJson(trace);
     return kExitOk;
   }
-  std::cout << "capture " << o.id << ": " << received.size() << " files, " << Size(total) << " in "
-            << dir << " (checksums verified"
+  std::cout << "capture " << o.id << ": " << received.size() << " files, "
+            << analysis::FormatBytes(total) << " in " << dir << " (checksums verified"
             << (manifest.empty() ? " against the store's record" : " against the manifest")
             << ")\n";
   for (const Received& r : received) {
@@ -391,8 +384,9 @@ int RunSpool(const GlobalOptions& g) {
     PrintJson(response);
     return kExitOk;
   }
-  std::cout << "spool    " << response.spool_dir() << ": " << Size(response.bytes()) << " of "
-            << Size(response.capacity_bytes()) << "\n"
+  std::cout << "spool    " << response.spool_dir() << ": "
+            << analysis::FormatBytes(response.bytes()) << " of "
+            << analysis::FormatBytes(response.capacity_bytes()) << "\n"
             << "store    " << response.store_uri() << "\n"
             << "pending  " << response.pending() << " waiting for upload, " << response.reserved()
             << " captures being written\n"
