@@ -197,8 +197,6 @@ class CaptureOrchestrator::Capture {
   }
 
   void Publish() {
-    uint64_t events = 0;
-    for (const auto& p : info_.processes()) events += p.events();
     absl::MutexLock lock(&mu_);
     snapshot_ = info_;
     ++version_;
@@ -242,7 +240,7 @@ class CaptureOrchestrator::Capture {
     Process& proc = processes_[i];
     switch (item.kind) {
       case Item::kBatch:
-        if (ProcessTerminal(p.state()) && p.state() == v1::CAPTURE_STATE_FAILED) return false;
+        if (p.state() == v1::CAPTURE_STATE_FAILED) return false;  // given up on: drop late data
         WriteBatch(i, item.batch);
         return false;
       case Item::kGone:
