@@ -11,6 +11,9 @@ namespace profd {
 namespace {
 
 constexpr size_t kFlushBytes = 256 * 1024;
+// deflate's output goes through a buffer of this size, however much input a flush has: sized to
+// the input, it grew with the largest batch and stayed that large for the whole capture.
+constexpr size_t kDeflateOutBytes = 64 * 1024;
 
 const char* CopyKindName(int kind) {
   static const char* const kNames[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
@@ -102,7 +105,7 @@ ChromeTraceWriter::~ChromeTraceWriter() {
 absl::Status ChromeTraceWriter::Flush(bool finish) {
   zs_.next_in = reinterpret_cast<Bytef*>(buffer_.data());
   zs_.avail_in = static_cast<uInt>(buffer_.size());
-  out_.resize(deflateBound(&zs_, buffer_.size()) + 64);
+  out_.resize(kDeflateOutBytes);
   int flush = finish ? Z_FINISH : Z_NO_FLUSH;
   while (true) {
     zs_.next_out = reinterpret_cast<Bytef*>(out_.data());
@@ -122,6 +125,9 @@ absl::Status ChromeTraceWriter::Flush(bool finish) {
 }
 
 void ChromeTraceWriter::Separator() {
+  // Flushing between events, not only after a batch, keeps buffer_ near kFlushBytes: one ~1 MiB
+  // batch is several MB of JSON, and a capture of 64 processes holds 64 writers at once.
+  if (buffer_.size() >= kFlushBytes && flush_error_.ok()) flush_error_ = Flush(false);
   if (!first_event_) buffer_ += ",\n";
   first_event_ = false;
 }
@@ -344,6 +350,7 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
     buffer_ += "}";
     ++events_;
   }
+  if (!flush_error_.ok()) return flush_error_;
   if (buffer_.size() >= kFlushBytes) return Flush(false);
   return absl::OkStatus();
 }
@@ -410,7 +417,7 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
                   ",\"events\":", events_, ",\"dropped_records\":", footer.dropped_records,
                   ",\"truncated\":", footer.truncated ? "true" : "false",
                   ",\"error\":", StringTable::JsonQuote(footer.error), "}}\n");
-  absl::Status status = Flush(true);
+  absl::Status status = flush_error_.ok() ? Flush(true) : flush_error_;
   deflateEnd(&zs_);
   if (std::fclose(file_) != 0 && status.ok()) {
     status = absl::ResourceExhaustedError(

@@ -70,6 +70,7 @@ class ChromeTraceWriter {
   z_stream zs_{};
   std::string buffer_;
   std::string out_;
+  absl::Status flush_error_;  // a failed flush between events, returned by Write/Finish
   bool first_event_ = true;
   uint64_t events_ = 0;
   uint64_t compressed_bytes_ = 0;
