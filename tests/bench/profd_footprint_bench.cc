@@ -15,11 +15,11 @@
 //
 //   profd_footprint_bench [--agents=64] [--devices=8] [--agents_kind=wire|replay] [--capture]
 //                         [--warmup_s=5] [--window_s=30] [--repeat=3] [--no_fake_nvml]
+#include <poll.h>
+#include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
-#include <poll.h>
-#include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -194,14 +194,14 @@ double LoadAverage1() {
 struct RunFigures {
   double rss_peak_mb = 0;  // highest VmRSS sampled in the window
   double rss_end_mb = 0;
-  double hwm_mb = 0;        // VmHWM at the end (includes start-up and warm-up)
+  double hwm_mb = 0;  // VmHWM at the end (includes start-up and warm-up)
   double rss_before_capture_mb = 0, rss_capture_peak_mb = 0, rss_after_capture_mb = 0;
-  double cpu_percent = 0;   // of one core, over the window
+  double cpu_percent = 0;  // of one core, over the window
   double scrape_ms_median = 0;
   size_t series = 0;  // samples in the last scrape: says the agents' counters are all there
   int agents_seen = 0;
   long threads = 0;
-  std::string smaps;        // smaps_rollup at the end, the lines that say what the RSS is
+  std::string smaps;  // smaps_rollup at the end, the lines that say what the RSS is
   double load_before = 0, load_after = 0;
   bool capture_ok = true;
 };
@@ -260,7 +260,8 @@ RunFigures RunOnce(const Options& o) {
   testing::WaitFor([&] { return CountAgents(profd) >= o.agents; }, absl::Seconds(30));
 
   rapidjson::Document status = profd.ProfctlJson({"status"});
-  const std::string url = absl::StrCat("http://", status["metrics_address"].GetString(), "/metrics");
+  const std::string url =
+      absl::StrCat("http://", status["metrics_address"].GetString(), "/metrics");
   std::atomic<bool> stop{false};
   std::vector<double> scrape_ms;
   std::atomic<size_t> series{0};
@@ -358,16 +359,26 @@ int Main(int argc, char** argv) {
       std::string prefix = std::string(name) + "=";
       return arg.rfind(prefix, 0) == 0 ? argv[i] + prefix.size() : nullptr;
     };
-    if (const char* v = value("--agents")) o.agents = std::atoi(v);
-    else if (const char* v = value("--devices")) o.devices = std::atoi(v);
-    else if (const char* v = value("--agents_kind")) o.agents_kind = v;
-    else if (const char* v = value("--warmup_s")) o.warmup_s = std::atoi(v);
-    else if (const char* v = value("--window_s")) o.window_s = std::atoi(v);
-    else if (const char* v = value("--repeat")) o.repeat = std::atoi(v);
-    else if (const char* v = value("--agent_child")) agent_child = v;
-    else if (const char* v = value("--agent_index")) agent_index = std::atoi(v);
-    else if (arg == "--capture") o.capture = true;
-    else if (arg == "--no_fake_nvml") o.fake_nvml = false;
+    if (const char* v = value("--agents"))
+      o.agents = std::atoi(v);
+    else if (const char* v = value("--devices"))
+      o.devices = std::atoi(v);
+    else if (const char* v = value("--agents_kind"))
+      o.agents_kind = v;
+    else if (const char* v = value("--warmup_s"))
+      o.warmup_s = std::atoi(v);
+    else if (const char* v = value("--window_s"))
+      o.window_s = std::atoi(v);
+    else if (const char* v = value("--repeat"))
+      o.repeat = std::atoi(v);
+    else if (const char* v = value("--agent_child"))
+      agent_child = v;
+    else if (const char* v = value("--agent_index"))
+      agent_index = std::atoi(v);
+    else if (arg == "--capture")
+      o.capture = true;
+    else if (arg == "--no_fake_nvml")
+      o.fake_nvml = false;
     else {
       std::fprintf(stderr, "unknown argument %s (see the comment at the top of %s)\n", argv[i],
                    __FILE__);
@@ -381,23 +392,26 @@ int Main(int argc, char** argv) {
   }
   if (o.capture && o.window_s < 15) o.window_s = 15;
 
-  std::printf("profd footprint: %d %s agents%s, heartbeats and NVML samples every 1 s, /metrics "
-              "scraped every 1 s; warm-up %d s, window %d s, %d run(s); %ld cores\n",
-              o.agents, o.agents_kind.c_str(),
-              o.agents_kind == "wire" ? absl::StrCat(" x ", o.devices, " devices").c_str() : "",
-              o.warmup_s, o.window_s, o.repeat, sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf(
+      "profd footprint: %d %s agents%s, heartbeats and NVML samples every 1 s, /metrics "
+      "scraped every 1 s; warm-up %d s, window %d s, %d run(s); %ld cores\n",
+      o.agents, o.agents_kind.c_str(),
+      o.agents_kind == "wire" ? absl::StrCat(" x ", o.devices, " devices").c_str() : "", o.warmup_s,
+      o.window_s, o.repeat, sysconf(_SC_NPROCESSORS_ONLN));
   std::vector<double> peak, end, hwm, cpu, before, during, after;
   for (int run = 0; run < o.repeat; ++run) {
     RunFigures r = RunOnce(o);
-    std::printf("run %d: agents %d, RSS peak %.1f MB, end %.1f MB, VmHWM %.1f MB, CPU %.2f %% of a "
-                "core, threads %ld, scrape median %.1f ms (%zu series), load %.2f -> %.2f\n",
-                run + 1, r.agents_seen, r.rss_peak_mb, r.rss_end_mb, r.hwm_mb, r.cpu_percent,
-                r.threads, r.scrape_ms_median, r.series, r.load_before, r.load_after);
+    std::printf(
+        "run %d: agents %d, RSS peak %.1f MB, end %.1f MB, VmHWM %.1f MB, CPU %.2f %% of a "
+        "core, threads %ld, scrape median %.1f ms (%zu series), load %.2f -> %.2f\n",
+        run + 1, r.agents_seen, r.rss_peak_mb, r.rss_end_mb, r.hwm_mb, r.cpu_percent, r.threads,
+        r.scrape_ms_median, r.series, r.load_before, r.load_after);
     if (o.capture) {
-      std::printf("       capture --all 5s%s: RSS before %.1f MB, during (peak) %.1f MB, after "
-                  "%.1f MB\n",
-                  r.capture_ok ? "" : " (FAILED)", r.rss_before_capture_mb,
-                  r.rss_capture_peak_mb, r.rss_after_capture_mb);
+      std::printf(
+          "       capture --all 5s%s: RSS before %.1f MB, during (peak) %.1f MB, after "
+          "%.1f MB\n",
+          r.capture_ok ? "" : " (FAILED)", r.rss_before_capture_mb, r.rss_capture_peak_mb,
+          r.rss_after_capture_mb);
     }
     std::printf("       smaps_rollup at the end: %s\n", r.smaps.c_str());
     std::fflush(stdout);
