@@ -14,6 +14,23 @@ int main(int argc, char** argv) {
                      std::string(kDefaultTarget) + ")");
   app.add_flag("--json", g.json, "Print the result as JSON");
   app.add_option("--timeout", g.timeout, "Deadline for a call to profd (e.g. 10s)");
+  app.add_option("--tls-ca", g.tls.ca_file,
+                 "Talk TLS to profd and verify its certificate with this CA (PEM)")
+      ->envname("PROFD_TLS_CA");
+  app.add_option("--tls-cert", g.tls.cert_file,
+                 "Client certificate (PEM) for a profd started with --grpc_tls_client_ca")
+      ->envname("PROFD_TLS_CERT");
+  app.add_option("--tls-key", g.tls.key_file, "Private key (PEM) of --tls-cert")
+      ->envname("PROFD_TLS_KEY");
+  app.add_option("--tls-server-name", g.tls.server_name,
+                 "Name to expect in profd's certificate instead of the --target host")
+      ->envname("PROFD_TLS_SERVER_NAME");
+  // Once, before any subcommand runs: a missing or unreadable PEM file is a usage error.
+  app.parse_complete_callback([&g] {
+    if (absl::Status loaded = g.tls.Load(); !loaded.ok()) {
+      throw CLI::ValidationError("profctl: " + std::string(loaded.message()));
+    }
+  });
 
   int rc = kExitOk;
   AddAgentCommands(app, g, &rc);

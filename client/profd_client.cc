@@ -1,8 +1,52 @@
 #include "client/profd_client.h"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 
 namespace profctl {
+namespace {
+
+// Reads one PEM file named by a flag; the error says which flag, which path and why.
+absl::Status ReadPem(const std::string& flag, const std::string& path, const std::string& expected,
+                     std::string* out) {
+  if (path.empty()) return absl::OkStatus();
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot read ", path, ": ", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  *out = text.str();
+  if (!absl::StrContains(*out, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": ", path, " is not a PEM file (expected ", expected, " in '-----BEGIN ...' form)"));
+  }
+  return absl::OkStatus();
+}
+
+bool IsUnixTarget(const std::string& target) {
+  return absl::StartsWith(target, "unix:") || absl::StartsWith(target, "unix-abstract:");
+}
+
+// gRPC reports a failed handshake as UNAVAILABLE; its text is the only way to tell it from a
+// daemon that is not there.
+bool LooksLikeTlsFailure(const std::string& message) {
+  const std::string m = absl::AsciiStrToLower(message);
+  for (const char* word : {"handshake", "ssl", "tls", "certificate", "alert"}) {
+    if (absl::StrContains(m, word)) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 std::string ResolveTarget(const std::string& flag) {
   if (!flag.empty()) return flag;
@@ -10,8 +54,33 @@ std::string ResolveTarget(const std::string& flag) {
   return kDefaultTarget;
 }
 
-ProfdClient::ProfdClient(const std::string& target) : target_(target) {
-  channel_ = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+absl::Status TlsOptions::Load() {
+  if (cert_file.empty() != key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tls-cert and --tls-key go together (the client certificate and its private key); got "
+        "only " +
+        std::string(cert_file.empty() ? "--tls-key" : "--tls-cert"));
+  }
+  if (absl::Status s = ReadPem("--tls-ca", ca_file, "a CA certificate", &ca_pem); !s.ok()) return s;
+  if (absl::Status s = ReadPem("--tls-cert", cert_file, "a certificate", &cert_pem); !s.ok()) {
+    return s;
+  }
+  return ReadPem("--tls-key", key_file, "a private key", &key_pem);
+}
+
+ProfdClient::ProfdClient(const std::string& target, const TlsOptions& tls)
+    : target_(target), tls_(tls.enabled()) {
+  if (!tls_) {
+    channel_ = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+  } else {
+    grpc::SslCredentialsOptions ssl;
+    ssl.pem_root_certs = tls.ca_pem;  // empty: the system's roots
+    ssl.pem_cert_chain = tls.cert_pem;
+    ssl.pem_private_key = tls.key_pem;
+    grpc::ChannelArguments args;
+    if (!tls.server_name.empty()) args.SetSslTargetNameOverride(tls.server_name);
+    channel_ = grpc::CreateCustomChannel(target_, grpc::SslCredentials(ssl), args);
+  }
   stub_ = profd::v1::Profd::NewStub(channel_);
 }
 
@@ -19,6 +88,24 @@ std::string ProfdClient::Explain(const grpc::Status& status) const {
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
+      if (tls_ && LooksLikeTlsFailure(status.error_message())) {
+        return "TLS handshake with profd at " + target_ + " failed: " + status.error_message() +
+               "; check --tls-ca (the CA that signed profd's --grpc_tls_cert), "
+               "--tls-cert/--tls-key "
+               "(profd started with --grpc_tls_client_ca wants a client certificate signed by "
+               "that CA) and --tls-server-name";
+      }
+      if (tls_) {
+        return "profd not reachable over TLS at " + target_ + ": " + status.error_message() +
+               " (is it running, with --grpc_tls_cert on this address? if it is, the TLS handshake "
+               "failed: check --tls-ca / --tls-cert / --tls-key)";
+      }
+      if (!IsUnixTarget(target_)) {
+        return "profd not reachable at " + target_ + ": " + status.error_message() +
+               " (is it running? if profd serves TLS on this address (--grpc_tls_cert), pass "
+               "--tls-ca FILE or PROFD_TLS_CA, and --tls-cert/--tls-key if it wants a client "
+               "certificate)";
+      }
       return "profd not reachable at " + target_ +
              ": is it running? (start it with `profd`, or pick another daemon with --target or "
              "PROFD_TARGET)";
