@@ -1,11 +1,15 @@
 // profctl: the command line for profd. Each subcommand is one call (or one stream) to the daemon;
 // human output by default, the response message as JSON with --json.
+#include <cstdlib>
 #include <string>
 
 #include "client/commands.h"
 
 int main(int argc, char** argv) {
   using namespace profctl;
+  // gRPC core logs its own copy of connection and handshake errors on stderr; profctl explains
+  // each failed call itself. GRPC_VERBOSITY set by the user still wins.
+  setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
   CLI::App app{"profctl: on-demand GPU profiling of running processes, through profd"};
   app.require_subcommand(1);
   GlobalOptions g;

@@ -46,6 +46,14 @@ bool LooksLikeTlsFailure(const std::string& message) {
   return false;
 }
 
+// The peer accepted the TCP connection and then dropped it: on a TLS listener that is how a
+// refused handshake looks from the other side (no client certificate, or plaintext to TLS).
+bool PeerClosed(const std::string& message) {
+  const std::string m = absl::AsciiStrToLower(message);
+  return absl::StrContains(m, "socket closed") || absl::StrContains(m, "connection reset") ||
+         absl::StrContains(m, "end of file");
+}
+
 }  // namespace
 
 std::string ResolveTarget(const std::string& flag) {
@@ -69,7 +77,7 @@ absl::Status TlsOptions::Load() {
 }
 
 ProfdClient::ProfdClient(const std::string& target, const TlsOptions& tls)
-    : target_(target), tls_(tls.enabled()) {
+    : target_(target), tls_(tls.enabled()), client_cert_(!tls.cert_pem.empty()) {
   if (!tls_) {
     channel_ = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
   } else {
@@ -88,27 +96,7 @@ std::string ProfdClient::Explain(const grpc::Status& status) const {
   switch (status.error_code()) {
     case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
-      if (tls_ && LooksLikeTlsFailure(status.error_message())) {
-        return "TLS handshake with profd at " + target_ + " failed: " + status.error_message() +
-               "; check --tls-ca (the CA that signed profd's --grpc_tls_cert), "
-               "--tls-cert/--tls-key "
-               "(profd started with --grpc_tls_client_ca wants a client certificate signed by "
-               "that CA) and --tls-server-name";
-      }
-      if (tls_) {
-        return "profd not reachable over TLS at " + target_ + ": " + status.error_message() +
-               " (is it running, with --grpc_tls_cert on this address? if it is, the TLS handshake "
-               "failed: check --tls-ca / --tls-cert / --tls-key)";
-      }
-      if (!IsUnixTarget(target_)) {
-        return "profd not reachable at " + target_ + ": " + status.error_message() +
-               " (is it running? if profd serves TLS on this address (--grpc_tls_cert), pass "
-               "--tls-ca FILE or PROFD_TLS_CA, and --tls-cert/--tls-key if it wants a client "
-               "certificate)";
-      }
-      return "profd not reachable at " + target_ +
-             ": is it running? (start it with `profd`, or pick another daemon with --target or "
-             "PROFD_TARGET)";
+      return ExplainUnreachable(status.error_message());
     case grpc::StatusCode::PERMISSION_DENIED:
       return "profd at " + target_ + " refused: " + status.error_message() +
              " (the unix socket is root-only by default: run as root or a member of its group)";
@@ -117,6 +105,34 @@ std::string ProfdClient::Explain(const grpc::Status& status) const {
     default:
       return status.error_message();
   }
+}
+
+std::string ProfdClient::ExplainUnreachable(const std::string& detail) const {
+  if (tls_ && (LooksLikeTlsFailure(detail) || PeerClosed(detail))) {
+    std::string why = detail;
+    if (!LooksLikeTlsFailure(detail) && !client_cert_) {
+      why +=
+          " (profd closed the connection: it most likely requires a client certificate, "
+          "--grpc_tls_client_ca, and none was given)";
+    }
+    return "TLS handshake with profd at " + target_ + " failed: " + why +
+           "; check --tls-ca (the CA that signed profd's --grpc_tls_cert), --tls-cert/--tls-key "
+           "(a profd started with --grpc_tls_client_ca wants a client certificate signed by that "
+           "CA) and --tls-server-name";
+  }
+  if (!tls_ && !IsUnixTarget(target_) && PeerClosed(detail)) {
+    return "profd at " + target_ + " closed the connection (" + detail +
+           "): it most likely serves TLS on this address (--grpc_tls_cert); pass --tls-ca FILE "
+           "(or PROFD_TLS_CA), and --tls-cert/--tls-key if it wants a client certificate";
+  }
+  if (IsUnixTarget(target_)) {
+    return "profd not reachable at " + target_ +
+           ": is it running? (start it with `profd`, or pick another daemon with --target or "
+           "PROFD_TARGET)";
+  }
+  return "profd not reachable at " + target_ + ": " + detail +
+         " (is it running, with --grpc_address on this address? pick another daemon with "
+         "--target or PROFD_TARGET)";
 }
 
 int ProfdClient::ExitCodeFor(const grpc::Status& status) {

@@ -60,8 +60,11 @@ class ProfdClient {
   static int ExitCodeFor(const grpc::Status& status);
 
  private:
+  std::string ExplainUnreachable(const std::string& detail) const;
+
   std::string target_;
   bool tls_ = false;
+  bool client_cert_ = false;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<profd::v1::Profd::Stub> stub_;
 };

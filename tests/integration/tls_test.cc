@@ -32,8 +32,8 @@ int FreePort() {
 
 std::string FindProgram(const std::string& name) {
   const char* path = std::getenv("PATH");
-  for (const std::string& dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
-    const std::string candidate = dir + "/" + name;
+  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
+    const std::string candidate = absl::StrCat(dir, "/", name);
     if (access(candidate.c_str(), X_OK) == 0) return candidate;
   }
   return "";
@@ -56,7 +56,7 @@ class Pki {
  private:
   bool OpenSsl(std::vector<std::string> args) {
     args.insert(args.begin(), openssl_);
-    RunResult r = Run(args);
+    RunResult r = profd::testing::Run(args);
     if (r.exit_code != 0) error_ += absl::StrCat(absl::StrJoin(args, " "), ":\n", r.err, "\n");
     return r.exit_code == 0;
   }
@@ -119,7 +119,7 @@ class TlsTest : public ::testing::Test {
     std::vector<std::string> argv = {BuildPath("client/profctl"), "--target", target, "--timeout",
                                      "5s"};
     argv.insert(argv.end(), args.begin(), args.end());
-    return Run(argv, env);
+    return profd::testing::Run(argv, env);
   }
 
   static Pki* pki_;
@@ -162,10 +162,11 @@ TEST_F(TlsTest, ProfctlVerifiesProfdWithTheCa) {
 TEST_F(TlsTest, ProfctlWithoutTheRightCaIsToldWhy) {
   auto profd = StartTlsProfd();
 
-  // Plaintext to a TLS port: profctl cannot see TLS, so it says to try --tls-ca.
+  // Plaintext to a TLS port: profd hangs up, and profctl says it most likely wants TLS.
   RunResult plain = Profctl(address_, {"status"});
   EXPECT_EQ(plain.exit_code, 3) << plain.err;
-  EXPECT_TRUE(Has(plain.err, "profd not reachable at " + address_)) << plain.err;
+  EXPECT_TRUE(Has(plain.err, "profd at " + address_ + " closed the connection")) << plain.err;
+  EXPECT_TRUE(Has(plain.err, "serves TLS")) << plain.err;
   EXPECT_TRUE(Has(plain.err, "--tls-ca")) << plain.err;
 
   // A CA that did not sign profd's certificate: the handshake fails, and profctl says so.
@@ -191,14 +192,17 @@ TEST_F(TlsTest, ClientCertificateRequiredWithClientCa) {
 
   RunResult no_cert = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
   EXPECT_EQ(no_cert.exit_code, 3) << no_cert.err;
-  EXPECT_TRUE(Has(no_cert.err, "TLS")) << no_cert.err;
+  EXPECT_TRUE(Has(no_cert.err, "TLS handshake with profd at " + address_ + " failed"))
+      << no_cert.err;
+  EXPECT_TRUE(Has(no_cert.err, "requires a client certificate")) << no_cert.err;
   EXPECT_TRUE(Has(no_cert.err, "--tls-cert")) << no_cert.err;
 
   RunResult stranger =
       Profctl(address_, {"--tls-ca", Pem("ca.pem"), "--tls-cert", Pem("stranger.pem"), "--tls-key",
                          Pem("stranger.key"), "status"});
   EXPECT_EQ(stranger.exit_code, 3) << stranger.err;
-  EXPECT_TRUE(Has(stranger.err, "TLS")) << stranger.err;
+  EXPECT_TRUE(Has(stranger.err, "TLS handshake with profd at " + address_ + " failed"))
+      << stranger.err;
 
   RunResult with_cert =
       Profctl(address_, {"--tls-ca", Pem("ca.pem"), "--tls-cert", Pem("client.pem"), "--tls-key",
@@ -209,6 +213,13 @@ TEST_F(TlsTest, ClientCertificateRequiredWithClientCa) {
                                 {"PROFD_TLS_CERT", Pem("client.pem")},
                                 {"PROFD_TLS_KEY", Pem("client.key")}});
   EXPECT_EQ(from_env.exit_code, 0) << from_env.err;
+}
+
+TEST_F(TlsTest, NoProfdThereIsNotCalledATlsFailure) {
+  RunResult nobody = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
+  EXPECT_EQ(nobody.exit_code, 3) << nobody.err;
+  EXPECT_TRUE(Has(nobody.err, "profd not reachable at " + address_)) << nobody.err;
+  EXPECT_FALSE(Has(nobody.err, "TLS handshake")) << nobody.err;
 }
 
 TEST_F(TlsTest, ProfctlNamesABadPemFile) {
