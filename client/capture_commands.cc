@@ -92,10 +92,13 @@ bool ParseKinds(const std::string& text, profd::v1::CaptureRequest* request, std
 
 void PrintSummary(const profd::v1::CaptureInfo& info) {
   const profd::v1::CaptureSummary& s = info.summary();
-  std::cout << "Capture " << info.capture_id() << ": " << PhaseName(info.phase()) << ", "
-            << FormatDuration(static_cast<double>(s.window_ns())) << " captured, "
-            << FormatCount(s.events()) << " events, " << FormatCount(s.dropped_records())
-            << " dropped\n";
+  std::cout << "Capture " << info.capture_id() << ": " << PhaseName(info.phase());
+  if (s.window_ns() > 0) {
+    std::cout << ", " << FormatDuration(static_cast<double>(s.window_ns())) << " captured, "
+              << FormatCount(s.events()) << " events, " << FormatCount(s.dropped_records())
+              << " dropped";
+  }
+  std::cout << "\n";
   if (!info.message().empty()) std::cout << "  " << info.message() << "\n";
   for (const auto& p : info.processes()) {
     std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << FormatCount(p.events())
