@@ -77,7 +77,11 @@ absl::Status TlsOptions::Load() {
 }
 
 ProfdClient::ProfdClient(const std::string& target, const TlsOptions& tls)
-    : target_(target), tls_(tls.enabled()), client_cert_(!tls.cert_pem.empty()) {
+    // profd's unix socket is always plaintext (file permissions guard it), so TLS settings, say
+    // PROFD_TLS_CA exported for remote nodes, do not break the local default target.
+    : target_(target),
+      tls_(tls.enabled() && !IsUnixTarget(target)),
+      client_cert_(!tls.cert_pem.empty()) {
   if (!tls_) {
     channel_ = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
   } else {

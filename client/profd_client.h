@@ -47,7 +47,7 @@ struct TlsOptions {
 
 class ProfdClient {
  public:
-  // tls must have been Load()ed when enabled().
+  // tls must have been Load()ed when enabled(); it applies to TCP targets only.
   explicit ProfdClient(const std::string& target, const TlsOptions& tls = {});
   profd::v1::Profd::Stub& stub() { return *stub_; }
   const std::string& target() const { return target_; }

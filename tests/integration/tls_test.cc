@@ -182,8 +182,10 @@ TEST_F(TlsTest, ProfctlWithoutTheRightCaIsToldWhy) {
   EXPECT_EQ(wrong_name.exit_code, 3) << wrong_name.err;
   EXPECT_TRUE(Has(wrong_name.err, "TLS handshake")) << wrong_name.err;
 
-  // The unix socket stays plaintext.
+  // The unix socket stays plaintext, and TLS settings meant for TCP do not get in its way.
   EXPECT_EQ(profd->Profctl({"status"}).exit_code, 0);
+  RunResult unix_with_ca = profd->Profctl({"--tls-ca", Pem("ca.pem"), "status"});
+  EXPECT_EQ(unix_with_ca.exit_code, 0) << unix_with_ca.err;
 }
 
 TEST_F(TlsTest, ClientCertificateRequiredWithClientCa) {
