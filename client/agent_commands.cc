@@ -31,7 +31,7 @@ std::string GpusOf(const profd::v1::AgentInfo& a) {
 }
 
 int RunAgents(const GlobalOptions& g) {
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::ListAgentsResponse response;
   grpc::Status status =
@@ -57,7 +57,7 @@ int RunAgents(const GlobalOptions& g) {
 }
 
 int RunStatus(const GlobalOptions& g) {
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::DaemonStatus response;
   grpc::Status status =

@@ -210,7 +210,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     return kExitUsage;
   }
 
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   // The stream lasts as long as the capture: no --timeout deadline on it.
   auto reader = client.stub().Capture(&ctx, request);
@@ -262,7 +262,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
 }
 
 int RunCaptures(const GlobalOptions& g, uint32_t limit) {
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::ListCapturesRequest request;
   request.set_limit(limit);
@@ -291,7 +291,7 @@ int RunCaptures(const GlobalOptions& g, uint32_t limit) {
 }
 
 int RunCancel(const GlobalOptions& g, const std::string& id) {
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::CancelCaptureRequest request;
   request.set_capture_id(id);

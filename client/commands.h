@@ -15,6 +15,7 @@ struct GlobalOptions {
   std::string target;
   bool json = false;
   std::string timeout = "10s";
+  TlsOptions tls;  // --tls-ca, --tls-cert, --tls-key, --tls-server-name (TCP targets)
 };
 
 // The response message as JSON (proto field names, defaults included) on stdout.

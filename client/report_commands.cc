@@ -59,7 +59,7 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, std::vector<st
                  "export_chrome_trace) or a capture id from `profctl captures`.\n";
     return kExitNotFound;
   }
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::GetCaptureRequest request;
   request.set_capture_id(arg);

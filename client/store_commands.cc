@@ -48,10 +48,9 @@ struct ImportOptions {
   std::string label;
 };
 
-// The store's stub on the same connection settings as the rest of profctl.
+// The store's stub on profctl's one channel to profd (same target, same TLS credentials).
 std::unique_ptr<profd::v1::TraceStore::Stub> StoreStub(const ProfdClient& client) {
-  return profd::v1::TraceStore::NewStub(
-      grpc::CreateChannel(client.target(), grpc::InsecureChannelCredentials()));
+  return profd::v1::TraceStore::NewStub(client.channel());
 }
 
 // Streams can take long (big traces, a slow store): an hour, not --timeout.
@@ -119,7 +118,7 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
     return kExitUsage;
   }
   request.set_since_unix_ns(since);
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::ListTracesResponse response;
   grpc::Status status = StoreStub(client)->ListTraces(WithDeadline(&ctx, g), request, &response);
@@ -189,7 +188,7 @@ void PrintSummary(const std::string& summary_json) {
 }
 
 int RunShow(const GlobalOptions& g, const std::string& id) {
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::ShowTraceRequest request;
   request.set_capture_id(id);
@@ -246,7 +245,7 @@ std::map<std::string, std::string> ManifestChecksums(const std::string& path) {
 }
 
 int RunGet(const GlobalOptions& g, const GetOptions& o) {
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::GetTraceRequest request;
   request.set_capture_id(o.id);
@@ -341,7 +340,7 @@ int RunImport(const GlobalOptions& g, const ImportOptions& o) {
   }
   std::error_code ec;
   uint64_t size = fs::file_size(o.file, ec);
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::ImportTraceResponse response;
   auto writer = StoreStub(client)->ImportTrace(WithStreamDeadline(&ctx), &response);
@@ -374,7 +373,7 @@ int RunImport(const GlobalOptions& g, const ImportOptions& o) {
 }
 
 int RunSpool(const GlobalOptions& g) {
-  ProfdClient client(ResolveTarget(g.target));
+  ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::SpoolStatus response;
   grpc::Status status = StoreStub(client)->GetSpoolStatus(

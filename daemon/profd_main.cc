@@ -1,19 +1,27 @@
 // profd: the per-node daemon. Wires the components together and waits for SIGTERM/SIGINT.
-//   agent channel (unix socket) -> AgentRegistry -> gRPC service (unix socket + loopback TCP)
+//   agent channel (unix socket) -> AgentRegistry -> gRPC service (unix socket + loopback TCP,
+//   or any TCP address with TLS; docs/SECURITY.md)
 //   NVML sampler + AgentRegistry + DaemonMetrics -> /metrics (HTTP, prometheus-cpp)
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -32,6 +40,7 @@
 #include "daemon/store/trace_store_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 
 ABSL_FLAG(std::string, runtime_dir, "/run/profd",
@@ -42,7 +51,18 @@ ABSL_FLAG(std::string, agent_socket, "",
 ABSL_FLAG(std::string, grpc_socket, "",
           "Unix socket for profctl (default <runtime_dir>/profd.sock); 'none' disables");
 ABSL_FLAG(std::string, grpc_address, "127.0.0.1:7465",
-          "TCP address for profctl; loopback by default, 'none' disables");
+          "TCP address for profctl; loopback by default, 'none' disables. Any other address needs "
+          "--grpc_tls_cert/--grpc_tls_key (or --grpc_insecure_remote)");
+// The unix socket stays plaintext: it is local and guarded by its file mode (0660).
+ABSL_FLAG(std::string, grpc_tls_cert, "",
+          "PEM certificate (chain) for the TCP listener; with --grpc_tls_key, --grpc_address "
+          "speaks TLS only");
+ABSL_FLAG(std::string, grpc_tls_key, "", "PEM private key of --grpc_tls_cert");
+ABSL_FLAG(std::string, grpc_tls_client_ca, "",
+          "PEM CA: TCP clients must present a certificate signed by it (mutual TLS)");
+ABSL_FLAG(bool, grpc_insecure_remote, false,
+          "Serve --grpc_address on a non-loopback address WITHOUT TLS: anyone who can reach it "
+          "can list processes, start captures and download traces");
 // All interfaces by default: Prometheus scrapes the node (or the DaemonSet pod IP) from another
 // host. /metrics is read-only and carries no trace data; the control plane stays on loopback.
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9477",
@@ -118,6 +138,107 @@ std::string OpenStore(const std::string& hostname, std::unique_ptr<store::TraceS
 
 constexpr char kComponent[] = "profd";
 
+// True when a gRPC listening address only accepts connections from this host: a unix socket,
+// 127.0.0.0/8, ::1 (also as ::ffff:127.x.y.z) or localhost. Host names other than localhost
+// count as remote: what they resolve to is not ours to trust.
+bool IsLoopbackAddress(const std::string& address) {
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
+    return true;
+  }
+  std::string host = address;
+  for (const char* scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) {
+    if (absl::StartsWith(host, scheme)) {
+      host = host.substr(std::strlen(scheme));
+      break;
+    }
+  }
+  if (!host.empty() && host[0] == '[') {
+    host = host.substr(1, host.find(']') - 1);
+  } else if (std::count(host.begin(), host.end(), ':') == 1) {
+    host = host.substr(0, host.find(':'));
+  }
+  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
+  in_addr v4;
+  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6;
+  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
+    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
+  }
+  return false;
+}
+
+absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, "=", path, ": cannot read it: ", std::strerror(errno)));
+  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!absl::StrContains(text.str(), "-----BEGIN ")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--", flag, "=", path, ": not a PEM file (expected a '-----BEGIN ...' block)"));
+  }
+  return text.str();
+}
+
+// The credentials of the TCP listener: TLS (mutual with --grpc_tls_client_ca) when given a
+// certificate; plaintext only on loopback, or anywhere with --grpc_insecure_remote. *mode says
+// which, for the log.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const std::string& address,
+                                                                        std::string* mode) {
+  const std::string cert_file = absl::GetFlag(FLAGS_grpc_tls_cert);
+  const std::string key_file = absl::GetFlag(FLAGS_grpc_tls_key);
+  const std::string client_ca_file = absl::GetFlag(FLAGS_grpc_tls_client_ca);
+  if (cert_file.empty() != key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--grpc_tls_cert and --grpc_tls_key go together (the server certificate and its private "
+        "key); give both, or neither");
+  }
+  if (!client_ca_file.empty() && cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--grpc_tls_client_ca needs --grpc_tls_cert and --grpc_tls_key: client certificates are "
+        "only checked on a TLS listener");
+  }
+  if (!cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadPemFile("grpc_tls_cert", cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPemFile("grpc_tls_key", key_file);
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+    options.pem_key_cert_pairs.push_back({*key, *cert});
+    *mode = "TLS";
+    if (!client_ca_file.empty()) {
+      absl::StatusOr<std::string> client_ca = ReadPemFile("grpc_tls_client_ca", client_ca_file);
+      if (!client_ca.ok()) return client_ca.status();
+      options.pem_root_certs = *client_ca;
+      options.client_certificate_request =
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+      *mode = "mutual TLS";
+    }
+    return grpc::SslServerCredentials(options);
+  }
+  if (IsLoopbackAddress(address)) {
+    *mode = "plaintext, loopback";
+    return grpc::InsecureServerCredentials();
+  }
+  if (!absl::GetFlag(FLAGS_grpc_insecure_remote)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--grpc_address=", address,
+        " is not a loopback address and no TLS is set: anyone who can reach it could list "
+        "processes, start captures and download traces. Give --grpc_tls_cert and --grpc_tls_key "
+        "(and --grpc_tls_client_ca to require client certificates), or listen on 127.0.0.1, "
+        "[::1] or localhost, or pass --grpc_insecure_remote to accept the risk"));
+  }
+  LogWarning(kComponent,
+             "INSECURE: gRPC on %s WITHOUT TLS (--grpc_insecure_remote): anyone who can reach this "
+             "address can list processes, start captures and download traces; use "
+             "--grpc_tls_cert/--grpc_tls_key/--grpc_tls_client_ca instead",
+             address);
+  *mode = "plaintext, INSECURE";
+  return grpc::InsecureServerCredentials();
+}
+
 std::string Hostname() {
   if (const char* node = std::getenv("NODE_NAME"); node && node[0]) return node;
   char host[256] = {};
@@ -143,6 +264,21 @@ int Main(int argc, char** argv) {
   std::string grpc_socket = absl::GetFlag(FLAGS_grpc_socket);
   if (grpc_socket.empty()) grpc_socket = runtime_dir + "/profd.sock";
   const std::string grpc_address = absl::GetFlag(FLAGS_grpc_address);
+  const bool serve_tcp = grpc_address != "none" && !grpc_address.empty();
+  // Checked before anything starts: a daemon that would be open to the network does not start.
+  std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
+  std::string tcp_mode;
+  if (serve_tcp) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+        TcpCredentials(grpc_address, &tcp_mode);
+    if (!credentials.ok()) {
+      LogError(kComponent, "%s", credentials.status().message());
+      return 1;
+    }
+    tcp_credentials = *std::move(credentials);
+  } else if (!absl::GetFlag(FLAGS_grpc_tls_cert).empty()) {
+    LogWarning(kComponent, "--grpc_tls_cert has no effect: --grpc_address is none");
+  }
 
   DaemonIdentity identity;
   identity.hostname = Hostname();
@@ -225,12 +361,13 @@ int Main(int argc, char** argv) {
     unlink(grpc_socket.c_str());
     identity.grpc_addresses.push_back("unix:" + grpc_socket);
   }
-  if (grpc_address != "none" && !grpc_address.empty()) {
-    identity.grpc_addresses.push_back(grpc_address);
-  }
+  if (serve_tcp) identity.grpc_addresses.push_back(grpc_address);
   std::vector<int> bound_ports(identity.grpc_addresses.size(), 0);
   for (size_t i = 0; i < identity.grpc_addresses.size(); ++i) {
-    builder.AddListeningPort(identity.grpc_addresses[i], grpc::InsecureServerCredentials(),
+    // Only the TCP address (the last one) may carry TLS; the unix socket is plaintext.
+    const bool tcp = serve_tcp && i + 1 == identity.grpc_addresses.size();
+    builder.AddListeningPort(identity.grpc_addresses[i],
+                             tcp ? tcp_credentials : grpc::InsecureServerCredentials(),
                              &bound_ports[i]);
   }
   store::TraceStoreService store_service(trace_store.get(), spool.get(), identity.hostname,
@@ -257,8 +394,8 @@ int Main(int argc, char** argv) {
   }
   if (grpc_socket != "none") chmod(grpc_socket.c_str(), 0660);
   LogInfo(
-      kComponent, "profd %s on %s: gRPC %s; metrics %s", PROFD_VERSION, identity.hostname,
-      absl::StrJoin(identity.grpc_addresses, ", "),
+      kComponent, "profd %s on %s: gRPC %s%s; metrics %s", PROFD_VERSION, identity.hostname,
+      absl::StrJoin(identity.grpc_addresses, ", "), tcp_mode.empty() ? "" : " (" + tcp_mode + ")",
       identity.metrics_address.empty() ? "off" : "http://" + identity.metrics_address + "/metrics");
 
   int received = 0;

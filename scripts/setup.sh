@@ -10,6 +10,7 @@ packages=(
   prometheus-cpp-dev     # /metrics
   libcurl4-openssl-dev   # S3 uploads (built-in AWS SigV4)
   libssl-dev             # libcrypto: SHA-256/MD5 integrity checks of stored traces
+  openssl                # tests: the openssl CLI makes throwaway CA/server/client certificates (tls_test)
   zlib1g-dev             # gzip traces
   rapidjson-dev          # reading traces (profctl report/import)
   libcli11-dev           # profctl's command line

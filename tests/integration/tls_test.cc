@@ -1,0 +1,294 @@
+// TLS and client certificates on profd's TCP listener, end to end: a real profd, the real profctl,
+// and certificates made for the test by the openssl command line (a throwaway CA, a server
+// certificate for 127.0.0.1/localhost, client certificates from that CA and from a stranger's).
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gtest/gtest.h"
+#include "tests/support/profd_process.h"
+
+namespace profd::testing {
+namespace {
+
+// A TCP port nobody listens on right now (the kernel's pick, released at once).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string FindProgram(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
+    const std::string candidate = absl::StrCat(dir, "/", name);
+    if (access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+// The certificates, made once for the whole suite (key generation is the slow part).
+class Pki {
+ public:
+  bool Make(const std::string& openssl) {
+    openssl_ = openssl;
+    return Ca("ca") && Ca("other-ca") &&
+           Leaf("server", "ca", "profd test server",
+                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n") &&
+           Leaf("client", "ca", "profctl test client", "extendedKeyUsage=clientAuth\n") &&
+           Leaf("stranger", "other-ca", "someone else", "extendedKeyUsage=clientAuth\n");
+  }
+  std::string File(const std::string& name) const { return dir_.File(name); }
+  const std::string& error() const { return error_; }
+
+ private:
+  bool OpenSsl(std::vector<std::string> args) {
+    args.insert(args.begin(), openssl_);
+    RunResult r = profd::testing::Run(args);
+    if (r.exit_code != 0) error_ += absl::StrCat(absl::StrJoin(args, " "), ":\n", r.err, "\n");
+    return r.exit_code == 0;
+  }
+  bool Ca(const std::string& name) {
+    return OpenSsl({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                    "-nodes", "-keyout", File(name + ".key"), "-out", File(name + ".pem"), "-days",
+                    "2", "-subj", "/CN=" + name + " for profd tests"});
+  }
+  bool Leaf(const std::string& name, const std::string& ca, const std::string& cn,
+            const std::string& extensions) {
+    std::ofstream(File(name + ".ext")) << extensions;
+    return OpenSsl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
+                    "-keyout", File(name + ".key"), "-out", File(name + ".csr"), "-subj",
+                    "/CN=" + cn}) &&
+           OpenSsl({"x509", "-req", "-in", File(name + ".csr"), "-CA", File(ca + ".pem"), "-CAkey",
+                    File(ca + ".key"), "-CAcreateserial", "-out", File(name + ".pem"), "-days", "2",
+                    "-extfile", File(name + ".ext")});
+  }
+
+  TempDir dir_;
+  std::string openssl_;
+  std::string error_;
+};
+
+class TlsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    const std::string openssl = FindProgram("openssl");
+    if (openssl.empty()) return;  // SetUp skips; scripts/setup.sh installs it
+    pki_ = new Pki;
+    if (!pki_->Make(openssl))
+      FAIL() << "openssl could not make the test certificates:\n" << pki_->error();
+  }
+  static void TearDownTestSuite() {
+    delete pki_;
+    pki_ = nullptr;
+  }
+  void SetUp() override {
+    if (pki_ == nullptr) GTEST_SKIP() << "no openssl on PATH (scripts/setup.sh installs it)";
+    port_ = FreePort();
+    address_ = absl::StrCat("127.0.0.1:", port_);
+  }
+
+  static std::string Pem(const std::string& name) { return pki_->File(name); }
+
+  // profd with TLS on address_; Start() waits on its unix socket, which stays plaintext.
+  std::unique_ptr<ProfdProcess> StartTlsProfd(std::vector<std::string> more_flags = {}) {
+    std::vector<std::string> flags = {"--grpc_address=" + address_,
+                                      "--grpc_tls_cert=" + Pem("server.pem"),
+                                      "--grpc_tls_key=" + Pem("server.key")};
+    flags.insert(flags.end(), more_flags.begin(), more_flags.end());
+    auto profd = std::make_unique<ProfdProcess>(flags);
+    profd->Start();
+    return profd;
+  }
+
+  // profctl --target <target> args..., with a short deadline: a refused handshake must not wait.
+  static RunResult Profctl(const std::string& target, std::vector<std::string> args,
+                           std::map<std::string, std::string> env = {}) {
+    std::vector<std::string> argv = {BuildPath("client/profctl"), "--target", target, "--timeout",
+                                     "5s"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    return profd::testing::Run(argv, env);
+  }
+
+  static Pki* pki_;
+  int port_ = 0;
+  std::string address_;
+};
+
+Pki* TlsTest::pki_ = nullptr;
+
+bool Has(const std::string& text, const std::string& part) {
+  return text.find(part) != std::string::npos;
+}
+
+TEST_F(TlsTest, ProfctlVerifiesProfdWithTheCa) {
+  auto profd = StartTlsProfd();
+  EXPECT_TRUE(Has(profd->log(), "(TLS)")) << profd->log();
+
+  RunResult ok = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err << profd->log();
+  EXPECT_TRUE(Has(ok.out, address_)) << ok.out;  // status lists the daemon's addresses
+
+  // The store service rides on the same TLS channel (profctl spool -> profd.v1.TraceStore).
+  RunResult spool = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "--json", "spool"});
+  EXPECT_EQ(spool.exit_code, 0) << spool.err;
+  EXPECT_TRUE(Has(spool.out, "spool_dir")) << spool.out;
+
+  // The environment does what the flags do.
+  RunResult env = Profctl(address_, {"agents"}, {{"PROFD_TLS_CA", Pem("ca.pem")}});
+  EXPECT_EQ(env.exit_code, 0) << env.err;
+
+  // The certificate names localhost and 127.0.0.1: both targets verify.
+  RunResult by_name =
+      Profctl(absl::StrCat("localhost:", port_), {"--tls-ca", Pem("ca.pem"), "status"});
+  EXPECT_EQ(by_name.exit_code, 0) << by_name.err;
+  RunResult override_ok =
+      Profctl(address_, {"--tls-ca", Pem("ca.pem"), "--tls-server-name", "localhost", "status"});
+  EXPECT_EQ(override_ok.exit_code, 0) << override_ok.err;
+}
+
+TEST_F(TlsTest, ProfctlWithoutTheRightCaIsToldWhy) {
+  auto profd = StartTlsProfd();
+
+  // Plaintext to a TLS port: profd hangs up, and profctl says it most likely wants TLS.
+  RunResult plain = Profctl(address_, {"status"});
+  EXPECT_EQ(plain.exit_code, 3) << plain.err;
+  EXPECT_TRUE(Has(plain.err, "profd at " + address_ + " closed the connection")) << plain.err;
+  EXPECT_TRUE(Has(plain.err, "serves TLS")) << plain.err;
+  EXPECT_TRUE(Has(plain.err, "--tls-ca")) << plain.err;
+
+  // A CA that did not sign profd's certificate: the handshake fails, and profctl says so.
+  RunResult wrong_ca = Profctl(address_, {"--tls-ca", Pem("other-ca.pem"), "status"});
+  EXPECT_EQ(wrong_ca.exit_code, 3) << wrong_ca.err;
+  EXPECT_TRUE(Has(wrong_ca.err, "TLS handshake with profd at " + address_ + " failed"))
+      << wrong_ca.err;
+  EXPECT_TRUE(Has(wrong_ca.err, "check --tls-ca")) << wrong_ca.err;
+
+  // A name the certificate does not carry.
+  RunResult wrong_name = Profctl(
+      address_, {"--tls-ca", Pem("ca.pem"), "--tls-server-name", "elsewhere.example", "status"});
+  EXPECT_EQ(wrong_name.exit_code, 3) << wrong_name.err;
+  EXPECT_TRUE(Has(wrong_name.err, "TLS handshake")) << wrong_name.err;
+
+  // The unix socket stays plaintext, and TLS settings meant for TCP do not get in its way.
+  EXPECT_EQ(profd->Profctl({"status"}).exit_code, 0);
+  RunResult unix_with_ca = profd->Profctl({"--tls-ca", Pem("ca.pem"), "status"});
+  EXPECT_EQ(unix_with_ca.exit_code, 0) << unix_with_ca.err;
+}
+
+TEST_F(TlsTest, ClientCertificateRequiredWithClientCa) {
+  auto profd = StartTlsProfd({"--grpc_tls_client_ca=" + Pem("ca.pem")});
+  EXPECT_TRUE(Has(profd->log(), "(mutual TLS)")) << profd->log();
+
+  RunResult no_cert = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
+  EXPECT_EQ(no_cert.exit_code, 3) << no_cert.err;
+  EXPECT_TRUE(Has(no_cert.err, "TLS handshake with profd at " + address_ + " failed"))
+      << no_cert.err;
+  EXPECT_TRUE(Has(no_cert.err, "requires a client certificate")) << no_cert.err;
+  EXPECT_TRUE(Has(no_cert.err, "--tls-cert")) << no_cert.err;
+
+  RunResult stranger =
+      Profctl(address_, {"--tls-ca", Pem("ca.pem"), "--tls-cert", Pem("stranger.pem"), "--tls-key",
+                         Pem("stranger.key"), "status"});
+  EXPECT_EQ(stranger.exit_code, 3) << stranger.err;
+  EXPECT_TRUE(Has(stranger.err, "TLS handshake with profd at " + address_ + " failed"))
+      << stranger.err;
+
+  RunResult with_cert =
+      Profctl(address_, {"--tls-ca", Pem("ca.pem"), "--tls-cert", Pem("client.pem"), "--tls-key",
+                         Pem("client.key"), "status"});
+  EXPECT_EQ(with_cert.exit_code, 0) << with_cert.err << profd->log();
+  RunResult from_env = Profctl(address_, {"--json", "spool"},
+                               {{"PROFD_TLS_CA", Pem("ca.pem")},
+                                {"PROFD_TLS_CERT", Pem("client.pem")},
+                                {"PROFD_TLS_KEY", Pem("client.key")}});
+  EXPECT_EQ(from_env.exit_code, 0) << from_env.err;
+}
+
+TEST_F(TlsTest, NoProfdThereIsNotCalledATlsFailure) {
+  RunResult nobody = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
+  EXPECT_EQ(nobody.exit_code, 3) << nobody.err;
+  EXPECT_TRUE(Has(nobody.err, "profd not reachable at " + address_)) << nobody.err;
+  EXPECT_FALSE(Has(nobody.err, "TLS handshake")) << nobody.err;
+}
+
+TEST_F(TlsTest, ProfctlNamesABadPemFile) {
+  RunResult missing = Profctl(address_, {"--tls-ca", pki_->File("nope.pem"), "status"});
+  EXPECT_EQ(missing.exit_code, 2);
+  EXPECT_TRUE(Has(missing.err, "--tls-ca: cannot read " + pki_->File("nope.pem"))) << missing.err;
+
+  RunResult not_pem = Profctl(address_, {"--tls-ca", pki_->File("server.ext"), "status"});
+  EXPECT_EQ(not_pem.exit_code, 2);
+  EXPECT_TRUE(Has(not_pem.err, "is not a PEM file")) << not_pem.err;
+
+  RunResult half = Profctl(address_, {"--tls-cert", Pem("client.pem"), "status"});
+  EXPECT_EQ(half.exit_code, 2);
+  EXPECT_TRUE(Has(half.err, "--tls-cert and --tls-key go together")) << half.err;
+}
+
+// profd refuses flags that would expose it, and says which flags to use.
+RunResult RunProfd(const TempDir& dir, std::vector<std::string> flags) {
+  std::vector<std::string> argv = {
+      BuildPath("daemon/profd"),      "--runtime_dir=" + dir.path(),
+      "--metrics_address=none",       "--capture_dir=" + dir.File("c"),
+      "--spool_dir=" + dir.File("s"), "--store=file://" + dir.File("t")};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  return Run(argv, {}, absl::Seconds(20));
+}
+
+TEST_F(TlsTest, RemoteAddressWithoutTlsRefusesToStart) {
+  TempDir dir;
+  const std::string everywhere = absl::StrCat("0.0.0.0:", port_);
+  RunResult refused = RunProfd(dir, {"--grpc_address=" + everywhere});
+  EXPECT_EQ(refused.exit_code, 1);
+  EXPECT_TRUE(Has(refused.err, "--grpc_address=" + everywhere + " is not a loopback address"))
+      << refused.err;
+  EXPECT_TRUE(Has(refused.err, "--grpc_tls_cert and --grpc_tls_key")) << refused.err;
+  EXPECT_TRUE(Has(refused.err, "--grpc_insecure_remote")) << refused.err;
+
+  RunResult v6 = RunProfd(dir, {absl::StrCat("--grpc_address=[::]:", port_)});
+  EXPECT_EQ(v6.exit_code, 1) << v6.err;
+
+  RunResult missing_key =
+      RunProfd(dir, {"--grpc_address=" + everywhere, "--grpc_tls_cert=" + Pem("server.pem"),
+                     "--grpc_tls_key=" + pki_->File("nope.key")});
+  EXPECT_EQ(missing_key.exit_code, 1);
+  EXPECT_TRUE(Has(missing_key.err, "--grpc_tls_key=" + pki_->File("nope.key") + ": cannot read"))
+      << missing_key.err;
+
+  RunResult half =
+      RunProfd(dir, {"--grpc_address=" + everywhere, "--grpc_tls_client_ca=" + Pem("ca.pem")});
+  EXPECT_EQ(half.exit_code, 1);
+  EXPECT_TRUE(Has(half.err, "--grpc_tls_client_ca needs --grpc_tls_cert")) << half.err;
+
+  // Said explicitly, it starts, warns, and serves plaintext on every interface.
+  ProfdProcess insecure({"--grpc_address=" + everywhere, "--grpc_insecure_remote"});
+  insecure.Start();
+  EXPECT_TRUE(Has(insecure.log(), "INSECURE")) << insecure.log();
+  RunResult plain = Profctl(address_, {"status"});
+  EXPECT_EQ(plain.exit_code, 0) << plain.err;
+}
+
+TEST_F(TlsTest, RemoteAddressWithTlsStarts) {
+  ProfdProcess profd({absl::StrCat("--grpc_address=0.0.0.0:", port_),
+                      "--grpc_tls_cert=" + Pem("server.pem"),
+                      "--grpc_tls_key=" + Pem("server.key")});
+  profd.Start();
+  RunResult ok = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
+  EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+}  // namespace
+}  // namespace profd::testing
