@@ -149,6 +149,8 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   return kExitOk;
 }
 
+// summary.json is the bottleneck report (daemon/analysis/report_json.cc), for captures and
+// imports alike: its header, GPUs, top kernels and findings.
 void PrintSummary(const std::string& summary_json) {
   rapidjson::Document doc;
   doc.Parse(summary_json.c_str());
@@ -180,10 +182,20 @@ void PrintSummary(const std::string& summary_json) {
     for (const auto& k : top->value.GetArray()) {
       auto name = k.FindMember("name");
       table.AddRow({name != k.MemberEnd() && name->value.IsString() ? name->value.GetString() : "?",
-                    absl::StrCat(static_cast<uint64_t>(u64(k, "count"))), dur(u64(k, "total_ns")),
-                    dur(u64(k, "avg_ns")), dur(u64(k, "min_ns")), dur(u64(k, "max_ns"))});
+                    absl::StrCat(static_cast<uint64_t>(u64(k, "instances"))),
+                    dur(u64(k, "total_ns")), dur(u64(k, "avg_ns")), dur(u64(k, "min_ns")),
+                    dur(u64(k, "max_ns"))});
     }
     if (!table.empty()) std::cout << "top kernels by total time:\n" << table.Render("");
+  }
+  if (auto findings = doc.FindMember("findings");
+      findings != doc.MemberEnd() && findings->value.IsArray()) {
+    for (const auto& f : findings->value.GetArray()) {
+      auto title = f.FindMember("title");
+      if (title != f.MemberEnd() && title->value.IsString()) {
+        std::cout << "finding: " << title->value.GetString() << "\n";
+      }
+    }
   }
 }
 

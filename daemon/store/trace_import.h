@@ -1,11 +1,10 @@
 // Turns an existing trace file (profd's own, or a PyTorch profiler / Kineto Chrome-trace JSON,
 // plain or gzip) into a capture folder: trace-<pid>.json.gz, summary.json and manifest.json, as
-// docs/TRACE_FORMAT.md describes. The trace is read once as a stream (RapidJSON SAX over zlib), so
-// memory stays small whatever the trace size.
+// docs/TRACE_FORMAT.md describes. The trace is read once, streaming, by the analysis library
+// (daemon/analysis), whose report is the summary.json every capture carries.
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -34,11 +33,5 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request);
 
 // <yyyymmdd>T<hhmmss>Z-<host>-<8 hex>, the capture id format of docs/TRACE_FORMAT.md.
 std::string NewCaptureId(const std::string& hostname, absl::Time now);
-
-// Hook for the analysis library (daemon/analysis): given the stored trace-<pid>.json.gz, return
-// summary.json's text. Unset, imports get the built-in summary (per-GPU kernel count and busy
-// ratio, top kernels by total time), written as profd.v1.CaptureSummary in JSON.
-using ImportSummarizer = std::function<absl::StatusOr<std::string>(const std::string& trace_gz)>;
-void SetImportSummarizer(ImportSummarizer summarizer);
 
 }  // namespace profd::store
