@@ -7,6 +7,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -168,7 +169,8 @@ absl::StatusOr<int> Listen(const std::string& address, std::string* bound) {
     }
     int one = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 128) == 0) break;
+    // A deep backlog: at the connection cap, newcomers (Prometheus among them) wait there.
+    if (bind(fd, ai->ai_addr, ai->ai_addrlen) == 0 && listen(fd, 1024) == 0) break;
     error = std::strerror(errno);
     close(fd);
     fd = -1;
@@ -239,15 +241,19 @@ class MetricsServer::Loop {
     while (!stopping_.load()) {
       int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), TimeoutMs());
       if (n < 0 && errno != EINTR) break;
+      bool accept = false;
       for (int i = 0; i < n; ++i) {
-        const int fd = events[i].data.fd;
+        // The low half is the descriptor, the high half the connection's serial number: a
+        // descriptor closed earlier in this round may already belong to a new connection.
+        const int fd = static_cast<int>(events[i].data.u64 & 0xffffffff);
+        const uint32_t serial = static_cast<uint32_t>(events[i].data.u64 >> 32);
         if (fd == wake_fd_) continue;
         if (fd == listen_fd_) {
-          Accept();
+          accept = true;
           continue;
         }
         auto it = connections_.find(fd);
-        if (it == connections_.end()) continue;  // closed earlier in this round
+        if (it == connections_.end() || it->second.serial != serial) continue;
         if (events[i].events & (EPOLLERR | EPOLLHUP)) {
           Close(fd, /*dropped=*/false);
         } else if (it->second.writing) {
@@ -256,6 +262,9 @@ class MetricsServer::Loop {
           Receive(it->second);
         }
       }
+      // New connections after the requests of those already in: these cannot be evicted by a
+      // burst of newcomers before their request is read.
+      if (accept) Accept();
       // Requests that came pipelined behind an answer: one per connection and round, so that a
       // client sending many at once waits its turn like everyone else.
       std::vector<int> pipelined;
@@ -271,20 +280,22 @@ class MetricsServer::Loop {
  private:
   struct Connection {
     int fd = -1;
+    uint32_t serial = 0;  // not reused for 2^32 connections, unlike fd
     bool writing = false;
     bool idle = false;           // kept alive, waiting for the next request
     Clock::time_point since;     // start of the current request or answer: eviction order
     Clock::time_point deadline;  // closed when it passes
     std::string in;              // received, not yet handled
-    std::string out;             // the answer being sent
-    size_t sent = 0;
+    std::string head;            // the answer being sent: status line and headers,
+    std::shared_ptr<const std::string> body;  // and the body (none for HEAD)
+    size_t sent = 0;                          // of head + body
     bool close_after = false;
   };
 
-  void Watch(int fd, uint32_t events, int op) {
+  void Watch(int fd, uint32_t events, int op, uint32_t serial = 0) {
     epoll_event ev{};
     ev.events = events;
-    ev.data.fd = fd;
+    ev.data.u64 = (static_cast<uint64_t>(serial) << 32) | static_cast<uint32_t>(fd);
     epoll_ctl(epoll_fd_, op, fd, &ev);
   }
 
@@ -300,39 +311,54 @@ class MetricsServer::Loop {
 
   void Accept() {
     for (;;) {
+      if (static_cast<int>(connections_.size()) >= options_.max_connections && !MakeRoom()) {
+        return;  // the rest wait in the kernel's backlog until a connection can go
+      }
       int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          // Out of descriptors: the listening socket stays readable, so stop watching it for a
-          // moment instead of spinning; deadlines free descriptors meanwhile.
-          accept_paused_ = true;
-          accept_resume_ = Clock::now() + std::chrono::milliseconds(100);
-          Watch(listen_fd_, 0, EPOLL_CTL_MOD);
+          // Out of descriptors: deadlines free some meanwhile.
+          PauseAccepting(Clock::now() + std::chrono::milliseconds(100));
         }
         return;  // EAGAIN: all accepted
       }
-      if (static_cast<int>(connections_.size()) >= options_.max_connections) EvictOldest();
       int one = 1;
       setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       Connection& c = connections_[fd];
       c.fd = fd;
+      c.serial = ++serials_;
       c.since = Clock::now();
       c.deadline = c.since + ToChrono(options_.request_timeout);
-      Watch(fd, EPOLLIN, EPOLL_CTL_ADD);
-      // A client like Prometheus sends its request right after connecting, so it is usually here
-      // already: answer it now, before a flood of connections behind it in the backlog could
-      // evict it unserved.
+      Watch(fd, EPOLLIN, EPOLL_CTL_ADD, c.serial);
+      // A client like Prometheus sends its request right after connecting, and after a wait in
+      // the backlog it is here already: answer it now.
       Receive(c);
     }
   }
 
-  // Room for one more: the connection waiting longest for its request goes first (slow or idle
-  // clients), else the one taking longest to read its answer.
-  void EvictOldest() {
+  // The listening socket stays readable while connections wait in the backlog: stop watching it
+  // until `until` (or until a connection closes) instead of spinning.
+  void PauseAccepting(Clock::time_point until) {
+    accept_paused_ = true;
+    accept_resume_ = until;
+    Watch(listen_fd_, 0, EPOLL_CTL_MOD);
+  }
+
+  // At the cap, room for one more: the connection waiting longest for its request goes first
+  // (slow or idle clients), else the one taking longest to read its answer. Every connection
+  // keeps its first eviction_grace, so a burst of new connections cannot push out one that has
+  // not had the time to send its request; when all are that young, the newcomers wait in the
+  // backlog (false).
+  bool MakeRoom() {
+    const Clock::time_point now = Clock::now();
+    const Clock::time_point young = now - ToChrono(options_.eviction_grace);
     int victim = -1;
     bool victim_reading = false;
     Clock::time_point oldest = Clock::time_point::max();
+    Clock::time_point first_to_age = Clock::time_point::max();
     for (const auto& [fd, c] : connections_) {
+      first_to_age = std::min(first_to_age, c.since);
+      if (c.since > young) continue;
       const bool reading = !c.writing;
       if ((reading && !victim_reading) || (reading == victim_reading && c.since < oldest)) {
         victim = fd;
@@ -340,7 +366,12 @@ class MetricsServer::Loop {
         oldest = c.since;
       }
     }
-    if (victim >= 0) Close(victim, /*dropped=*/true);
+    if (victim < 0) {
+      PauseAccepting(first_to_age + ToChrono(options_.eviction_grace));
+      return false;
+    }
+    Close(victim, /*dropped=*/true);
+    return true;
   }
 
   void Expire() {
@@ -363,6 +394,8 @@ class MetricsServer::Loop {
     close(fd);
     connections_.erase(fd);
     if (dropped) dropped_.fetch_add(1, std::memory_order_relaxed);
+    // A free slot (and descriptor): whoever waits in the backlog may come in now.
+    if (accept_paused_) accept_resume_ = Clock::now();
   }
 
   void Receive(Connection& c) {
@@ -432,34 +465,50 @@ class MetricsServer::Loop {
     Scrape(c, AcceptsGzip(request.accept_encoding), head, !keep_alive);
   }
 
+  // The exposition text, plain or gzipped. A scrape made less than reuse_window ago is answered
+  // again rather than made anew: a flood of complete requests then costs a copy, not a collect
+  // and a serialization each.
+  std::shared_ptr<const std::string> Body(bool gzip) {
+    const Clock::time_point now = Clock::now();
+    if (plain_ == nullptr || now - made_at_ >= ToChrono(options_.reuse_window)) {
+      std::vector<prometheus::MetricFamily> families = exposer_registry_->Collect();
+      std::vector<prometheus::MetricFamily> more = collectable_->Collect();
+      families.insert(families.end(), std::make_move_iterator(more.begin()),
+                      std::make_move_iterator(more.end()));
+      plain_ =
+          std::make_shared<const std::string>(prometheus::TextSerializer().Serialize(families));
+      gzipped_ = nullptr;
+      made_at_ = now;
+    }
+    if (!gzip) return plain_;
+    if (gzipped_ == nullptr) gzipped_ = std::make_shared<const std::string>(Gzip(*plain_));
+    return gzipped_->empty() ? plain_ : gzipped_;
+  }
+
   void Scrape(Connection& c, bool gzip, bool head, bool close) {
     const Clock::time_point start = Clock::now();
-    std::vector<prometheus::MetricFamily> families = exposer_registry_->Collect();
-    std::vector<prometheus::MetricFamily> more = collectable_->Collect();
-    families.insert(families.end(), std::make_move_iterator(more.begin()),
-                    std::make_move_iterator(more.end()));
-    std::string body = prometheus::TextSerializer().Serialize(families);
-    std::string encoding;
-    if (gzip) {
-      std::string compressed = Gzip(body);
-      if (!compressed.empty()) {
-        body = std::move(compressed);
-        encoding = "Content-Encoding: gzip\r\n";
-      }
-    }
+    std::shared_ptr<const std::string> body = Body(gzip);
+    const bool gzipped = body != plain_;
     // Counted after serializing, as the exposer did: the first scrape reads 0.
-    bytes_transferred_.Increment(static_cast<double>(body.size()));
+    bytes_transferred_.Increment(static_cast<double>(body->size()));
     scrapes_.Increment();
-    Answer(c, 200, "OK", std::move(body), head, close, kContentType, encoding);
+    Answer(c, 200, "OK", std::move(body), head, close, gzipped ? "Content-Encoding: gzip\r\n" : "");
     latencies_.Observe(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
   }
 
-  void Answer(Connection& c, int code, const char* reason, std::string body, bool head, bool close,
-              const char* content_type = kContentType, const std::string& extra_headers = "") {
-    c.out = absl::StrCat("HTTP/1.1 ", code, " ", reason, "\r\nContent-Type: ", content_type,
-                         "\r\nContent-Length: ", body.size(), "\r\n", extra_headers,
-                         "Connection: ", close ? "close" : "keep-alive", "\r\n\r\n");
-    if (!head) c.out += body;
+  void Answer(Connection& c, int code, const char* reason, std::string text, bool head,
+              bool close) {
+    Answer(c, code, reason, std::make_shared<const std::string>(std::move(text)), head, close, "");
+  }
+
+  // The body is shared by every connection it is being sent to: a stuck reader holds a
+  // reference, not a copy.
+  void Answer(Connection& c, int code, const char* reason, std::shared_ptr<const std::string> body,
+              bool head, bool close, const char* extra_headers) {
+    c.head = absl::StrCat("HTTP/1.1 ", code, " ", reason, "\r\nContent-Type: ", kContentType,
+                          "\r\nContent-Length: ", body->size(), "\r\n", extra_headers,
+                          "Connection: ", close ? "close" : "keep-alive", "\r\n\r\n");
+    c.body = head ? nullptr : std::move(body);
     c.sent = 0;
     c.close_after = close;
     c.writing = true;
@@ -467,13 +516,26 @@ class MetricsServer::Loop {
     c.since = Clock::now();
     c.deadline = c.since + ToChrono(options_.response_timeout);
     // Only EPOLLOUT while answering: what the client sends meanwhile waits in the kernel.
-    Watch(c.fd, EPOLLOUT, EPOLL_CTL_MOD);
+    Watch(c.fd, EPOLLOUT, EPOLL_CTL_MOD, c.serial);
     Send(c);
   }
 
   void Send(Connection& c) {
-    while (c.sent < c.out.size()) {
-      ssize_t n = send(c.fd, c.out.data() + c.sent, c.out.size() - c.sent, MSG_NOSIGNAL);
+    const size_t body_size = c.body ? c.body->size() : 0;
+    while (c.sent < c.head.size() + body_size) {
+      iovec parts[2];
+      int count = 0;
+      if (c.sent < c.head.size()) {
+        parts[count++] = {const_cast<char*>(c.head.data()) + c.sent, c.head.size() - c.sent};
+      }
+      if (body_size > 0) {
+        const size_t from = c.sent > c.head.size() ? c.sent - c.head.size() : 0;
+        parts[count++] = {const_cast<char*>(c.body->data()) + from, body_size - from};
+      }
+      msghdr message{};
+      message.msg_iov = parts;
+      message.msg_iovlen = count;
+      ssize_t n = sendmsg(c.fd, &message, MSG_NOSIGNAL);
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // EPOLLOUT brings us back
         if (errno == EINTR) continue;
@@ -488,13 +550,13 @@ class MetricsServer::Loop {
       Close(c.fd, /*dropped=*/false);
       return;
     }
-    c.out.clear();
-    c.out.shrink_to_fit();
+    c.head.clear();
+    c.body = nullptr;
     c.writing = false;
     c.idle = true;
     c.since = Clock::now();
     c.deadline = c.since + ToChrono(options_.idle_timeout);
-    Watch(c.fd, EPOLLIN, EPOLL_CTL_MOD);
+    Watch(c.fd, EPOLLIN, EPOLL_CTL_MOD, c.serial);
     if (!c.in.empty()) {
       // A pipelined request already arrived: answered in the next round.
       c.idle = false;
@@ -513,6 +575,9 @@ class MetricsServer::Loop {
   prometheus::Counter& scrapes_;
   prometheus::Summary& latencies_;
   std::map<int, Connection> connections_;
+  std::shared_ptr<const std::string> plain_, gzipped_;  // the last scrape, see Body()
+  Clock::time_point made_at_;
+  uint32_t serials_ = 0;
   std::vector<int> pipelined_;  // connections with a whole request buffered, to answer next
   bool accept_paused_ = false;
   Clock::time_point accept_resume_;

@@ -9,7 +9,9 @@
 // slow client short of one thread per client. Here no client can hold the thread: every
 // connection has a deadline to send its request and one to take its answer, a request is capped
 // in size, and past the connection cap the oldest unfinished connection makes room for the new.
-// A scrape (Collect + serialize + gzip, a few ms) runs on that thread, one at a time.
+// A scrape (Collect + serialize + gzip, a few ms) runs on that thread, one at a time, and is
+// answered again to requests within reuse_window, so that a flood of requests cannot keep the
+// thread collecting either.
 #pragma once
 
 #include <cstddef>
@@ -30,6 +32,9 @@ class MetricsServer {
     // Open connections; one more evicts the oldest that has not got its whole answer yet
     // (unfinished requests first). Prometheus needs one per scraper.
     int max_connections = 64;
+    // No connection is evicted this young: time enough for any client to send its request. When
+    // all are younger, newcomers wait in the listen backlog.
+    absl::Duration eviction_grace = absl::Milliseconds(100);
     // From accept (or from the first byte of a later request on a kept-alive connection) to the
     // end of the request's headers.
     absl::Duration request_timeout = absl::Seconds(5);
@@ -40,6 +45,9 @@ class MetricsServer {
     absl::Duration idle_timeout = absl::Seconds(120);
     // Request line and headers; a GET has no body.
     size_t max_request_bytes = 16 * 1024;
+    // A scrape this recent is answered again instead of collected anew: requests in a flood, or
+    // two Prometheus replicas, cost a copy each, not a collect. 0: collect for every request.
+    absl::Duration reuse_window = absl::Milliseconds(100);
   };
 
   // address is host:port; port 0 takes a free one (tests). The error says what was asked and

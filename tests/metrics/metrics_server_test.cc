@@ -9,6 +9,7 @@
 #include <zlib.h>
 
 #include <chrono>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -99,7 +100,9 @@ class MetricsServerTest : public ::testing::Test {
 };
 
 TEST_F(MetricsServerTest, AnswersTheTextFormatPlainOrGzipped) {
-  Start();
+  MetricsServer::Options options;
+  options.reuse_window = absl::ZeroDuration();  // each request collects: the counters move
+  Start(options);
   std::string plain = Exchange("GET /metrics HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
   Response r;
   ASSERT_TRUE(TakeResponse(&plain, &r)) << plain;
@@ -133,6 +136,21 @@ TEST_F(MetricsServerTest, AnswersTheTextFormatPlainOrGzipped) {
   absl::StatusOr<std::string> body = HttpGet(url_);
   ASSERT_TRUE(body.ok()) << body.status();
   EXPECT_THAT(*body, HasSubstr("profd_test_gauge{pid=\"100000\""));
+}
+
+// Requests within reuse_window share one collect; after it, a new one is made.
+TEST_F(MetricsServerTest, ARecentScrapeIsReusedThenRenewed) {
+  MetricsServer::Options options;
+  options.reuse_window = absl::Milliseconds(300);
+  Start(options);
+  absl::StatusOr<std::string> first = HttpGet(url_);
+  absl::StatusOr<std::string> second = HttpGet(url_);
+  ASSERT_TRUE(first.ok() && second.ok());
+  EXPECT_THAT(*second, HasSubstr("\nexposer_scrapes_total 0\n"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  absl::StatusOr<std::string> third = HttpGet(url_);
+  ASSERT_TRUE(third.ok());
+  EXPECT_THAT(*third, HasSubstr("\nexposer_scrapes_total 2\n"));
 }
 
 TEST_F(MetricsServerTest, KeepAlivePipeliningAndErrors) {
