@@ -1,7 +1,7 @@
 // profd: the per-node daemon. Wires the components together and waits for SIGTERM/SIGINT.
-//   agent channel (unix socket) -> AgentRegistry -> gRPC service (unix socket + loopback TCP,
-//   or any TCP address with TLS; docs/SECURITY.md)
-//   NVML sampler + AgentRegistry + DaemonMetrics -> /metrics (HTTP, prometheus-cpp)
+//   agent channel (unix socket) -> AgentRegistry -> gRPC service (unix socket for root and
+//   --access_group; TCP only when asked, with mutual TLS; docs/SECURITY.md)
+//   NVML sampler + AgentRegistry + DaemonMetrics -> /metrics (HTTP, daemon/metrics)
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>

@@ -54,7 +54,8 @@ class AccessTest : public ::testing::Test {
     stranger_ = UnusedIdentity();
     ASSERT_NE(stranger_.uid, 0u) << "no unused uid between 61000 and 65000 on this host";
     // The access group: another id nobody has, so only the test's member is in it.
-    group_ = stranger_.gid + 1;
+    group_ = UnusedGroup(stranger_.gid);
+    ASSERT_NE(group_, 0u) << "no unused gid above " << stranger_.gid;
     member_ = stranger_;
     member_.groups = {group_};
     // A member could never reach the build folder if others could not read it.

@@ -57,6 +57,13 @@ Identity UnusedIdentity() {
   return who;
 }
 
+gid_t UnusedGroup(gid_t after) {
+  for (gid_t gid = after + 1; gid < 65000; ++gid) {
+    if (getgrgid(gid) == nullptr) return gid;
+  }
+  return 0;
+}
+
 RunResult RunAs(const Identity& who, std::vector<std::string> argv,
                 std::map<std::string, std::string> env, absl::Duration timeout) {
   TempDir dir;

@@ -22,6 +22,8 @@ struct Identity {
 // A uid and a gid that no user or group on this host has (searched from 61000 up), so the
 // identity the test uses is its own: nothing else on the host belongs to it.
 Identity UnusedIdentity();
+// A gid above `after` that no group on this host has.
+gid_t UnusedGroup(gid_t after);
 
 // Runs argv to completion as `who`, with the test's environment plus `env`; stdout and stderr
 // captured. exit_code 127 with a message in err when the program cannot be executed as that user.
