@@ -228,7 +228,7 @@ class MetricsServer::Loop {
   }
 
   bool ok() const { return epoll_fd_ >= 0 && wake_fd_ >= 0; }
-  uint64_t dropped() const { return dropped_.load(std::memory_order_relaxed); }
+  uint64_t dropped() const { return dropped_.load(); }
 
   void Stop() {
     stopping_.store(true);
@@ -390,10 +390,11 @@ class MetricsServer::Loop {
   }
 
   void Close(int fd, bool dropped) {
+    // Counted first: whoever sees the connection closed sees it counted.
+    if (dropped) dropped_.fetch_add(1);
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
     close(fd);
     connections_.erase(fd);
-    if (dropped) dropped_.fetch_add(1, std::memory_order_relaxed);
     // A free slot (and descriptor): whoever waits in the backlog may come in now.
     if (accept_paused_) accept_resume_ = Clock::now();
   }
@@ -430,7 +431,7 @@ class MetricsServer::Loop {
     const size_t end = HeadEnd(c.in, &head_size);
     if (end == std::string::npos || end > options_.max_request_bytes) {
       if (c.in.size() > options_.max_request_bytes) {
-        dropped_.fetch_add(1, std::memory_order_relaxed);
+        dropped_.fetch_add(1);
         Answer(c, 431, "Request Header Fields Too Large",
                absl::StrCat("request headers over ", options_.max_request_bytes, " bytes\n"),
                /*head=*/false, /*close=*/true);
