@@ -269,6 +269,26 @@ TEST_F(AccessTest, AccessGroupByName) {
   ExpectDenied(ProfctlAs(stranger_, profd.target(), {"status"}), "status");
 }
 
+// The umask that keeps traces private must not lock agents out: processes of any user still
+// reach the agent socket, in a runtime folder profd creates itself.
+TEST_F(AccessTest, AgentsOfEveryUserStillConnect) {
+  TempDir work;
+  chmod(work.path().c_str(), 0755);
+  const std::string run = work.File("run");  // missing: profd creates it
+  ProfdProcess profd({"--agent_socket=" + run + "/agent.sock"});
+  profd.Start();
+  EXPECT_EQ(Octal(ModeOf(run).mode), "0755");
+  EXPECT_EQ(Octal(ModeOf(run + "/agent.sock").mode), "0666");
+  AsUser agent(stranger_,
+               {BuildPath("tests/integration/agent_host"), BuildPath("agent/libprofagent.so")},
+               {{"PROFD_AGENT_SOCKET", run + "/agent.sock"}});
+  EXPECT_TRUE(WaitFor([&] { return Registered(profd, agent.pid()); }, absl::Seconds(5)))
+      << profd.Profctl({"agents"}).out << profd.log();
+  rapidjson::Document agents = profd.ProfctlJson({"agents"});
+  ASSERT_EQ(agents["agents"].Size(), 1u);
+  EXPECT_EQ(agents["agents"][0]["uid"].GetUint(), stranger_.uid);
+}
+
 // profd does not start when it cannot keep traces to root and the group.
 TEST_F(AccessTest, UnknownGroupOrSharedFoldersStopProfd) {
   TempDir work;

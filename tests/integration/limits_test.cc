@@ -88,5 +88,37 @@ TEST(LimitsTest, ProfctlReceivesAnAgentListLargerThanFourMiB) {
   EXPECT_EQ(table.exit_code, 0) << table.err;
 }
 
+// profd bounds its answer (16 MiB) rather than build one nobody can receive: past it, agents are
+// left out and counted, and profctl says so.
+TEST(LimitsTest, AnAgentListOverItsBoundIsCutAndSaysSo) {
+  ProfdProcess profd;
+  profd.Start();
+  constexpr int kAgents = 180;  // 180 x 100 KiB: 17.6 MiB of command lines
+  const std::string long_argument(100 * 1024, 'y');
+  std::vector<std::unique_ptr<Subprocess>> hosts;
+  for (int i = 0; i < kAgents; ++i) {
+    hosts.push_back(StartAgentHost(profd.agent_socket(), {long_argument}));
+  }
+  ASSERT_TRUE(
+      WaitFor([&] { return profd.ProfctlJson({"status"})["agents_connected"].GetInt() == kAgents; },
+              absl::Seconds(30)));
+  RunResult r = profd.Profctl({"--json", "agents"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_LE(r.out.size(), 17u << 20);
+  rapidjson::Document agents;
+  agents.Parse(r.out.c_str());
+  ASSERT_TRUE(agents.IsObject()) << r.err;
+  const int listed = static_cast<int>(agents["agents"].Size());
+  EXPECT_GT(listed, 100);
+  EXPECT_EQ(listed + agents["omitted"].GetInt(), kAgents);
+  EXPECT_GT(agents["omitted"].GetInt(), 0);
+
+  RunResult table = profd.Profctl({"agents"});
+  EXPECT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.err, HasSubstr(absl::StrCat(agents["omitted"].GetInt(),
+                                                " more agents not shown: profd's answer is "
+                                                "capped at 16 MiB")));
+}
+
 }  // namespace
 }  // namespace profd::testing

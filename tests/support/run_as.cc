@@ -20,7 +20,7 @@ namespace {
 // Forks a child that becomes `who` and runs `body` (async-signal-safe calls only: the test may
 // have threads); returns its wait status, or -1 on timeout (the child is killed).
 template <typename Body>
-int ForkAs(const Identity& who, absl::Duration timeout, Body body) {
+pid_t StartAs(const Identity& who, Body body) {
   pid_t pid = fork();
   if (pid == 0) {
     if (setgroups(who.groups.size(), who.groups.data()) != 0 || setgid(who.gid) != 0 ||
@@ -30,6 +30,12 @@ int ForkAs(const Identity& who, absl::Duration timeout, Body body) {
     body();
     _exit(127);
   }
+  return pid;
+}
+
+template <typename Body>
+int ForkAs(const Identity& who, absl::Duration timeout, Body body) {
+  const pid_t pid = StartAs(who, body);
   absl::Time deadline = absl::Now() + timeout;
   int status = 0;
   while (waitpid(pid, &status, WNOHANG) != pid) {
@@ -62,6 +68,32 @@ gid_t UnusedGroup(gid_t after) {
     if (getgrgid(gid) == nullptr) return gid;
   }
   return 0;
+}
+
+AsUser::AsUser(const Identity& who, std::vector<std::string> argv,
+               std::map<std::string, std::string> env) {
+  std::map<std::string, std::string> merged;
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) merged[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  for (const auto& [k, v] : env) merged[k] = v;
+  std::vector<std::string> env_strings;
+  for (const auto& [k, v] : merged) env_strings.push_back(k + "=" + v);
+  std::vector<char*> argv_p, env_p;
+  for (std::string& s : argv) argv_p.push_back(s.data());
+  argv_p.push_back(nullptr);
+  for (std::string& s : env_strings) env_p.push_back(s.data());
+  env_p.push_back(nullptr);
+  pid_ = StartAs(who, [&] { execve(argv_p[0], argv_p.data(), env_p.data()); });
+}
+
+AsUser::~AsUser() {
+  if (pid_ > 0) {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+  }
 }
 
 RunResult RunAs(const Identity& who, std::vector<std::string> argv,

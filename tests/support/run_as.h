@@ -31,6 +31,18 @@ RunResult RunAs(const Identity& who, std::vector<std::string> argv,
                 std::map<std::string, std::string> env = {},
                 absl::Duration timeout = absl::Seconds(60));
 
+// A long-running child as `who` (an agent host, say), SIGKILLed by the destructor.
+class AsUser {
+ public:
+  AsUser(const Identity& who, std::vector<std::string> argv,
+         std::map<std::string, std::string> env = {});
+  ~AsUser();
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
+
 // errno of open(path, O_RDONLY) as `who` (0 when it opened).
 int OpenErrnoAs(const Identity& who, const std::string& path);
 
