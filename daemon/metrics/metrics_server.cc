@@ -290,6 +290,7 @@ class MetricsServer::Loop {
     std::shared_ptr<const std::string> body;  // and the body (none for HEAD)
     size_t sent = 0;                          // of head + body
     bool close_after = false;
+    bool peer_done = false;  // the client shut down its sending side
   };
 
   void Watch(int fd, uint32_t events, int op, uint32_t serial = 0) {
@@ -404,8 +405,15 @@ class MetricsServer::Loop {
     for (;;) {
       ssize_t n = recv(c.fd, buffer, sizeof(buffer), 0);
       if (n == 0) {
-        Close(c.fd, /*dropped=*/false);  // the client is done
-        return;
+        // The client is done sending. One that shut down its side after a whole request (nc -N,
+        // some scripts) still gets its answer, then the connection closes.
+        size_t head_size = 0;
+        if (HeadEnd(c.in, &head_size) == std::string::npos) {
+          Close(c.fd, /*dropped=*/false);
+          return;
+        }
+        c.peer_done = true;
+        break;
       }
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) break;
@@ -441,6 +449,7 @@ class MetricsServer::Loop {
     Request request;
     const bool parsed = ParseRequest(absl::string_view(c.in).substr(0, head_size), &request);
     c.in.erase(0, end);
+    if (c.peer_done) request.connection = "close";
     if (!parsed) {
       Answer(c, 400, "Bad Request", "expected an HTTP/1.x request line\n", false, true);
       return;

@@ -183,6 +183,12 @@ TEST_F(MetricsServerTest, KeepAlivePipeliningAndErrors) {
   EXPECT_THAT(Exchange("GET /metrics HTTP/1.1\r\nContent-Length: 10\r\n\r\n0123456789"),
               StartsWith("HTTP/1.1 413"));
   EXPECT_THAT(Exchange("HELLO\r\n\r\n"), StartsWith("HTTP/1.1 400"));
+  // A client that shuts down its side after the request still gets the answer.
+  int half = ConnectTo(server_->address());
+  SendAll(half, "GET /metrics HTTP/1.1\r\nHost: t\r\n\r\n");
+  shutdown(half, SHUT_WR);
+  EXPECT_THAT(ReadUntilClosed(half, 2000), StartsWith("HTTP/1.1 200 OK"));
+  close(half);
   // HTTP/1.0 closes after the answer unless asked otherwise.
   std::string old = Exchange("GET /metrics HTTP/1.0\r\n\r\n");
   EXPECT_THAT(old, StartsWith("HTTP/1.1 200 OK"));
