@@ -41,7 +41,11 @@ int RunAgents(const GlobalOptions& g) {
     PrintJson(response);
     return kExitOk;
   }
-  if (response.agents().empty()) {
+  if (response.omitted() > 0) {
+    std::cerr << "profctl: " << response.omitted()
+              << " more agents not shown: profd's answer is capped at 16 MiB\n";
+  }
+  if (response.agents().empty() && response.omitted() == 0) {
     std::cout << "No agents connected to profd on " << response.hostname()
               << ".\nStart the process with CUDA_INJECTION64_PATH=/usr/lib/profd/libprofagent.so "
                  "(and PROFD_AGENT_SOCKET if profd uses another agent socket).\n";

@@ -287,6 +287,11 @@ int RunCaptures(const GlobalOptions& g, uint32_t limit) {
                   FormatCount(events), c.location()});
   }
   std::cout << (table.empty() ? "No captures yet on this profd.\n" : table.Render(""));
+  if (response.omitted() > 0) {
+    std::cerr << "profctl: " << response.omitted()
+              << " more captures not shown: profd's answer is capped at 16 MiB (ask for fewer "
+                 "with --limit)\n";
+  }
   return kExitOk;
 }
 

@@ -41,7 +41,7 @@ grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx, const GlobalOptions&
 
 int Fail(const ProfdClient& client, const grpc::Status& status) {
   std::cerr << "profctl: " << client.Explain(status) << "\n";
-  return ProfdClient::ExitCodeFor(status);
+  return client.ExitCode(status);
 }
 
 }  // namespace profctl

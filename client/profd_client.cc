@@ -1,5 +1,10 @@
 #include "client/profd_client.h"
 
+#include <grp.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -9,6 +14,9 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/strip.h"
+#include "profd/v1/control_limits.h"
 
 namespace profctl {
 namespace {
@@ -34,6 +42,50 @@ absl::Status ReadPem(const std::string& flag, const std::string& path, const std
 
 bool IsUnixTarget(const std::string& target) {
   return absl::StartsWith(target, "unix:") || absl::StartsWith(target, "unix-abstract:");
+}
+
+// The file of a unix:PATH or unix://PATH target ("" for an abstract socket or a TCP target).
+std::string SocketPath(const std::string& target) {
+  absl::string_view path = target;
+  if (!absl::ConsumePrefix(&path, "unix:")) return "";
+  absl::ConsumePrefix(&path, "//");
+  return std::string(path);
+}
+
+std::string UserName(uid_t uid) {
+  if (passwd* p = getpwuid(uid); p != nullptr) return absl::StrCat(p->pw_name, " (uid ", uid, ")");
+  return absl::StrCat("uid ", uid);
+}
+
+std::string GroupName(gid_t gid) {
+  if (group* g = getgrgid(gid); g != nullptr) return g->gr_name;
+  return std::to_string(gid);
+}
+
+// When this user may not open profd's control socket (or get to it): what the socket allows and
+// what to do. "" when the socket is usable or not there at all (then profd is not running).
+std::string ExplainDenied(const std::string& path) {
+  if (path.empty() || access(path.c_str(), R_OK | W_OK) == 0 || errno != EACCES) return "";
+  const std::string user = UserName(geteuid());
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return absl::StrCat("permission denied: ", user, " cannot get to profd's control socket ", path,
+                        " (a folder above it is closed to you). Run profctl as root (sudo "
+                        "profctl ...), or ask for access to that folder");
+  }
+  const std::string group = GroupName(st.st_gid);
+  if ((st.st_mode & 0060) == 0) {
+    return absl::StrFormat(
+        "permission denied: profd's control socket %s is open to root only (owner %s, mode "
+        "%04o), and you are %s. Run profctl as root (sudo profctl ...), or have profd started "
+        "with --access_group=GROUP and become a member of that group",
+        path, UserName(st.st_uid), st.st_mode & 07777, user);
+  }
+  return absl::StrFormat(
+      "permission denied: profd's control socket %s is open to root and group %s (mode %04o), "
+      "and you (%s) are not in that group. Run profctl as root (sudo profctl ...), or ask to be "
+      "added to group %s (then log in again: group membership is read at login)",
+      path, group, st.st_mode & 07777, user, group);
 }
 
 // gRPC reports a failed handshake as UNAVAILABLE; its text is the only way to tell it from a
@@ -82,14 +134,17 @@ ProfdClient::ProfdClient(const std::string& target, const TlsOptions& tls)
     : target_(target),
       tls_(tls.enabled() && !IsUnixTarget(target)),
       client_cert_(!tls.cert_pem.empty()) {
+  grpc::ChannelArguments args;
+  // Above the largest answer profd builds (profd/v1/control_limits.h); gRPC's default of 4 MiB
+  // is not.
+  args.SetMaxReceiveMessageSize(static_cast<int>(profd::v1::kMaxControlMessageBytes));
   if (!tls_) {
-    channel_ = grpc::CreateChannel(target_, grpc::InsecureChannelCredentials());
+    channel_ = grpc::CreateCustomChannel(target_, grpc::InsecureChannelCredentials(), args);
   } else {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = tls.ca_pem;  // empty: the system's roots
     ssl.pem_cert_chain = tls.cert_pem;
     ssl.pem_private_key = tls.key_pem;
-    grpc::ChannelArguments args;
     if (!tls.server_name.empty()) args.SetSslTargetNameOverride(tls.server_name);
     channel_ = grpc::CreateCustomChannel(target_, grpc::SslCredentials(ssl), args);
   }
@@ -112,6 +167,7 @@ std::string ProfdClient::Explain(const grpc::Status& status) const {
 }
 
 std::string ProfdClient::ExplainUnreachable(const std::string& detail) const {
+  if (std::string denied = ExplainDenied(SocketPath(target_)); !denied.empty()) return denied;
   if (tls_ && (LooksLikeTlsFailure(detail) || PeerClosed(detail))) {
     std::string why = detail;
     if (!LooksLikeTlsFailure(detail) && !client_cert_) {
@@ -137,6 +193,15 @@ std::string ProfdClient::ExplainUnreachable(const std::string& detail) const {
   return "profd not reachable at " + target_ + ": " + detail +
          " (is it running, with --grpc_address on this address? pick another daemon with "
          "--target or PROFD_TARGET)";
+}
+
+int ProfdClient::ExitCode(const grpc::Status& status) const {
+  if ((status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+      !ExplainDenied(SocketPath(target_)).empty()) {
+    return kExitPermissionDenied;
+  }
+  return ExitCodeFor(status);
 }
 
 int ProfdClient::ExitCodeFor(const grpc::Status& status) {

@@ -20,6 +20,7 @@ enum ExitCode {
   kExitUnreachable = 3,  // profd not reachable (also: TLS handshake failed; the message says so)
   kExitNotFound = 4,     // unknown pid, capture or trace
   kExitCaptureFailed = 5,
+  kExitPermissionDenied = 6,  // this user may not use profd's control socket (root or its group)
 };
 
 inline constexpr char kDefaultTarget[] = "unix:/run/profd/profd.sock";
@@ -55,8 +56,10 @@ class ProfdClient {
   // the same credentials and the same connection.
   const std::shared_ptr<grpc::Channel>& channel() const { return channel_; }
 
-  // A message for the user and the exit code for a failed call.
+  // A message for the user and the exit code for a failed call. ExitCode also tells a socket this
+  // user may not open (kExitPermissionDenied) from a profd that is not there.
   std::string Explain(const grpc::Status& status) const;
+  int ExitCode(const grpc::Status& status) const;
   static int ExitCodeFor(const grpc::Status& status);
 
  private:

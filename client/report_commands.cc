@@ -2,7 +2,9 @@
 // profd needed for a file. A capture id is resolved through profd (GetCapture gives the trace
 // files; the local store's files are read in place).
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -35,6 +37,14 @@ struct DiffFlags {
   int rows = 25;
 };
 
+// The file is there but this user may not read it (or get to its folder): profd keeps traces
+// for root and --access_group only.
+bool ReadDenied(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return errno == EACCES;
+  return access(path.c_str(), R_OK) != 0 && errno == EACCES;
+}
+
 bool IsFile(const std::string& path) {
   struct stat st;
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
@@ -49,6 +59,12 @@ bool LooksLikeCaptureId(const std::string& s) {
 // The trace files an argument names: the file itself, or the files of a capture in profd's
 // store. On failure prints why and returns the exit code.
 int ResolveInputs(const GlobalOptions& g, const std::string& arg, std::vector<std::string>* out) {
+  if (ReadDenied(arg)) {
+    std::cerr << "profctl: permission denied: cannot read " << arg
+              << ". profd keeps traces readable by root and its --access_group only: run "
+                 "profctl as root (sudo profctl ...), or be a member of that group\n";
+    return kExitPermissionDenied;
+  }
   if (IsFile(arg)) {
     out->push_back(arg);
     return kExitOk;

@@ -1,7 +1,7 @@
 // profd: the per-node daemon. Wires the components together and waits for SIGTERM/SIGINT.
-//   agent channel (unix socket) -> AgentRegistry -> gRPC service (unix socket + loopback TCP,
-//   or any TCP address with TLS; docs/SECURITY.md)
-//   NVML sampler + AgentRegistry + DaemonMetrics -> /metrics (HTTP, prometheus-cpp)
+//   agent channel (unix socket) -> AgentRegistry -> gRPC service (unix socket for root and
+//   --access_group; TCP only when asked, with mutual TLS; docs/SECURITY.md)
+//   NVML sampler + AgentRegistry + DaemonMetrics -> /metrics (HTTP, daemon/metrics)
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <signal.h>
@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -24,6 +25,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
@@ -33,6 +35,8 @@
 #include "daemon/metrics/gpu_sampler.h"
 #include "daemon/metrics/metrics_collector.h"
 #include "daemon/metrics/metrics_server.h"
+#include "daemon/server/access_control.h"
+#include "daemon/server/process_limits.h"
 #include "daemon/server/profd_service.h"
 #include "daemon/store/byte_size.h"
 #include "daemon/store/spool.h"
@@ -42,6 +46,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "profd/v1/control_limits.h"
 
 ABSL_FLAG(std::string, runtime_dir, "/run/profd",
           "Folder for profd's sockets (agent.sock, profd.sock) unless given one by one");
@@ -49,22 +54,35 @@ ABSL_FLAG(std::string, agent_socket, "",
           "Unix socket agents connect to (default <runtime_dir>/agent.sock; agents read "
           "PROFD_AGENT_SOCKET)");
 ABSL_FLAG(std::string, grpc_socket, "",
-          "Unix socket for profctl (default <runtime_dir>/profd.sock); 'none' disables");
-ABSL_FLAG(std::string, grpc_address, "127.0.0.1:7465",
-          "TCP address for profctl; loopback by default, 'none' disables. Any other address needs "
-          "--grpc_tls_cert/--grpc_tls_key (or --grpc_insecure_remote)");
-// The unix socket stays plaintext: it is local and guarded by its file mode (0660).
+          "Unix socket for profctl (default <runtime_dir>/profd.sock); 'none' disables. Owned by "
+          "root and --access_group, mode 0660 (0600 without a group)");
+
+// Access control (docs/SECURITY.md): who may start captures and read traces. Locally, root and
+// the members of --access_group, through the control socket's and the trace folders' file
+// permissions; over TCP, only holders of a client certificate (mutual TLS).
+ABSL_FLAG(std::string, access_group, "",
+          "Group (name or numeric gid) whose members may use profctl and read capture files: it "
+          "owns the control socket (0660) and the capture, spool and store folders (2750, files "
+          "0640). Empty: root only");
+ABSL_FLAG(std::string, grpc_address, "none",
+          "TCP address for profctl, e.g. 0.0.0.0:7465; 'none' (the default) serves only the unix "
+          "socket. Needs mutual TLS (--grpc_tls_cert, --grpc_tls_key, --grpc_tls_client_ca) or "
+          "--grpc_insecure_tcp");
+// The unix socket stays plaintext: it is local and guarded by its file mode.
 ABSL_FLAG(std::string, grpc_tls_cert, "",
           "PEM certificate (chain) for the TCP listener; with --grpc_tls_key, --grpc_address "
           "speaks TLS only");
 ABSL_FLAG(std::string, grpc_tls_key, "", "PEM private key of --grpc_tls_cert");
 ABSL_FLAG(std::string, grpc_tls_client_ca, "",
           "PEM CA: TCP clients must present a certificate signed by it (mutual TLS)");
+ABSL_FLAG(bool, grpc_insecure_tcp, false,
+          "Serve --grpc_address WITHOUT client certificates (plaintext, or TLS without "
+          "--grpc_tls_client_ca), on loopback too: anyone who can connect to it, on loopback "
+          "every local user, can list processes, start captures and download traces");
 ABSL_FLAG(bool, grpc_insecure_remote, false,
-          "Serve --grpc_address on a non-loopback address WITHOUT TLS: anyone who can reach it "
-          "can list processes, start captures and download traces");
+          "Deprecated: the old name of --grpc_insecure_tcp (which now also covers loopback)");
 // All interfaces by default: Prometheus scrapes the node (or the DaemonSet pod IP) from another
-// host. /metrics is read-only and carries no trace data; the control plane stays on loopback.
+// host. /metrics is read-only and carries no trace data; the control plane is not on it.
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9477",
           "host:port for Prometheus' /metrics (port 0: any free port); 'none' disables");
 ABSL_FLAG(absl::Duration, nvml_sample_interval, absl::Seconds(1),
@@ -108,9 +126,23 @@ namespace profd {
 namespace {
 
 // Opens the store and its spool from the flags; on failure says why and leaves both null, so
-// profd still serves agents and metrics (the store calls then answer with the reason).
-std::string OpenStore(const std::string& hostname, std::unique_ptr<store::TraceStore>* trace_store,
+// profd still serves agents and metrics (the store calls then answer with the reason). The spool
+// and a local store get the access group's folder permissions first; a folder that cannot be
+// restricted is not used.
+std::string OpenStore(const std::string& hostname, const AccessGroup& access,
+                      std::unique_ptr<store::TraceStore>* trace_store,
                       std::unique_ptr<store::Spool>* spool) {
+  const std::string uri = absl::GetFlag(FLAGS_store);
+  if (absl::StartsWith(uri, "file://") || absl::StartsWith(uri, "/")) {
+    const std::string root(absl::StripPrefix(uri, "file://"));
+    if (absl::Status s = PrepareDataFolder("store", root, access); !s.ok()) {
+      return std::string(s.message());
+    }
+  }
+  if (absl::Status s = PrepareDataFolder("spool_dir", absl::GetFlag(FLAGS_spool_dir), access);
+      !s.ok()) {
+    return std::string(s.message());
+  }
   store::S3Options s3;
   s3.endpoint = absl::GetFlag(FLAGS_s3_endpoint);
   s3.region = absl::GetFlag(FLAGS_s3_region);
@@ -118,8 +150,7 @@ std::string OpenStore(const std::string& hostname, std::unique_ptr<store::TraceS
   absl::StatusOr<uint64_t> part_size = store::ParseByteSize(absl::GetFlag(FLAGS_s3_part_size));
   if (!part_size.ok()) return absl::StrCat("--s3_part_size: ", part_size.status().message());
   s3.part_size = *part_size;
-  absl::StatusOr<std::unique_ptr<store::TraceStore>> opened =
-      store::TraceStore::Open(absl::GetFlag(FLAGS_store), s3);
+  absl::StatusOr<std::unique_ptr<store::TraceStore>> opened = store::TraceStore::Open(uri, s3);
   if (!opened.ok()) return std::string(opened.status().message());
   store::SpoolOptions options;
   options.dir = absl::GetFlag(FLAGS_spool_dir);
@@ -182,14 +213,28 @@ absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::stri
   return text.str();
 }
 
-// The credentials of the TCP listener: TLS (mutual with --grpc_tls_client_ca) when given a
-// certificate; plaintext only on loopback, or anywhere with --grpc_insecure_remote. *mode says
-// which, for the log.
+// The credentials of the TCP listener. Only mutual TLS authenticates the client, so only mutual
+// TLS starts without --grpc_insecure_tcp: a plaintext loopback port is open to every local user
+// (the file mode that guards the unix socket does not exist for it), and TLS without client
+// certificates to everyone who can reach the port. *mode says which, for the log.
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const std::string& address,
                                                                         std::string* mode) {
   const std::string cert_file = absl::GetFlag(FLAGS_grpc_tls_cert);
   const std::string key_file = absl::GetFlag(FLAGS_grpc_tls_key);
   const std::string client_ca_file = absl::GetFlag(FLAGS_grpc_tls_client_ca);
+  bool insecure = absl::GetFlag(FLAGS_grpc_insecure_tcp);
+  if (absl::GetFlag(FLAGS_grpc_insecure_remote)) {
+    LogWarning(kComponent,
+               "--grpc_insecure_remote is deprecated: it is now --grpc_insecure_tcp, which also "
+               "covers loopback addresses");
+    insecure = true;
+  }
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--grpc_address=", address,
+        " is a unix socket: give it as --grpc_socket instead, where profd sets its owner and "
+        "mode (--access_group)"));
+  }
   if (cert_file.empty() != key_file.empty()) {
     return absl::InvalidArgumentError(
         "--grpc_tls_cert and --grpc_tls_key go together (the server certificate and its private "
@@ -200,6 +245,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const st
         "--grpc_tls_client_ca needs --grpc_tls_cert and --grpc_tls_key: client certificates are "
         "only checked on a TLS listener");
   }
+  const std::string who = IsLoopbackAddress(address)
+                              ? "every local user (any uid on this host, any container in its "
+                                "network namespace)"
+                              : "anyone who can reach it";
   if (!cert_file.empty()) {
     absl::StatusOr<std::string> cert = ReadPemFile("grpc_tls_cert", cert_file);
     if (!cert.ok()) return cert.status();
@@ -207,7 +256,6 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const st
     if (!key.ok()) return key.status();
     grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
     options.pem_key_cert_pairs.push_back({*key, *cert});
-    *mode = "TLS";
     if (!client_ca_file.empty()) {
       absl::StatusOr<std::string> client_ca = ReadPemFile("grpc_tls_client_ca", client_ca_file);
       if (!client_ca.ok()) return client_ca.status();
@@ -215,28 +263,72 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const st
       options.client_certificate_request =
           GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
       *mode = "mutual TLS";
+      return grpc::SslServerCredentials(options);
     }
+    if (!insecure) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--grpc_address=", address,
+          " with TLS but no --grpc_tls_client_ca: TLS proves profd's identity but not its "
+          "clients', so ",
+          who,
+          " could list processes, start captures and download traces. Add "
+          "--grpc_tls_client_ca (clients then need a certificate signed by that CA), or pass "
+          "--grpc_insecure_tcp to accept the risk"));
+    }
+    LogWarning(kComponent,
+               "INSECURE: gRPC on %s with TLS but WITHOUT client certificates "
+               "(--grpc_insecure_tcp): %s can list processes, start captures and download "
+               "traces; add --grpc_tls_client_ca",
+               address, who);
+    *mode = "TLS, no client certificates, INSECURE";
     return grpc::SslServerCredentials(options);
   }
-  if (IsLoopbackAddress(address)) {
-    *mode = "plaintext, loopback";
-    return grpc::InsecureServerCredentials();
-  }
-  if (!absl::GetFlag(FLAGS_grpc_insecure_remote)) {
+  if (!insecure) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--grpc_address=", address,
-        " is not a loopback address and no TLS is set: anyone who can reach it could list "
-        "processes, start captures and download traces. Give --grpc_tls_cert and --grpc_tls_key "
-        "(and --grpc_tls_client_ca to require client certificates), or listen on 127.0.0.1, "
-        "[::1] or localhost, or pass --grpc_insecure_remote to accept the risk"));
+        "--grpc_address=", address, " without TLS: ", who,
+        " could list processes, start captures and download traces (the unix socket "
+        "--grpc_socket is guarded by its file mode; a TCP port is not). Give --grpc_tls_cert, "
+        "--grpc_tls_key and --grpc_tls_client_ca (mutual TLS), or use the unix socket "
+        "(--grpc_address=none), or pass --grpc_insecure_tcp to accept the risk"));
   }
   LogWarning(kComponent,
-             "INSECURE: gRPC on %s WITHOUT TLS (--grpc_insecure_remote): anyone who can reach this "
-             "address can list processes, start captures and download traces; use "
+             "INSECURE: gRPC on %s WITHOUT TLS (--grpc_insecure_tcp): %s can list processes, "
+             "start captures and download traces; use "
              "--grpc_tls_cert/--grpc_tls_key/--grpc_tls_client_ca instead",
-             address);
-  *mode = "plaintext, INSECURE";
+             address, who);
+  *mode = IsLoopbackAddress(address) ? "plaintext, loopback, INSECURE" : "plaintext, INSECURE";
   return grpc::InsecureServerCredentials();
+}
+
+// What issue 12 asks of the process before anything starts: files 0640 and folders 0750 (umask
+// 027), all the open files the hard limit allows, the access group, socket folders others can
+// reach (the agent socket is 0666 on purpose), and a capture folder only root and the group can
+// read. An error stops profd: it would otherwise run with traces readable by everyone.
+absl::StatusOr<AccessGroup> SetUpProcess(const std::string& agent_socket,
+                                         const std::string& grpc_socket) {
+  RestrictUmask();
+  OpenFileLimit files = RaiseOpenFileLimit();
+  if (!files.error.empty()) {
+    LogWarning(kComponent,
+               "open files: cannot raise the limit from %d to the hard limit %d: %s; set "
+               "LimitNOFILE (systemd) or the container runtime's limit",
+               files.before, files.hard, files.error);
+  } else {
+    LogInfo(kComponent, "open files: limit %d (was %d, hard limit %d)", files.soft, files.before,
+            files.hard);
+  }
+  absl::StatusOr<AccessGroup> access = ResolveAccessGroup(absl::GetFlag(FLAGS_access_group));
+  if (!access.ok()) return access.status();
+  for (const std::string& socket : {agent_socket, grpc_socket}) {
+    if (socket == "none") continue;
+    const std::string folder = std::filesystem::path(socket).parent_path().string();
+    if (absl::Status s = MakeSocketFolder(folder); !s.ok()) return s;
+  }
+  if (absl::Status s = PrepareDataFolder("capture_dir", absl::GetFlag(FLAGS_capture_dir), *access);
+      !s.ok()) {
+    return s;
+  }
+  return access;
 }
 
 std::string Hostname() {
@@ -280,6 +372,13 @@ int Main(int argc, char** argv) {
     LogWarning(kComponent, "--grpc_tls_cert has no effect: --grpc_address is none");
   }
 
+  // Access control and limits (docs/SECURITY.md), before any socket, file or thread exists.
+  absl::StatusOr<AccessGroup> access = SetUpProcess(agent_socket, grpc_socket);
+  if (!access.ok()) {
+    LogError(kComponent, "%s", access.status().message());
+    return 1;
+  }
+
   DaemonIdentity identity;
   identity.hostname = Hostname();
   identity.started = absl::Now();
@@ -293,7 +392,7 @@ int Main(int argc, char** argv) {
   AgentChannelServer channel(channel_options, &registry);
   std::unique_ptr<store::TraceStore> trace_store;
   std::unique_ptr<store::Spool> spool;  // the capture code submits finished captures here
-  std::string store_error = OpenStore(identity.hostname, &trace_store, &spool);
+  std::string store_error = OpenStore(identity.hostname, *access, &trace_store, &spool);
   if (store_error.empty()) {
     identity.store_uri = trace_store->uri();
     LogInfo(kComponent, "store %s, spool %s", trace_store->uri(), spool->dir());
@@ -357,6 +456,9 @@ int Main(int argc, char** argv) {
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  // profd never sends more than profctl takes (profd/v1/control_limits.h).
+  builder.SetMaxSendMessageSize(static_cast<int>(v1::kMaxControlMessageBytes));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(v1::kMaxControlRequestBytes));
   if (grpc_socket != "none") {
     unlink(grpc_socket.c_str());
     identity.grpc_addresses.push_back("unix:" + grpc_socket);
@@ -392,11 +494,24 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
-  if (grpc_socket != "none") chmod(grpc_socket.c_str(), 0660);
+  if (grpc_socket != "none") {
+    // Until here the socket had the umask's 0750: nobody but root could connect.
+    if (absl::Status s = SecureControlSocket(grpc_socket, *access); !s.ok()) {
+      LogError(kComponent, "%s", s.message());
+      server->Shutdown();
+      channel.Stop();
+      return 1;
+    }
+  }
   LogInfo(
       kComponent, "profd %s on %s: gRPC %s%s; metrics %s", PROFD_VERSION, identity.hostname,
       absl::StrJoin(identity.grpc_addresses, ", "), tcp_mode.empty() ? "" : " (" + tcp_mode + ")",
       identity.metrics_address.empty() ? "off" : "http://" + identity.metrics_address + "/metrics");
+  LogInfo(kComponent, "%s",
+          access->configured
+              ? absl::StrCat("profctl and the trace folders: root and group ", access->name,
+                             " (gid ", access->gid, ", --access_group)")
+              : "profctl and the trace folders: root only (no --access_group)");
 
   int received = 0;
   sigwait(&signals, &received);

@@ -1,6 +1,7 @@
 #include "daemon/server/profd_service.h"
 
 #include "absl/time/clock.h"
+#include "profd/v1/control_limits.h"
 
 namespace profd {
 namespace {
@@ -15,10 +16,34 @@ ProfdService::ProfdService(const DaemonIdentity* identity, AgentRegistry* regist
                            const AgentChannelServer* channel, CaptureOrchestrator* captures)
     : identity_(identity), registry_(registry), channel_(channel), captures_(captures) {}
 
+namespace {
+
+// Adds entries while the answer stays under kMaxListAnswerBytes, and counts the rest in
+// *omitted: a list profctl cannot receive would fail for everyone, and a partial one that says
+// so does not.
+template <typename Entry, typename Field>
+void AddBounded(std::vector<Entry> entries, size_t used, Field* field, uint32_t* omitted) {
+  for (Entry& entry : entries) {
+    // Each entry costs its size plus a tag and a length prefix of at most 1 + 5 bytes.
+    const size_t size = entry.ByteSizeLong() + 6;
+    if (used + size > v1::kMaxListAnswerBytes) {
+      ++*omitted;
+      continue;
+    }
+    used += size;
+    *field->Add() = std::move(entry);
+  }
+}
+
+}  // namespace
+
 grpc::Status ProfdService::ListAgents(grpc::ServerContext*, const v1::ListAgentsRequest*,
                                       v1::ListAgentsResponse* response) {
-  for (v1::AgentInfo& agent : registry_->List()) *response->add_agents() = std::move(agent);
   response->set_hostname(identity_->hostname);
+  uint32_t omitted = 0;
+  AddBounded(registry_->List(), response->ByteSizeLong() + 16, response->mutable_agents(),
+             &omitted);
+  response->set_omitted(omitted);
   return grpc::Status::OK;
 }
 
@@ -90,9 +115,9 @@ grpc::Status ProfdService::GetCapture(grpc::ServerContext*, const v1::GetCapture
 grpc::Status ProfdService::ListCaptures(grpc::ServerContext*,
                                         const v1::ListCapturesRequest* request,
                                         v1::ListCapturesResponse* response) {
-  for (v1::CaptureInfo& info : captures_->List(request->limit())) {
-    *response->add_captures() = std::move(info);
-  }
+  uint32_t omitted = 0;
+  AddBounded(captures_->List(request->limit()), 16, response->mutable_captures(), &omitted);
+  response->set_omitted(omitted);
   return grpc::Status::OK;
 }
 

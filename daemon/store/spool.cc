@@ -141,7 +141,8 @@ uint64_t Spool::UsedBytesLocked() const {
 
 absl::Status Spool::CheckSpaceLocked(uint64_t expected_bytes) const {
   uint64_t used = UsedBytesLocked();
-  if (used + expected_bytes <= options_.max_bytes && used < options_.max_bytes) {
+  // Written so that no sum can wrap: expected_bytes comes from clients.
+  if (used < options_.max_bytes && expected_bytes <= options_.max_bytes - used) {
     return absl::OkStatus();
   }
   std::string why = stats_.last_error.empty()
@@ -182,6 +183,23 @@ absl::StatusOr<std::string> Spool::Reserve(const std::string& capture_id, uint64
   }
   reservations_[capture_id] = expected_bytes;
   return folder;
+}
+
+absl::Status Spool::Grow(const std::string& capture_id, uint64_t bytes) {
+  absl::MutexLock lock(&mu_);
+  auto it = reservations_.find(capture_id);
+  if (it == reservations_.end()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("capture ", capture_id, " has no reservation in the spool"));
+  }
+  if (bytes <= it->second) return absl::OkStatus();
+  const uint64_t held = it->second;
+  // Checked as if this reservation were not there yet, so the message names the whole need.
+  it->second = 0;
+  absl::Status room = CheckSpaceLocked(bytes);
+  it->second = room.ok() ? bytes : held;
+  if (!room.ok()) ++stats_.refused_total;
+  return room;
 }
 
 absl::StatusOr<v1::StoredTrace> Spool::Submit(const std::string& capture_id,

@@ -82,6 +82,10 @@ class Spool {
   // Checks space, holds expected_bytes against the cap and returns the (new, empty) folder the
   // capture writes its files into. INVALID_ARGUMENT for a bad id, ALREADY_EXISTS for an id in use.
   absl::StatusOr<std::string> Reserve(const std::string& capture_id, uint64_t expected_bytes);
+  // Raises a reservation to `bytes` when that fits under the cap; RESOURCE_EXHAUSTED ("spool
+  // full") otherwise, and the reservation stays as it was. For writers that learn their size as
+  // they go (ImportTrace counts what arrives, whatever its header declared): grow, then write.
+  absl::Status Grow(const std::string& capture_id, uint64_t bytes);
   // The capture is complete: its folder (the reserved one, or `folder` if it wrote elsewhere on the
   // same file system) must hold manifest.json. Moves it to pending/ atomically and queues the
   // upload; returns the row the store will hold, with location() the capture's final URI.

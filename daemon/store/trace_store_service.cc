@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/log.h"
+#include "daemon/store/byte_size.h"
 #include "daemon/store/local_bucket.h"
 #include "daemon/store/trace_import.h"
 
@@ -202,18 +203,43 @@ grpc::Status TraceStoreService::ImportTrace(grpc::ServerContext*,
   }
   const v1::ImportTraceHeader header = chunk.header();
   const std::string id = NewCaptureId(hostname_, absl::Now());
-  // The gzip copy is never larger than the upload by much: reserve twice the upload.
-  absl::StatusOr<std::string> folder = spool_->Reserve(id, header.bytes() * 2);
+  // On disk at the peak: the upload and its gzip copy, never much more than twice the upload.
+  // The header's size only lets an honest client be refused up front; what counts against
+  // --spool_max_bytes is what arrives: the reservation grows before each chunk is written, so a
+  // client that declares 0 (or lies) is stopped at the cap, not past it.
+  uint64_t reserved = header.bytes() > UINT64_MAX / 2 ? UINT64_MAX : header.bytes() * 2;
+  absl::StatusOr<std::string> folder = spool_->Reserve(id, reserved);
   if (!folder.ok()) return ToGrpc(folder.status());
 
   const std::string upload = *folder + "/.upload";
   absl::Status status;
+  uint64_t received = 0;
   {
     std::ofstream out(upload, std::ios::binary | std::ios::trunc);
     while (reader->Read(&chunk)) {
       if (chunk.has_header()) {
         status = absl::InvalidArgumentError("ImportTrace: a second header in the stream");
         break;
+      }
+      received += chunk.data().size();
+      if (received * 2 > reserved) {
+        // Grow ahead by a quarter, so the lock is not taken for every chunk; near the cap, only
+        // as far as needed.
+        uint64_t want = std::max(received * 2, reserved + reserved / 4);
+        absl::Status room = spool_->Grow(id, want);
+        if (!room.ok() && want > received * 2) {
+          want = received * 2;
+          room = spool_->Grow(id, want);
+        }
+        if (!room.ok()) {
+          status = absl::ResourceExhaustedError(absl::StrCat(
+              "import of ", header.file_name(), " stopped after ", FormatBytes(received),
+              " (the client declared ", FormatBytes(header.bytes()),
+              "; an import takes twice its size in the spool while it is converted): ",
+              room.message()));
+          break;
+        }
+        reserved = want;
       }
       out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
     }

@@ -2,7 +2,7 @@
 // 64 synthetic agents registered in a real AgentRegistry (Hello + Heartbeat with 8 devices'
 // counters), an NVML snapshot of 8 GPUs with the 64 processes on each, and profd's health
 // counters. Times MetricsCollector::Collect alone, Collect + text serialization (what the
-// exposer does per scrape), and a real HTTP GET of /metrics from MetricsServer, plain and gzip.
+// server does per scrape), and a real HTTP GET of /metrics from MetricsServer, plain and gzip.
 //   metrics_scrape_bench [iterations]   (default 300)
 #include <algorithm>
 #include <chrono>
@@ -127,14 +127,19 @@ int Main(int argc, char** argv) {
            (void)prometheus::TextSerializer().Serialize(collector->Collect());
          }));
 
+  // Every request collects and serializes anew, as a Prometheus scrape every 15 s does (the
+  // server's reuse window would otherwise answer most of these back-to-back requests from the
+  // last scrape).
+  MetricsServer::Options options;
+  options.reuse_window = absl::ZeroDuration();
   absl::StatusOr<std::unique_ptr<MetricsServer>> server =
-      MetricsServer::Start("127.0.0.1:0", collector);
+      MetricsServer::Start("127.0.0.1:0", collector, options);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", std::string(server.status().message()).c_str());
     return 1;
   }
   const std::string url = "http://" + (*server)->address() + "/metrics";
-  // HttpGet asks for gzip, as Prometheus does; the exposer compresses.
+  // HttpGet asks for gzip, as Prometheus does; the server compresses.
   Report("HTTP GET /metrics (gzip)", Time(iterations, [&] {
            if (!testing::HttpGet(url).ok()) std::abort();
          }));

@@ -1,6 +1,8 @@
 // TLS and client certificates on profd's TCP listener, end to end: a real profd, the real profctl,
 // and certificates made for the test by the openssl command line (a throwaway CA, a server
 // certificate for 127.0.0.1/localhost, client certificates from that CA and from a stranger's).
+// The TCP listener is off by default and needs mutual TLS unless --grpc_insecure_tcp says
+// otherwise, on loopback too: a plaintext port is open to every local user.
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -102,11 +104,18 @@ class TlsTest : public ::testing::Test {
 
   static std::string Pem(const std::string& name) { return pki_->File(name); }
 
-  // profd with TLS on address_; Start() waits on its unix socket, which stays plaintext.
+  // The client's side of mutual TLS (CA, certificate, key), then args.
+  static std::vector<std::string> WithClientCert(std::vector<std::string> args) {
+    std::vector<std::string> out = {"--tls-ca",        Pem("ca.pem"), "--tls-cert",
+                                    Pem("client.pem"), "--tls-key",   Pem("client.key")};
+    out.insert(out.end(), args.begin(), args.end());
+    return out;
+  }
+  // profd with mutual TLS on address_; Start() waits on its unix socket, which stays plaintext.
   std::unique_ptr<ProfdProcess> StartTlsProfd(std::vector<std::string> more_flags = {}) {
-    std::vector<std::string> flags = {"--grpc_address=" + address_,
-                                      "--grpc_tls_cert=" + Pem("server.pem"),
-                                      "--grpc_tls_key=" + Pem("server.key")};
+    std::vector<std::string> flags = {
+        "--grpc_address=" + address_, "--grpc_tls_cert=" + Pem("server.pem"),
+        "--grpc_tls_key=" + Pem("server.key"), "--grpc_tls_client_ca=" + Pem("ca.pem")};
     flags.insert(flags.end(), more_flags.begin(), more_flags.end());
     auto profd = std::make_unique<ProfdProcess>(flags);
     profd->Start();
@@ -135,27 +144,29 @@ bool Has(const std::string& text, const std::string& part) {
 
 TEST_F(TlsTest, ProfctlVerifiesProfdWithTheCa) {
   auto profd = StartTlsProfd();
-  EXPECT_TRUE(Has(profd->log(), "(TLS)")) << profd->log();
+  EXPECT_TRUE(Has(profd->log(), "(mutual TLS)")) << profd->log();
 
-  RunResult ok = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
+  RunResult ok = Profctl(address_, WithClientCert({"status"}));
   EXPECT_EQ(ok.exit_code, 0) << ok.err << profd->log();
   EXPECT_TRUE(Has(ok.out, address_)) << ok.out;  // status lists the daemon's addresses
 
   // The store service rides on the same TLS channel (profctl spool -> profd.v1.TraceStore).
-  RunResult spool = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "--json", "spool"});
+  RunResult spool = Profctl(address_, WithClientCert({"--json", "spool"}));
   EXPECT_EQ(spool.exit_code, 0) << spool.err;
   EXPECT_TRUE(Has(spool.out, "spool_dir")) << spool.out;
 
   // The environment does what the flags do.
-  RunResult env = Profctl(address_, {"agents"}, {{"PROFD_TLS_CA", Pem("ca.pem")}});
+  RunResult env = Profctl(address_, {"agents"},
+                          {{"PROFD_TLS_CA", Pem("ca.pem")},
+                           {"PROFD_TLS_CERT", Pem("client.pem")},
+                           {"PROFD_TLS_KEY", Pem("client.key")}});
   EXPECT_EQ(env.exit_code, 0) << env.err;
 
   // The certificate names localhost and 127.0.0.1: both targets verify.
-  RunResult by_name =
-      Profctl(absl::StrCat("localhost:", port_), {"--tls-ca", Pem("ca.pem"), "status"});
+  RunResult by_name = Profctl(absl::StrCat("localhost:", port_), WithClientCert({"status"}));
   EXPECT_EQ(by_name.exit_code, 0) << by_name.err;
   RunResult override_ok =
-      Profctl(address_, {"--tls-ca", Pem("ca.pem"), "--tls-server-name", "localhost", "status"});
+      Profctl(address_, WithClientCert({"--tls-server-name", "localhost", "status"}));
   EXPECT_EQ(override_ok.exit_code, 0) << override_ok.err;
 }
 
@@ -170,15 +181,17 @@ TEST_F(TlsTest, ProfctlWithoutTheRightCaIsToldWhy) {
   EXPECT_TRUE(Has(plain.err, "--tls-ca")) << plain.err;
 
   // A CA that did not sign profd's certificate: the handshake fails, and profctl says so.
-  RunResult wrong_ca = Profctl(address_, {"--tls-ca", Pem("other-ca.pem"), "status"});
+  RunResult wrong_ca =
+      Profctl(address_, {"--tls-ca", Pem("other-ca.pem"), "--tls-cert", Pem("client.pem"),
+                         "--tls-key", Pem("client.key"), "status"});
   EXPECT_EQ(wrong_ca.exit_code, 3) << wrong_ca.err;
   EXPECT_TRUE(Has(wrong_ca.err, "TLS handshake with profd at " + address_ + " failed"))
       << wrong_ca.err;
   EXPECT_TRUE(Has(wrong_ca.err, "check --tls-ca")) << wrong_ca.err;
 
   // A name the certificate does not carry.
-  RunResult wrong_name = Profctl(
-      address_, {"--tls-ca", Pem("ca.pem"), "--tls-server-name", "elsewhere.example", "status"});
+  RunResult wrong_name =
+      Profctl(address_, WithClientCert({"--tls-server-name", "elsewhere.example", "status"}));
   EXPECT_EQ(wrong_name.exit_code, 3) << wrong_name.err;
   EXPECT_TRUE(Has(wrong_name.err, "TLS handshake")) << wrong_name.err;
 
@@ -189,7 +202,7 @@ TEST_F(TlsTest, ProfctlWithoutTheRightCaIsToldWhy) {
 }
 
 TEST_F(TlsTest, ClientCertificateRequiredWithClientCa) {
-  auto profd = StartTlsProfd({"--grpc_tls_client_ca=" + Pem("ca.pem")});
+  auto profd = StartTlsProfd();
   EXPECT_TRUE(Has(profd->log(), "(mutual TLS)")) << profd->log();
 
   RunResult no_cert = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
@@ -253,17 +266,18 @@ TEST_F(TlsTest, RemoteAddressWithoutTlsRefusesToStart) {
   const std::string everywhere = absl::StrCat("0.0.0.0:", port_);
   RunResult refused = RunProfd(dir, {"--grpc_address=" + everywhere});
   EXPECT_EQ(refused.exit_code, 1);
-  EXPECT_TRUE(Has(refused.err, "--grpc_address=" + everywhere + " is not a loopback address"))
+  EXPECT_TRUE(Has(refused.err, "--grpc_address=" + everywhere + " without TLS")) << refused.err;
+  EXPECT_TRUE(Has(refused.err, "anyone who can reach it")) << refused.err;
+  EXPECT_TRUE(Has(refused.err, "--grpc_tls_cert, --grpc_tls_key and --grpc_tls_client_ca"))
       << refused.err;
-  EXPECT_TRUE(Has(refused.err, "--grpc_tls_cert and --grpc_tls_key")) << refused.err;
-  EXPECT_TRUE(Has(refused.err, "--grpc_insecure_remote")) << refused.err;
+  EXPECT_TRUE(Has(refused.err, "--grpc_insecure_tcp")) << refused.err;
 
   RunResult v6 = RunProfd(dir, {absl::StrCat("--grpc_address=[::]:", port_)});
   EXPECT_EQ(v6.exit_code, 1) << v6.err;
 
-  RunResult missing_key =
-      RunProfd(dir, {"--grpc_address=" + everywhere, "--grpc_tls_cert=" + Pem("server.pem"),
-                     "--grpc_tls_key=" + pki_->File("nope.key")});
+  RunResult missing_key = RunProfd(
+      dir, {"--grpc_address=" + everywhere, "--grpc_tls_cert=" + Pem("server.pem"),
+            "--grpc_tls_key=" + pki_->File("nope.key"), "--grpc_tls_client_ca=" + Pem("ca.pem")});
   EXPECT_EQ(missing_key.exit_code, 1);
   EXPECT_TRUE(Has(missing_key.err, "--grpc_tls_key=" + pki_->File("nope.key") + ": cannot read"))
       << missing_key.err;
@@ -274,19 +288,69 @@ TEST_F(TlsTest, RemoteAddressWithoutTlsRefusesToStart) {
   EXPECT_TRUE(Has(half.err, "--grpc_tls_client_ca needs --grpc_tls_cert")) << half.err;
 
   // Said explicitly, it starts, warns, and serves plaintext on every interface.
-  ProfdProcess insecure({"--grpc_address=" + everywhere, "--grpc_insecure_remote"});
+  ProfdProcess insecure({"--grpc_address=" + everywhere, "--grpc_insecure_tcp"});
   insecure.Start();
   EXPECT_TRUE(Has(insecure.log(), "INSECURE")) << insecure.log();
+  EXPECT_TRUE(Has(insecure.log(), "(plaintext, INSECURE)")) << insecure.log();
   RunResult plain = Profctl(address_, {"status"});
   EXPECT_EQ(plain.exit_code, 0) << plain.err;
+  insecure.Stop();
+
+  // The old name of the flag still works, and says it is deprecated.
+  ProfdProcess old_flag({"--grpc_address=" + everywhere, "--grpc_insecure_remote"});
+  old_flag.Start();
+  EXPECT_TRUE(Has(old_flag.log(), "--grpc_insecure_remote is deprecated")) << old_flag.log();
+  EXPECT_TRUE(Has(old_flag.log(), "INSECURE")) << old_flag.log();
 }
 
-TEST_F(TlsTest, RemoteAddressWithTlsStarts) {
+// Loopback is no exception: without the socket's file mode, a plaintext port lets every local
+// user in (issue 12: a non-root user listed agents, captured a root process and downloaded it).
+TEST_F(TlsTest, LoopbackWithoutMutualTlsRefusesToStart) {
+  TempDir dir;
+  RunResult plain = RunProfd(dir, {"--grpc_address=" + address_});
+  EXPECT_EQ(plain.exit_code, 1);
+  EXPECT_TRUE(Has(plain.err, "--grpc_address=" + address_ + " without TLS: every local user"))
+      << plain.err;
+  EXPECT_TRUE(Has(plain.err, "--grpc_insecure_tcp")) << plain.err;
+  RunResult localhost = RunProfd(dir, {absl::StrCat("--grpc_address=localhost:", port_)});
+  EXPECT_EQ(localhost.exit_code, 1) << localhost.err;
+
+  // TLS that checks no client certificate is no better: anyone may still connect.
+  RunResult server_only =
+      RunProfd(dir, {"--grpc_address=" + address_, "--grpc_tls_cert=" + Pem("server.pem"),
+                     "--grpc_tls_key=" + Pem("server.key")});
+  EXPECT_EQ(server_only.exit_code, 1);
+  EXPECT_TRUE(Has(server_only.err, "with TLS but no --grpc_tls_client_ca")) << server_only.err;
+  EXPECT_TRUE(Has(server_only.err, "--grpc_insecure_tcp")) << server_only.err;
+
+  // A unix socket belongs in --grpc_socket, where its mode is set.
+  RunResult unix_address =
+      RunProfd(dir, {"--grpc_address=unix:" + dir.File("other.sock"), "--grpc_insecure_tcp"});
+  EXPECT_EQ(unix_address.exit_code, 1);
+  EXPECT_TRUE(Has(unix_address.err, "give it as --grpc_socket")) << unix_address.err;
+
+  // With the flag: it starts, and says how open it is.
+  ProfdProcess insecure({"--grpc_address=" + address_, "--grpc_insecure_tcp"});
+  insecure.Start();
+  EXPECT_TRUE(Has(insecure.log(), "(plaintext, loopback, INSECURE)")) << insecure.log();
+  EXPECT_TRUE(Has(insecure.log(), "every local user")) << insecure.log();
+  EXPECT_EQ(Profctl(address_, {"status"}).exit_code, 0);
+  insecure.Stop();
+
+  ProfdProcess tls_only({"--grpc_address=" + address_, "--grpc_tls_cert=" + Pem("server.pem"),
+                         "--grpc_tls_key=" + Pem("server.key"), "--grpc_insecure_tcp"});
+  tls_only.Start();
+  EXPECT_TRUE(Has(tls_only.log(), "(TLS, no client certificates, INSECURE)")) << tls_only.log();
+  RunResult verified = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
+  EXPECT_EQ(verified.exit_code, 0) << verified.err;
+}
+
+TEST_F(TlsTest, RemoteAddressWithMutualTlsStarts) {
   ProfdProcess profd({absl::StrCat("--grpc_address=0.0.0.0:", port_),
-                      "--grpc_tls_cert=" + Pem("server.pem"),
-                      "--grpc_tls_key=" + Pem("server.key")});
+                      "--grpc_tls_cert=" + Pem("server.pem"), "--grpc_tls_key=" + Pem("server.key"),
+                      "--grpc_tls_client_ca=" + Pem("ca.pem")});
   profd.Start();
-  RunResult ok = Profctl(address_, {"--tls-ca", Pem("ca.pem"), "status"});
+  RunResult ok = Profctl(address_, WithClientCert({"status"}));
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
 }
 

@@ -6,12 +6,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/metrics/http_get.h"
+#include "tests/metrics/slow_client.h"
 #include "tests/support/profd_process.h"
 
 namespace profd::testing {
@@ -192,6 +196,32 @@ TEST_F(MetricsEndpointTest, BadMetricsAddressStopsProfdWithAReason) {
   EXPECT_EQ(in_use.exit_code, 1);
   EXPECT_THAT(in_use.err, HasSubstr("cannot serve /metrics on " + taken));
   EXPECT_THAT(in_use.err, HasSubstr("Is the port in use"));
+}
+
+// Issue 12: two unfinished HTTP requests from the network kept profd's /metrics (civetweb, two
+// worker threads) from answering for ~28 s, and renewing them kept it down. Here 200 unfinished
+// requests and 20 clients that never read their answers, renewed as fast as profd closes them,
+// while Prometheus scrapes: every scrape must still answer within a second.
+TEST_F(MetricsEndpointTest, SlowClientsCannotStarveAScrape) {
+  ProfdProcess profd({"--nvml_library=/nonexistent/libnvidia-ml.so.1"});
+  profd.Start();
+  const std::string url = MetricsUrl(profd);
+  const std::string address =
+      url.substr(strlen("http://"), url.size() - strlen("http://") - strlen("/metrics"));
+  SlowClients attack(address, /*unfinished=*/200, /*non_readers=*/20);
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+  for (int i = 0; i < 10; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    absl::StatusOr<std::string> body = HttpGet(url);
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    ASSERT_TRUE(body.ok()) << body.status() << " (scrape " << i << ")";
+    EXPECT_THAT(*body, HasSubstr("\nprofd_agents_connected{hostname=\"node-test\"} 0\n"));
+    EXPECT_LT(seconds, 1.0) << "scrape " << i << " waited behind slow clients";
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  // The control plane is unaffected too.
+  EXPECT_EQ(profd.Profctl({"status"}).exit_code, 0);
 }
 
 }  // namespace

@@ -12,10 +12,13 @@ ProfdProcess::ProfdProcess(std::vector<std::string> extra_flags)
 ProfdProcess::~ProfdProcess() { Kill(); }
 
 void ProfdProcess::Start() {
-  std::vector<std::string> argv = {BuildPath("daemon/profd"), "--runtime_dir=" + dir_.path(),
-                                   "--grpc_address=none",
-                                   // a free port: tests run side by side (extra_flags override)
-                                   "--metrics_address=127.0.0.1:0"};
+  // Everything profd writes stays in the test's folder, never in /var/lib/profd (extra_flags
+  // override: the last value of a flag wins).
+  std::vector<std::string> argv = {
+      BuildPath("daemon/profd"), "--runtime_dir=" + dir_.path(), "--grpc_address=none",
+      // a free port: tests run side by side
+      "--metrics_address=127.0.0.1:0", "--capture_dir=" + dir_.File("captures"),
+      "--spool_dir=" + dir_.File("spool"), "--store=file://" + dir_.File("store")};
   argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
   process_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{},
                                           dir_.File("profd.log"));
