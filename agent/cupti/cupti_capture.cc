@@ -16,7 +16,8 @@ namespace {
 
 constexpr size_t kPoolBuffers = 16;
 constexpr size_t kBufferBytes = 8u << 20;
-// Batches are cut at this size so frames stay far below the channel's 16 MiB limit.
+// Batches are cut at this size (or at ActivityConverter::kBatchRecords events) so frames stay
+// far below profd's limit for a capture's frames (4 MiB by default).
 constexpr size_t kBatchBytes = 1u << 20;
 constexpr uint32_t kDefaultFlushMs = 500;
 
@@ -379,7 +380,7 @@ void CuptiCapture::ConvertLoop() {
         CUpti_Activity* record = nullptr;
         while (cupti.ActivityGetNextRecord(c.buffer, c.valid_size, &record) == CUPTI_SUCCESS) {
           converter_->Add(record);
-          if (converter_->pending_bytes() >= kBatchBytes) EmitBatch();
+          if (converter_->BatchFull(kBatchBytes)) EmitBatch();
         }
         if (converter_->pending_events() > 0) EmitBatch();
       }
