@@ -92,7 +92,7 @@ absl::StatusOr<std::shared_ptr<const PeerProcess>> PeerProcess::OfSocket(int soc
       return std::shared_ptr<const PeerProcess>(
           new PeerProcess(cred.pid, cred.uid, pidfd, *start, /*by_peer_pidfd=*/true));
     }
-    if (errno != ENOPROTOOPT && errno != EINVAL) {
+    if (errno != ENOPROTOOPT) {
       // The kernel knows the option but has no live process for the peer: it has exited (and
       // its pid may already be someone else's, so no fallback by pid).
       return absl::NotFoundError(absl::StrCat("process ", cred.pid,
