@@ -534,6 +534,14 @@ bool AgentChannelServer::HandleFrame(ConnectionId id, Connection& c, std::unique
                             std::move(message->capture_id), message->batch_records, backlog_, id));
       }
       if (backlog_->Full(id)) {
+        if (!c.backlog_logged) {
+          c.backlog_logged = true;
+          LogInfo(kComponent,
+                  "not reading pid %u until its capture catches up: its event batches waiting "
+                  "to be written reached --agent_max_backlog_bytes_per_connection (%u bytes) or "
+                  "all agents' reached --agent_max_backlog_bytes (%u)",
+                  pid, options_.max_backlog_bytes_per_connection, options_.max_backlog_bytes);
+        }
         c.backlog_full = true;
         backlog_paused_.insert(id);
         UpdateInterest(id, c);

@@ -147,6 +147,7 @@ class AgentChannelServer {
     // Why profd is not reading it now; either may hold.
     bool waiting_for_buffer = false;  // its next frame does not fit max_buffered_bytes yet
     bool backlog_full = false;        // its event batches wait for its capture to catch up
+    bool backlog_logged = false;      // said once in the log that it was paused for that
     std::string out;
     size_t out_offset = 0;
     uint32_t epoll_events = 0;  // what epoll watches on fd; 0: fd is not in the epoll set

@@ -265,6 +265,12 @@ class CaptureOrchestrator::Capture {
     switch (item.kind) {
       case Item::kBatch: {
         if (p.state() == v1::CAPTURE_STATE_FAILED) return false;  // given up on: drop late data
+        // The agent stops at max_events itself; one that does not is cut here, before its
+        // batch costs a parse, so a capture's trace (and the analysis of it) stays bounded.
+        if (max_events_ != 0 && p.events() >= max_events_) {
+          p.set_truncated(true);
+          return false;
+        }
         // One arena per batch: the batch's many small messages go in one allocation and leave
         // in one, and nothing of it outlives this call.
         google::protobuf::Arena arena;
