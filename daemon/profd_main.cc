@@ -80,8 +80,9 @@ ABSL_FLAG(absl::Duration, agent_hello_timeout, absl::Seconds(5),
 ABSL_FLAG(uint32_t, agent_max_connections, 1024,
           "Agent connections at once (two file descriptors each; lowered to a quarter of "
           "RLIMIT_NOFILE); past it connections are accepted and closed at once");
-ABSL_FLAG(uint32_t, agent_max_connections_per_uid, 256,
-          "Agent connections one uid may hold, so that one user cannot take every slot");
+ABSL_FLAG(uint32_t, agent_max_connections_per_uid, 0,
+          "Agent connections one uid may hold, so that one user cannot take every slot; 0: a "
+          "quarter of the agent connection cap in force");
 ABSL_FLAG(std::string, agent_max_frame_before_hello, "64KiB",
           "Largest agent frame before its hello (a hello is a few hundred bytes)");
 ABSL_FLAG(std::string, agent_max_frame_registered, "256KiB",

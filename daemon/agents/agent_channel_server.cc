@@ -16,6 +16,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "daemon/log.h"
 #include "profd/v1/agent_frame.h"
@@ -77,10 +78,10 @@ absl::Status CheckOptions(const AgentChannelOptions& o) {
                      o.max_frame_capturing, ")"));
   }
   if (o.max_backlog_bytes_per_connection == 0 || o.max_backlog_bytes == 0 ||
-      o.max_connections == 0 || o.max_connections_per_uid == 0) {
+      o.max_connections == 0) {
     return absl::InvalidArgumentError(
-        "--agent_max_backlog_bytes(_per_connection) and --agent_max_connections(_per_uid) must "
-        "be more than 0");
+        "--agent_max_backlog_bytes(_per_connection) and --agent_max_connections must be more "
+        "than 0");
   }
   // Heartbeats alone must stay well under the message rate, or every agent is a flood.
   double heartbeats_per_second = 1.0 / absl::ToDoubleSeconds(o.heartbeat_interval);
@@ -110,11 +111,11 @@ const char* AgentRejectionLabel(AgentRejection rejection) {
   return "no_identity";
 }
 
-void AgentChannelServer::LogBudget::Warn(const std::string& line) {
+void AgentChannelServer::LogBudget::Log(const std::string& line) {
   Summarize(absl::Now());
-  if (lines_ < kLogLinesPerInterval) {
+  if (lines_ < lines_per_interval_) {
     ++lines_;
-    LogWarning(kComponent, "%s", line);
+    LogLine(severity_, kComponent, line);
   } else {
     ++left_out_;
   }
@@ -123,10 +124,12 @@ void AgentChannelServer::LogBudget::Warn(const std::string& line) {
 void AgentChannelServer::LogBudget::Summarize(absl::Time now) {
   if (now - window_start_ < kLogInterval) return;
   if (left_out_ > 0) {
-    LogWarning(kComponent,
-               "%u more %s in the last %s, not logged one by one (see /metrics: "
-               "profd_agent_protocol_errors_total, profd_agent_connections_rejected_total)",
-               left_out_, what_, absl::FormatDuration(kLogInterval));
+    LogLine(severity_, kComponent,
+            absl::StrCat(left_out_, " more ", what_, " in the last ",
+                         absl::FormatDuration(kLogInterval),
+                         ", not logged one by one (see /metrics: profd_agent_connections, "
+                         "profd_agent_protocol_errors_total, "
+                         "profd_agent_connections_rejected_total)"));
   }
   window_start_ = now;
   lines_ = 0;
@@ -154,7 +157,10 @@ absl::Status AgentChannelServer::Start() {
   const size_t fit = files.rlim_cur == RLIM_INFINITY ? options_.max_connections
                                                      : static_cast<size_t>(files.rlim_cur / 4);
   max_connections_ = std::max<size_t>(1, std::min(options_.max_connections, fit));
-  max_connections_per_uid_ = std::min(options_.max_connections_per_uid, max_connections_);
+  max_connections_per_uid_ =
+      options_.max_connections_per_uid == 0
+          ? std::max<size_t>(1, max_connections_ / 4)
+          : std::min(options_.max_connections_per_uid, max_connections_);
   if (max_connections_ < options_.max_connections) {
     LogWarning(kComponent,
                "at most %u agent connections, not %u (--agent_max_connections): profd may open "
@@ -289,7 +295,7 @@ void AgentChannelServer::Run() {
 
 void AgentChannelServer::Reject(AgentRejection rejection, const std::string& why) {
   rejected_[static_cast<int>(rejection)].fetch_add(1);
-  refused_log_.Warn(
+  refused_log_.Log(
       absl::StrCat("refused an agent connection (", AgentRejectionLabel(rejection), "): ", why));
 }
 
@@ -504,9 +510,9 @@ bool AgentChannelServer::HandleFrame(ConnectionId id, Connection& c, std::unique
         return false;
       }
       c.registered = true;
-      LogInfo(kComponent, "agent registered: pid %u (%s, uid %u, agent %s, %d GPU(s))", pid,
-              registered->comm, c.peer->uid(), message->hello.agent_version(),
-              message->hello.devices_size());
+      lifecycle_log_.Log(absl::StrFormat(
+          "agent registered: pid %u (%s, uid %u, agent %s, %d GPU(s))", pid, registered->comm,
+          c.peer->uid(), message->hello.agent_version(), message->hello.devices_size()));
       // One live agent per process: the newer connection is the one the process uses now (an
       // agent that reconnects), the older one is stale.
       if (registered->replaces) {
@@ -663,10 +669,10 @@ void AgentChannelServer::Close(ConnectionId id, const std::string& reason,
   const pid_t pid = c.peer->pid();
   if (violation) {
     closed_for_cause_[static_cast<int>(*violation)].fetch_add(1);
-    closed_log_.Warn(absl::StrCat("closing connection from pid ", pid, " (uid ", c.peer->uid(),
-                                  "): ", reason, " [", AgentViolationLabel(*violation), "]"));
+    closed_log_.Log(absl::StrCat("closing connection from pid ", pid, " (uid ", c.peer->uid(),
+                                 "): ", reason, " [", AgentViolationLabel(*violation), "]"));
   } else if (c.registered) {
-    LogInfo(kComponent, "agent pid %u gone: %s", pid, reason);
+    lifecycle_log_.Log(absl::StrCat("agent pid ", pid, " gone: ", reason));
   }
   if (c.epoll_events != 0) epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.fd, nullptr);
   epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, c.peer->pidfd(), nullptr);  // ENOENT after an exit: fine
@@ -692,6 +698,7 @@ void AgentChannelServer::Reap() {
   const absl::Time now = absl::Now();
   closed_log_.Summarize(now);
   refused_log_.Summarize(now);
+  lifecycle_log_.Summarize(now);
   std::vector<std::pair<ConnectionId, bool>> late;  // id, registered
   for (const auto& [id, c] : connections_) {
     if (!c.reading()) continue;  // profd is not reading it: its silence is profd's

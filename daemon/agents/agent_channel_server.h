@@ -43,6 +43,7 @@
 #include "daemon/agents/agent_message_limits.h"
 #include "daemon/agents/agent_registry.h"
 #include "daemon/agents/peer_process.h"
+#include "daemon/log.h"
 #include "profd/v1/agent_channel.pb.h"
 
 namespace profd {
@@ -84,7 +85,9 @@ struct AgentChannelOptions {
   // lowers the cap to a quarter of RLIMIT_NOFILE so that agents never take more than half of
   // profd's descriptors.
   size_t max_connections = 1024;
-  size_t max_connections_per_uid = 256;
+  // 0: a quarter of the cap in force, so that one user (often every container's root) cannot
+  // take every slot even when the cap was lowered.
+  size_t max_connections_per_uid = 0;
   // The largest frame by what the connection may send: a hello (a few hundred bytes); heartbeats
   // and capture status; event batches, only while it is the target of a running capture (agents
   // cut batches at ~1 MiB).
@@ -156,15 +159,20 @@ class AgentChannelServer {
     bool reading() const { return !waiting_for_buffer && !backlog_full; }
   };
 
-  // Lines about closed and refused connections are limited: a peer must not flood the log.
+  // Lines about connections are limited: a peer that connects, registers or misbehaves in a
+  // loop must not flood the log. Past `lines` in an interval the rest are counted and summed up
+  // in one line.
   class LogBudget {
    public:
-    explicit LogBudget(const char* what) : what_(what) {}
-    void Warn(const std::string& line);
+    LogBudget(const char* what, Severity severity, int lines)
+        : what_(what), severity_(severity), lines_per_interval_(lines) {}
+    void Log(const std::string& line);
     void Summarize(absl::Time now);  // says how many lines were left out, once per interval
 
    private:
     const char* const what_;
+    const Severity severity_;
+    const int lines_per_interval_;
     absl::Time window_start_ = absl::InfinitePast();
     int lines_ = 0;
     uint64_t left_out_ = 0;
@@ -212,8 +220,11 @@ class AgentChannelServer {
   size_t buffered_bytes_ = 0;                // read buffers allocated, all connections
   std::deque<ConnectionId> buffer_waiters_;  // waiting for room in them, oldest first
   std::set<ConnectionId> backlog_paused_;
-  LogBudget closed_log_{"agent connections closed for cause"};
-  LogBudget refused_log_{"agent connections refused"};
+  LogBudget closed_log_{"agent connections closed for cause", Severity::kWarning, 20};
+  LogBudget refused_log_{"agent connections refused", Severity::kWarning, 20};
+  // Registrations and disconnects: many more, so that a node where 64 processes start at once
+  // still logs each.
+  LogBudget lifecycle_log_{"agent registrations and disconnects", Severity::kInfo, 200};
 
   absl::Mutex outbox_mutex_;
   std::vector<std::pair<ConnectionId, std::string>> outbox_ ABSL_GUARDED_BY(outbox_mutex_);

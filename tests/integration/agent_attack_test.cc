@@ -524,12 +524,13 @@ TEST_F(AgentAttackTest, AConnectionOutlivingItsProcessIsDroppedAndItsPidNotReuse
 
 // With 1024 open files, 1,100 idle agent connections made gRPC's accept fail with EMFILE, and
 // the control plane stayed dead after they closed. Here profd may open 256 files: it keeps
-// agents to a quarter of that (two descriptors each), refuses the rest at once, and answers
-// profctl throughout.
+// agents to a quarter of that (two descriptors each), one uid to a quarter of those, refuses the
+// rest at once, and answers profctl throughout.
 TEST_F(AgentAttackTest, IdleConnectionsCannotTakeTheControlPlanesDescriptors) {
   StartProfd({}, {"/usr/bin/prlimit", "--nofile=256:256", "--"});
   StartWellBehavedAgent();
   EXPECT_THAT(profd_->log(), HasSubstr("at most 64 agent connections, not 1024"));
+  EXPECT_THAT(profd_->log(), HasSubstr("(at most 64 connections, 16 per uid)"));
   std::vector<std::unique_ptr<RawAgent>> idle;
   for (int i = 0; i < 300; ++i) {
     idle.push_back(std::make_unique<RawAgent>(profd_->agent_socket()));
@@ -538,14 +539,13 @@ TEST_F(AgentAttackTest, IdleConnectionsCannotTakeTheControlPlanesDescriptors) {
       EXPECT_EQ(status.exit_code, 0) << "after " << i << " connections: " << status.err;
     }
   }
-  // Wait until profd has seen them all.
+  // This test runs as one uid, like the well-behaved agent: 16 connections in all.
   ASSERT_TRUE(WaitFor(
       [&] {
-        return Metric("profd_agent_connections_rejected_total", "reason=\"max_connections\"") >=
-               300 - 63;
+        return Metric("profd_agent_connections_rejected_total", "reason=\"uid_share\"") == 300 - 15;
       },
       absl::Seconds(5)));
-  EXPECT_EQ(Metric("profd_agent_connections", "hostname"), 64);
+  EXPECT_EQ(Metric("profd_agent_connections", "hostname"), 16);
   RunResult during = profd_->Profctl({"status"});
   EXPECT_EQ(during.exit_code, 0) << during.err;
   EXPECT_TRUE(Listed(*profd_, healthy_->pid()));
@@ -559,10 +559,10 @@ TEST_F(AgentAttackTest, IdleConnectionsCannotTakeTheControlPlanesDescriptors) {
 }
 
 // One user cannot take every slot: a process of uid 65534 opens more connections than its share
-// and the rest are refused, while root's agents still find room.
+// and the rest are refused, while root's agents still find room, up to the cap.
 TEST_F(AgentAttackTest, OneUidCannotTakeEverySlot) {
   if (getuid() != 0) GTEST_SKIP() << "needs root to run a process as another uid";
-  StartProfd({"--agent_max_connections=16", "--agent_max_connections_per_uid=8"});
+  StartProfd({"--agent_max_connections=12", "--agent_max_connections_per_uid=8"});
   StartWellBehavedAgent();
   ASSERT_EQ(chmod(profd_->runtime_dir().c_str(), 0755), 0);  // let uid 65534 reach the socket
   const std::string socket_path = profd_->agent_socket();
@@ -590,7 +590,16 @@ TEST_F(AgentAttackTest, OneUidCannotTakeEverySlot) {
       [&] { return Metric("profd_agent_connections_rejected_total", "reason=\"uid_share\"") == 4; },
       absl::Seconds(5)));
   EXPECT_THAT(profd_->log(), HasSubstr("uid 65534"));
-  // Root (this test) still has room: 1 + 8 of 16 are taken.
+  // Root (this test) has room left: the well-behaved agent and 3 more reach the cap of 12.
+  std::vector<std::unique_ptr<RawAgent>> mine;
+  for (int i = 0; i < 5; ++i) mine.push_back(std::make_unique<RawAgent>(socket_path));
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return Metric("profd_agent_connections_rejected_total", "reason=\"max_connections\"") == 2;
+      },
+      absl::Seconds(5)));
+  EXPECT_EQ(Metric("profd_agent_connections", "hostname"), 12);
+  mine.clear();
   std::unique_ptr<Subprocess> another = StartReplayAgent();
   EXPECT_TRUE(WaitFor([&] { return Listed(*profd_, another->pid()); }, absl::Seconds(5)));
   ExpectEveryoneStillServed(32);
