@@ -99,8 +99,19 @@ uint32_t CuptiCapture::CuptiVersion() {
 }
 
 void CuptiCapture::Send(const wire::CaptureStatus& status) {
+  // profd closes a connection whose status text has control characters or passes 4096 bytes
+  // (daemon/agents/agent_message_limits.h); CUPTI's and dlerror's texts are ours to tidy.
+  wire::CaptureStatus tidy = status;
+  for (char& c : tidy.message) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  if (tidy.message.size() > 4096) {
+    size_t cut = 4096;
+    while (cut > 0 && (static_cast<unsigned char>(tidy.message[cut]) & 0xc0) == 0x80) --cut;
+    tidy.message.resize(cut);
+  }
   std::string message;
-  wire::EncodeCaptureStatus(status, &message);
+  wire::EncodeCaptureStatus(tidy, &message);
   agent_->Enqueue(std::move(message));
 }
 
