@@ -157,10 +157,9 @@ absl::Status AgentChannelServer::Start() {
   const size_t fit = files.rlim_cur == RLIM_INFINITY ? options_.max_connections
                                                      : static_cast<size_t>(files.rlim_cur / 4);
   max_connections_ = std::max<size_t>(1, std::min(options_.max_connections, fit));
-  max_connections_per_uid_ =
-      options_.max_connections_per_uid == 0
-          ? std::max<size_t>(1, max_connections_ / 4)
-          : std::min(options_.max_connections_per_uid, max_connections_);
+  max_connections_per_uid_ = options_.max_connections_per_uid == 0
+                                 ? std::max<size_t>(1, max_connections_ / 4)
+                                 : std::min(options_.max_connections_per_uid, max_connections_);
   if (max_connections_ < options_.max_connections) {
     LogWarning(kComponent,
                "at most %u agent connections, not %u (--agent_max_connections): profd may open "
@@ -255,6 +254,9 @@ AgentChannelCounters AgentChannelServer::counters() const {
   for (int i = 0; i < kAgentViolationCount; ++i) out.closed_for_cause[i] = closed_for_cause_[i];
   for (int i = 0; i < kAgentRejectionCount; ++i) out.rejected[i] = rejected_[i];
   out.connections = open_connections_.load();
+  out.paused = paused_connections_.load();
+  out.buffered_bytes = buffered_bytes_seen_.load();
+  out.backlog_bytes = backlog_ != nullptr ? backlog_->total() : 0;
   return out;
 }
 
@@ -286,6 +288,8 @@ void AgentChannelServer::Run() {
     }
     DrainOutbox();
     ResumePaused();
+    paused_connections_.store(buffer_waiters_.size() + backlog_paused_.size());
+    buffered_bytes_seen_.store(buffered_bytes_);
     if (absl::Now() >= next_reap) {
       Reap();
       next_reap = absl::Now() + absl::Seconds(1);

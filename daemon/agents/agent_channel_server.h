@@ -110,6 +110,9 @@ struct AgentChannelCounters {
   std::array<uint64_t, kAgentViolationCount> closed_for_cause{};  // by AgentViolation
   std::array<uint64_t, kAgentRejectionCount> rejected{};          // by AgentRejection
   uint64_t connections = 0;                                       // open now, hello or not
+  uint64_t paused = 0;          // connections profd is not reading now (backlog, buffer room)
+  uint64_t buffered_bytes = 0;  // frames being read
+  uint64_t backlog_bytes = 0;   // event batches waiting for capture pipelines
 };
 
 class AgentChannelServer {
@@ -211,6 +214,9 @@ class AgentChannelServer {
   std::array<std::atomic<uint64_t>, kAgentViolationCount> closed_for_cause_{};
   std::array<std::atomic<uint64_t>, kAgentRejectionCount> rejected_{};
   std::atomic<uint64_t> open_connections_{0};
+  // Copies of I/O-thread state for counters(), updated once per turn of the loop.
+  std::atomic<uint64_t> paused_connections_{0};
+  std::atomic<uint64_t> buffered_bytes_seen_{0};
   std::shared_ptr<PipelineBacklog> backlog_;
 
   // I/O thread only.

@@ -95,6 +95,24 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
              "Connections open on the agent socket, with or without a hello", MetricType::Gauge);
   Add(open_connections, host, static_cast<double>(channel.connections));
   out.push_back(std::move(open_connections));
+  MetricFamily paused =
+      Family("profd_agent_connections_paused",
+             "Agent connections profd is not reading now: their capture's backlog is full, or "
+             "their next frame waits for room in the read buffers",
+             MetricType::Gauge);
+  Add(paused, host, static_cast<double>(channel.paused));
+  out.push_back(std::move(paused));
+  MetricFamily buffered =
+      Family("profd_agent_buffered_bytes",
+             "Bytes of agent frames being read (--agent_max_buffered_bytes)", MetricType::Gauge);
+  Add(buffered, host, static_cast<double>(channel.buffered_bytes));
+  out.push_back(std::move(buffered));
+  MetricFamily backlog = Family("profd_agent_backlog_bytes",
+                                "Bytes of event batches waiting for their capture to write them "
+                                "(--agent_max_backlog_bytes)",
+                                MetricType::Gauge);
+  Add(backlog, host, static_cast<double>(channel.backlog_bytes));
+  out.push_back(std::move(backlog));
   MetricFamily protocol_errors =
       Family("profd_agent_protocol_errors_total",
              "Agent connections closed for cause, by reason (frame_too_large, malformed, "

@@ -25,7 +25,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/integration/raw_agent.h"
+#include "tests/support/raw_agent.h"
 #include "tests/metrics/http_get.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/profd_process.h"

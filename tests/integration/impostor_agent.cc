@@ -12,7 +12,7 @@
 
 #include "absl/time/clock.h"
 #include "profd/v1/agent_frame.h"
-#include "tests/integration/raw_agent.h"
+#include "tests/support/raw_agent.h"
 
 using profd::testing::RawAgent;
 

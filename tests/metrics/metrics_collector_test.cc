@@ -92,6 +92,9 @@ class MetricsCollectorTest : public ::testing::Test {
               c.closed_for_cause[static_cast<int>(AgentViolation::kFrameTooLarge)] = 7;
               c.rejected[static_cast<int>(AgentRejection::kUidShare)] = 2;
               c.connections = 3;
+              c.paused = 1;
+              c.buffered_bytes = 65536;
+              c.backlog_bytes = 1048576;
               return c;
             },
             {}}) {}
@@ -169,6 +172,9 @@ TEST_F(MetricsCollectorTest, GpuSeriesAndNvmlHealth) {
   EXPECT_THAT(text, Line("profd_agent_connections_rejected_total{hostname=\"node-a\","
                          "reason=\"max_connections\"} 0"));
   EXPECT_THAT(text, Line("profd_agent_connections{hostname=\"node-a\"} 3"));
+  EXPECT_THAT(text, Line("profd_agent_connections_paused{hostname=\"node-a\"} 1"));
+  EXPECT_THAT(text, Line("profd_agent_buffered_bytes{hostname=\"node-a\"} 65536"));
+  EXPECT_THAT(text, Line("profd_agent_backlog_bytes{hostname=\"node-a\"} 1048576"));
   // No agents: no process families at all, not even their HELP lines.
   EXPECT_THAT(text, Not(HasSubstr("profd_process_")));
 }

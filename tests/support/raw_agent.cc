@@ -1,4 +1,4 @@
-#include "tests/integration/raw_agent.h"
+#include "tests/support/raw_agent.h"
 
 #include <errno.h>
 #include <fcntl.h>
