@@ -187,7 +187,10 @@ class CaptureOrchestrator::Capture {
  private:
   struct Process {
     StringTable names;
-    uint64_t string_bytes = 0;  // what `names` holds, against max_string_bytes_per_process
+    // What `names` holds, against max_string_bytes_per_process: a slot per id up to the
+    // largest, and the text of each string.
+    uint64_t string_bytes = 0;
+    uint32_t string_slots = 0;
     std::unique_ptr<ChromeTraceWriter> writer;
     std::vector<v1::DeviceInfo> devices;
     std::string file_name;
@@ -345,7 +348,8 @@ class CaptureOrchestrator::Capture {
       text += def.value().size();
     }
     // A slot is two std::string (text, quoted); a string is kept twice (demangled, quoted).
-    const uint64_t slots = top >= proc.names.size() ? top + 1 - proc.names.size() : 0;
+    const uint64_t slots = top >= proc.string_slots ? top + 1 - proc.string_slots : 0;
+    proc.string_slots = std::max(proc.string_slots, top + 1);
     proc.string_bytes += slots * 2 * sizeof(std::string) + 2 * text;
     const uint64_t limit = owner_->options_.max_string_bytes_per_process;
     if (proc.string_bytes <= limit) return "";

@@ -5,8 +5,6 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "profd/v1/agent_frame.h"
-
 namespace profd {
 
 std::string StringTable::Demangle(const std::string& name) {
@@ -56,10 +54,6 @@ std::string StringTable::JsonQuote(const std::string& text) {
 
 void StringTable::Add(const v1::EventBatch& batch) {
   for (const v1::StringDef& def : batch.strings()) {
-    // Ids come from the agent: one past the protocol's last would make the table grow without
-    // bound (0xFFFFFFFF once wrapped resize(id + 1) to 0 and crashed profd). profd's agent
-    // channel refuses such batches; this keeps the table safe for any other caller.
-    if (def.id() == 0 || def.id() > v1::kMaxStringId) continue;
     if (def.id() >= text_.size()) {
       text_.resize(def.id() + 1);
       quoted_.resize(def.id() + 1, "\"\"");

@@ -17,8 +17,6 @@ class StringTable {
   const std::string& Text(uint32_t id) const;
   // The same text as a JSON string literal, quotes included.
   const std::string& Quoted(uint32_t id) const;
-  // Slots: one more than the largest id defined.
-  size_t size() const { return text_.size(); }
 
   static std::string Demangle(const std::string& name);
   static std::string JsonQuote(const std::string& text);

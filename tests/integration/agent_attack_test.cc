@@ -25,10 +25,11 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/support/raw_agent.h"
+#include "profd/v1/agent_frame.h"
 #include "tests/metrics/http_get.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/profd_process.h"
+#include "tests/support/raw_agent.h"
 
 namespace profd::testing {
 namespace {
@@ -197,6 +198,31 @@ TEST_F(AgentAttackTest, StringIdsPastTheLimitCloseTheAgentNotProfd) {
   }
   EXPECT_EQ(ClosedFor("over_limit"), 2);
   ExpectEveryoneStillServed(48);
+}
+
+// An id within the protocol's range still may not make one process's string table large: the
+// capture's pipeline charges each table for its slots and texts, and stops that process's trace
+// (not the connection, not profd) past 64 MiB.
+TEST_F(AgentAttackTest, AStringTableCannotGrowPastItsBudget) {
+  StartProfd();
+  StartWellBehavedAgent();
+  RawAgent attacker(profd_->agent_socket());
+  ASSERT_TRUE(attacker.Register(RawAgent::DefaultHello("attacker")));
+  RunResult capture;
+  std::thread capturing = CaptureTestProcess("1s", &capture);
+  const std::string capture_id = attacker.AwaitStartCapture();
+  ASSERT_FALSE(capture_id.empty());
+  ASSERT_TRUE(attacker.SendMessage(Status(capture_id, v1::CAPTURE_STATE_STARTED)));
+  v1::AgentMessage batch = KernelBatch(capture_id, 10);
+  batch.mutable_events()->mutable_strings(0)->set_id(v1::kMaxStringId);
+  ASSERT_TRUE(attacker.SendMessage(batch));
+  ASSERT_TRUE(attacker.SendMessage(Status(capture_id, v1::CAPTURE_STATE_FINISHED)));
+  capturing.join();
+  EXPECT_EQ(capture.exit_code, 5) << capture.out << capture.err;
+  EXPECT_THAT(capture.err, HasSubstr("the agent's kernel and API names need more than 64 MiB"));
+  EXPECT_FALSE(attacker.closed());
+  EXPECT_EQ(profd_->Profctl({"status"}).exit_code, 0);
+  ExpectEveryoneStillServed(32);
 }
 
 // One 16 MiB frame of 8.4 M empty kernel records, sent before any hello: RSS 53 -> 990 MiB,
