@@ -520,8 +520,8 @@ bool AgentChannelServer::HandleFrame(ConnectionId id, Connection& c, std::unique
       // One live agent per process: the newer connection is the one the process uses now (an
       // agent that reconnects), the older one is stale.
       if (registered->replaces) {
-        Close(*registered->replaces,
-              absl::StrCat("replaced by a newer connection from the same process"), std::nullopt);
+        Close(*registered->replaces, "replaced by a newer connection from the same process",
+              std::nullopt);
       }
       v1::DaemonMessage ack;
       ack.mutable_hello_ack()->set_daemon_version(PROFD_VERSION);
