@@ -3,7 +3,10 @@
 #include <cuda.h>
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdio>
+
+#include "profd/v1/agent_frame.h"
 
 namespace profagent {
 namespace {
@@ -51,6 +54,9 @@ CudaDriverView QueryCudaDevices() {
     return view;
   }
   view.initialized = true;
+  // profd takes at most this many devices in a hello or heartbeat (agent_frame.h); no machine
+  // has more, but a count past it must not cost the agent its connection.
+  count = std::min(count, static_cast<int>(profd::v1::kMaxAgentDevices));
   for (int i = 0; i < count; ++i) {
     CUdevice dev;
     if (get_device(&dev, i) != CUDA_SUCCESS) continue;

@@ -47,6 +47,7 @@
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "profd/v1/control_limits.h"
+#include "profd/v1/agent_frame.h"
 
 ABSL_FLAG(std::string, runtime_dir, "/run/profd",
           "Folder for profd's sockets (agent.sock, profd.sock) unless given one by one");
@@ -91,6 +92,32 @@ ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
           "NVML library to dlopen (a path, or a name the dynamic loader finds)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "How often agents send counters");
 ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10), "An agent silent this long is dropped");
+// What one peer of the agent socket (0666: any local user) may cost profd; docs/SECURITY.md.
+ABSL_FLAG(absl::Duration, agent_hello_timeout, absl::Seconds(5),
+          "A connection that has not said hello this long after connecting is closed");
+ABSL_FLAG(uint32_t, agent_max_connections, 1024,
+          "Agent connections at once (two file descriptors each; lowered to a quarter of "
+          "RLIMIT_NOFILE); past it connections are accepted and closed at once");
+ABSL_FLAG(uint32_t, agent_max_connections_per_uid, 0,
+          "Agent connections one uid may hold, so that one user cannot take every slot; 0: a "
+          "quarter of the agent connection cap in force");
+ABSL_FLAG(std::string, agent_max_frame_before_hello, "64KiB",
+          "Largest agent frame before its hello (a hello is a few hundred bytes)");
+ABSL_FLAG(std::string, agent_max_frame_registered, "256KiB",
+          "Largest frame from a registered agent that no running capture targets");
+ABSL_FLAG(std::string, agent_max_frame_capturing, "4MiB",
+          "Largest frame from the target of a running capture (agents cut event batches at "
+          "~1MiB; at least 2MiB)");
+ABSL_FLAG(std::string, agent_max_buffered_bytes, "64MiB",
+          "All agent frames being read, together; a frame that does not fit waits for room");
+ABSL_FLAG(std::string, agent_max_backlog_bytes_per_connection, "16MiB",
+          "Event batches of one agent waiting for its capture to write them; past it profd "
+          "stops reading that agent until the capture catches up");
+ABSL_FLAG(std::string, agent_max_backlog_bytes, "64MiB",
+          "Event batches of all agents waiting for their captures, together");
+ABSL_FLAG(uint32_t, agent_max_messages_per_second, 100,
+          "Messages per agent connection and second (event batches of a running capture "
+          "excepted); a connection that sends more is closed");
 ABSL_FLAG(std::string, capture_dir, "/var/lib/profd/captures",
           "Folder where capture folders (traces, manifest, summary) are written");
 ABSL_FLAG(absl::Duration, max_capture_duration, absl::Seconds(60),
@@ -331,6 +358,53 @@ absl::StatusOr<AccessGroup> SetUpProcess(const std::string& agent_socket,
   return access;
 }
 
+// The agent channel's limits from their flags; byte sizes take units ("64KiB").
+absl::Status AgentChannelFlags(AgentChannelOptions* options) {
+  struct ByteFlag {
+    const char* name;
+    std::string value;
+    uint64_t* out;
+  };
+  uint64_t before_hello, registered, capturing, buffered, backlog_one, backlog_all;
+  for (const ByteFlag& flag : {
+           ByteFlag{"agent_max_frame_before_hello",
+                    absl::GetFlag(FLAGS_agent_max_frame_before_hello), &before_hello},
+           ByteFlag{"agent_max_frame_registered", absl::GetFlag(FLAGS_agent_max_frame_registered),
+                    &registered},
+           ByteFlag{"agent_max_frame_capturing", absl::GetFlag(FLAGS_agent_max_frame_capturing),
+                    &capturing},
+           ByteFlag{"agent_max_buffered_bytes", absl::GetFlag(FLAGS_agent_max_buffered_bytes),
+                    &buffered},
+           ByteFlag{"agent_max_backlog_bytes_per_connection",
+                    absl::GetFlag(FLAGS_agent_max_backlog_bytes_per_connection), &backlog_one},
+           ByteFlag{"agent_max_backlog_bytes", absl::GetFlag(FLAGS_agent_max_backlog_bytes),
+                    &backlog_all},
+       }) {
+    absl::StatusOr<uint64_t> bytes = store::ParseByteSize(flag.value);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag.name, ": ", bytes.status().message()));
+    }
+    *flag.out = *bytes;
+  }
+  // Frames are counted in 32 bits on the wire; the channel checks the rest when it starts.
+  if (std::max({before_hello, registered, capturing}) > v1::kMaxAgentFrameBytes) {
+    return absl::InvalidArgumentError(
+        "--agent_max_frame_* must be at most 16MiB, the agent protocol's own limit");
+  }
+  options->hello_timeout = absl::GetFlag(FLAGS_agent_hello_timeout);
+  options->max_connections = absl::GetFlag(FLAGS_agent_max_connections);
+  options->max_connections_per_uid = absl::GetFlag(FLAGS_agent_max_connections_per_uid);
+  options->max_frame_before_hello = static_cast<uint32_t>(before_hello);
+  options->max_frame_registered = static_cast<uint32_t>(registered);
+  options->max_frame_capturing = static_cast<uint32_t>(capturing);
+  options->max_buffered_bytes = buffered;
+  options->max_backlog_bytes_per_connection = backlog_one;
+  options->max_backlog_bytes = backlog_all;
+  options->max_messages_per_second = absl::GetFlag(FLAGS_agent_max_messages_per_second);
+  return absl::OkStatus();
+}
+
 std::string Hostname() {
   if (const char* node = std::getenv("NODE_NAME"); node && node[0]) return node;
   char host[256] = {};
@@ -389,6 +463,10 @@ int Main(int argc, char** argv) {
   channel_options.socket_path = agent_socket;
   channel_options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   channel_options.agent_timeout = absl::GetFlag(FLAGS_agent_timeout);
+  if (absl::Status s = AgentChannelFlags(&channel_options); !s.ok()) {
+    LogError(kComponent, "%s", s.message());
+    return 1;
+  }
   AgentChannelServer channel(channel_options, &registry);
   std::unique_ptr<store::TraceStore> trace_store;
   std::unique_ptr<store::Spool> spool;  // the capture code submits finished captures here
@@ -441,7 +519,7 @@ int Main(int argc, char** argv) {
       metrics_address != "none" && !metrics_address.empty()) {
     auto collector = std::make_shared<MetricsCollector>(MetricsCollector::Sources{
         identity.hostname, &registry, &gpu_sampler, &daemon_metrics,
-        [&channel] { return channel.protocol_errors(); },
+        [&channel] { return channel.counters(); },
         [&captures] { return static_cast<int64_t>(captures.counts().running); }});
     absl::StatusOr<std::unique_ptr<MetricsServer>> started =
         MetricsServer::Start(metrics_address, std::move(collector));

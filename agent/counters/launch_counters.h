@@ -27,12 +27,14 @@
 
 #include "agent/counters/address_table.h"
 #include "agent/wire/agent_messages.h"
+#include "profd/v1/agent_frame.h"
 
 namespace profagent {
 
 class LaunchCounters {
  public:
-  static constexpr uint32_t kMaxDevices = 64;
+  // As many as profd takes in a heartbeat (agent_frame.h).
+  static constexpr uint32_t kMaxDevices = profd::v1::kMaxAgentDevices;
 
   static LaunchCounters& Get();
 

@@ -47,6 +47,13 @@ std::string ActivityConverter::StripVersionSuffix(const char* name) {
 }
 
 uint32_t ActivityConverter::DefineString(const char* text, size_t length) {
+  // Past profd's last id a name is left out (id 0: no name) rather than the connection lost.
+  if (next_string_id_ > profd::v1::kMaxStringId) return 0;
+  // profd refuses longer strings: cut, at a character boundary so the text stays UTF-8.
+  if (length > profd::v1::kMaxStringBytes) {
+    length = profd::v1::kMaxStringBytes;
+    while (length > 0 && (static_cast<unsigned char>(text[length]) & 0xc0) == 0x80) --length;
+  }
   uint32_t id = next_string_id_++;
   size_t at = writer_.BeginNested(kStrings);
   writer_.Varint(1, id);

@@ -16,6 +16,7 @@
 
 #include "agent/wire/agent_messages.h"
 #include "agent/wire/proto_writer.h"
+#include "profd/v1/agent_frame.h"
 
 namespace profagent {
 
@@ -32,6 +33,12 @@ class ActivityConverter {
 
   size_t pending_events() const { return pending_events_; }
   size_t pending_bytes() const { return body_.size(); }
+  // Time to TakeBatch: at batch_bytes, or at half the events profd accepts in one batch, so
+  // that a batch of many tiny records never reaches profd's limit (agent_frame.h).
+  bool BatchFull(size_t batch_bytes) const {
+    return body_.size() >= batch_bytes || pending_events_ >= kBatchRecords;
+  }
+  static constexpr size_t kBatchRecords = profd::v1::kMaxBatchRecords / 2;
   uint64_t total_events() const { return total_events_; }
   bool truncated() const { return truncated_; }
 

@@ -16,7 +16,8 @@ namespace {
 
 constexpr size_t kPoolBuffers = 16;
 constexpr size_t kBufferBytes = 8u << 20;
-// Batches are cut at this size so frames stay far below the channel's 16 MiB limit.
+// Batches are cut at this size (or at ActivityConverter::kBatchRecords events) so frames stay
+// far below profd's limit for a capture's frames (4 MiB by default).
 constexpr size_t kBatchBytes = 1u << 20;
 constexpr uint32_t kDefaultFlushMs = 500;
 
@@ -98,8 +99,19 @@ uint32_t CuptiCapture::CuptiVersion() {
 }
 
 void CuptiCapture::Send(const wire::CaptureStatus& status) {
+  // profd closes a connection whose status text has control characters or passes 4096 bytes
+  // (daemon/agents/agent_message_limits.h); CUPTI's and dlerror's texts are ours to tidy.
+  wire::CaptureStatus tidy = status;
+  for (char& c : tidy.message) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = ' ';
+  }
+  if (tidy.message.size() > 4096) {
+    size_t cut = 4096;
+    while (cut > 0 && (static_cast<unsigned char>(tidy.message[cut]) & 0xc0) == 0x80) --cut;
+    tidy.message.resize(cut);
+  }
   std::string message;
-  wire::EncodeCaptureStatus(status, &message);
+  wire::EncodeCaptureStatus(tidy, &message);
   agent_->Enqueue(std::move(message));
 }
 
@@ -379,7 +391,7 @@ void CuptiCapture::ConvertLoop() {
         CUpti_Activity* record = nullptr;
         while (cupti.ActivityGetNextRecord(c.buffer, c.valid_size, &record) == CUPTI_SUCCESS) {
           converter_->Add(record);
-          if (converter_->pending_bytes() >= kBatchBytes) EmitBatch();
+          if (converter_->BatchFull(kBatchBytes)) EmitBatch();
         }
         if (converter_->pending_events() > 0) EmitBatch();
       }

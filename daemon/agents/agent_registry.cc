@@ -1,13 +1,13 @@
 #include "daemon/agents/agent_registry.h"
 
+#include "absl/strings/str_cat.h"
 #include "daemon/agents/process_identity.h"
 
 namespace profd {
+namespace {
 
-void AgentRegistry::Register(ConnectionId connection, uint32_t pid, uint32_t uid,
-                             const v1::Hello& hello, absl::Time now) {
-  // /proc is read before the lock is taken: it is I/O.
-  ProcessIdentity identity = ReadProcessIdentity(static_cast<pid_t>(pid));
+v1::AgentInfo InfoOf(uint32_t pid, uint32_t uid, const ProcessIdentity& identity,
+                     const v1::Hello& hello, absl::Time now) {
   v1::AgentInfo info;
   info.set_pid(pid);
   info.set_uid(uid);
@@ -26,8 +26,40 @@ void AgentRegistry::Register(ConnectionId connection, uint32_t pid, uint32_t uid
   info.set_injected(hello.injected());
   info.set_connected_since_unix_ns(absl::ToUnixNanos(now));
   info.set_last_heartbeat_unix_ns(absl::ToUnixNanos(now));
+  return info;
+}
+
+}  // namespace
+
+absl::StatusOr<AgentRegistry::Registered> AgentRegistry::Register(
+    ConnectionId connection, std::shared_ptr<const PeerProcess> process, const v1::Hello& hello,
+    absl::Time now) {
+  // /proc is read before the lock is taken: it is I/O.
+  absl::StatusOr<ProcessIdentity> identity =
+      ReadProcessIdentity(process->pid(), [&process] { return !process->Exited(); });
+  if (!identity.ok()) return identity.status();
+  v1::AgentInfo info =
+      InfoOf(static_cast<uint32_t>(process->pid()), process->uid(), *identity, hello, now);
   absl::MutexLock lock(&mutex_);
-  agents_[connection] = std::move(info);
+  // Two live entries with one pid are one process: a pid names one live process at a time.
+  Registered registered;
+  registered.comm = identity->comm;
+  for (const auto& [id, entry] : agents_) {
+    if (id != connection && entry.info.pid() == info.pid() && entry.Live()) {
+      registered.replaces = id;
+    }
+  }
+  agents_[connection] = Entry{std::move(info), std::move(process)};
+  return registered;
+}
+
+void AgentRegistry::Register(ConnectionId connection, uint32_t pid, uint32_t uid,
+                             const v1::Hello& hello, absl::Time now) {
+  ProcessIdentity identity =
+      ReadProcessIdentity(static_cast<pid_t>(pid)).value_or(ProcessIdentity{});
+  v1::AgentInfo info = InfoOf(pid, uid, identity, hello, now);
+  absl::MutexLock lock(&mutex_);
+  agents_[connection] = Entry{std::move(info), nullptr};
 }
 
 void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& heartbeat,
@@ -35,10 +67,11 @@ void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& hear
   absl::MutexLock lock(&mutex_);
   auto it = agents_.find(connection);
   if (it == agents_.end()) return;
-  it->second.set_last_heartbeat_unix_ns(absl::ToUnixNanos(now));
-  if (heartbeat.device_infos_size() > 0) *it->second.mutable_devices() = heartbeat.device_infos();
-  *it->second.mutable_counters() = heartbeat.devices();
-  it->second.set_launch_sample_every(heartbeat.launch_sample_every());
+  v1::AgentInfo& info = it->second.info;
+  info.set_last_heartbeat_unix_ns(absl::ToUnixNanos(now));
+  if (heartbeat.device_infos_size() > 0) *info.mutable_devices() = heartbeat.device_infos();
+  *info.mutable_counters() = heartbeat.devices();
+  info.set_launch_sample_every(heartbeat.launch_sample_every());
 }
 
 void AgentRegistry::Unregister(ConnectionId connection) {
@@ -49,36 +82,56 @@ void AgentRegistry::Unregister(ConnectionId connection) {
 void AgentRegistry::SetCapturing(ConnectionId connection, const std::string& capture_id) {
   absl::MutexLock lock(&mutex_);
   auto it = agents_.find(connection);
-  if (it != agents_.end()) it->second.set_capturing(capture_id);
+  if (it != agents_.end()) it->second.info.set_capturing(capture_id);
+}
+
+bool AgentRegistry::IsCapturing(ConnectionId connection) const {
+  absl::MutexLock lock(&mutex_);
+  auto it = agents_.find(connection);
+  return it != agents_.end() && !it->second.info.capturing().empty();
 }
 
 std::vector<v1::AgentInfo> AgentRegistry::List() const {
   absl::MutexLock lock(&mutex_);
   std::vector<v1::AgentInfo> out;
   out.reserve(agents_.size());
-  for (const auto& [id, info] : agents_) out.push_back(info);
+  for (const auto& [id, entry] : agents_) {
+    if (entry.Live()) out.push_back(entry.info);
+  }
+  return out;
+}
+
+std::vector<std::pair<ConnectionId, v1::AgentInfo>> AgentRegistry::ListWithConnections() const {
+  absl::MutexLock lock(&mutex_);
+  std::vector<std::pair<ConnectionId, v1::AgentInfo>> out;
+  out.reserve(agents_.size());
+  for (const auto& [id, entry] : agents_) {
+    if (entry.Live()) out.emplace_back(id, entry.info);
+  }
   return out;
 }
 
 std::optional<v1::AgentInfo> AgentRegistry::FindByPid(uint32_t pid) const {
   absl::MutexLock lock(&mutex_);
-  for (const auto& [id, info] : agents_) {
-    if (info.pid() == pid) return info;
+  for (const auto& [id, entry] : agents_) {
+    if (entry.info.pid() == pid && entry.Live()) return entry.info;
   }
   return std::nullopt;
 }
 
 std::optional<ConnectionId> AgentRegistry::ConnectionOfPid(uint32_t pid) const {
   absl::MutexLock lock(&mutex_);
-  for (const auto& [id, info] : agents_) {
-    if (info.pid() == pid) return id;
+  for (const auto& [id, entry] : agents_) {
+    if (entry.info.pid() == pid && entry.Live()) return id;
   }
   return std::nullopt;
 }
 
 size_t AgentRegistry::size() const {
   absl::MutexLock lock(&mutex_);
-  return agents_.size();
+  size_t live = 0;
+  for (const auto& [id, entry] : agents_) live += entry.Live() ? 1 : 0;
+  return live;
 }
 
 }  // namespace profd

@@ -1,16 +1,26 @@
 // Which processes on this node have a connected agent. Written by the agent channel's I/O thread
 // (register, heartbeat, unregister), read by gRPC handlers, the capture orchestrator and the
-// metrics collector from their own threads; one mutex guards it and no call does I/O under it.
+// metrics collector from their own threads; one mutex guards it and no call does I/O under it
+// (a pidfd poll is not I/O).
+//
+// Each entry is bound to the process that connected (PeerProcess, a pidfd): lookups never return
+// an agent whose process has exited, even before the I/O thread has closed its connection, so a
+// process that later gets the same pid is never matched to the old connection.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/agents/peer_process.h"
 #include "profd/v1/agent_channel.pb.h"
 #include "profd/v1/profd.pb.h"
 
@@ -21,22 +31,45 @@ using ConnectionId = uint64_t;
 
 class AgentRegistry {
  public:
-  // Agent I/O thread. pid and uid come from SO_PEERCRED.
+  struct Registered {
+    // The connection this same process registered before, if it is still here: one live agent
+    // per process, so the caller closes that one.
+    std::optional<ConnectionId> replaces;
+    std::string comm;  // from /proc, for the log
+  };
+  // Agent I/O thread. The hello has passed CheckHello. Reads who the process is from /proc while
+  // it is alive; fails when it has exited.
+  absl::StatusOr<Registered> Register(ConnectionId connection,
+                                      std::shared_ptr<const PeerProcess> process,
+                                      const v1::Hello& hello, absl::Time now);
+  // For tests and benchmarks without a real process: the entry is bound to nothing and never
+  // counts as exited.
   void Register(ConnectionId connection, uint32_t pid, uint32_t uid, const v1::Hello& hello,
                 absl::Time now);
   void Heartbeat(ConnectionId connection, const v1::Heartbeat& heartbeat, absl::Time now);
   void Unregister(ConnectionId connection);
-  void SetCapturing(ConnectionId connection, const std::string& capture_id);
 
-  // Any thread.
+  // Capture orchestrator (any thread): which capture the connection is a target of ("" none).
+  void SetCapturing(ConnectionId connection, const std::string& capture_id);
+  // Agent I/O thread: whether the connection may send capture-sized frames now.
+  bool IsCapturing(ConnectionId connection) const;
+
+  // Any thread. Agents whose process has exited are left out of every answer.
   std::vector<v1::AgentInfo> List() const;
+  std::vector<std::pair<ConnectionId, v1::AgentInfo>> ListWithConnections() const;
   std::optional<v1::AgentInfo> FindByPid(uint32_t pid) const;
   std::optional<ConnectionId> ConnectionOfPid(uint32_t pid) const;
   size_t size() const;
 
  private:
+  struct Entry {
+    v1::AgentInfo info;
+    std::shared_ptr<const PeerProcess> process;  // null only for the test overload
+    bool Live() const { return process == nullptr || !process->Exited(); }
+  };
+
   mutable absl::Mutex mutex_;
-  std::map<ConnectionId, v1::AgentInfo> agents_ ABSL_GUARDED_BY(mutex_);
+  std::map<ConnectionId, Entry> agents_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace profd

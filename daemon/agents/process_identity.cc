@@ -1,10 +1,11 @@
 #include "daemon/agents/process_identity.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -16,11 +17,23 @@
 namespace profd {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+// At most `limit` bytes of a file under the process's folder; *cut says there was more.
+std::string ReadBounded(int dir_fd, const char* name, size_t limit, bool* cut = nullptr) {
+  std::string out;
+  int fd = openat(dir_fd, name, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  out.resize(limit + 1);
+  size_t got = 0;
+  while (got < out.size()) {
+    ssize_t n = read(fd, out.data() + got, out.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  close(fd);
+  if (cut != nullptr) *cut = got > limit;
+  out.resize(std::min(got, limit));
+  return out;
 }
 
 bool IsHex64(absl::string_view s) {
@@ -70,18 +83,31 @@ void ParseCgroup(absl::string_view cgroup_text, ProcessIdentity* identity) {
   }
 }
 
-ProcessIdentity ReadProcessIdentity(pid_t pid, absl::string_view proc_root) {
-  ProcessIdentity identity;
+absl::StatusOr<ProcessIdentity> ReadProcessIdentity(pid_t pid, const std::function<bool()>& alive,
+                                                    absl::string_view proc_root) {
   std::string dir = absl::StrCat(proc_root, "/", pid);
+  int dir_fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dir_fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open ", dir, ": ", std::strerror(errno)));
+  }
+  if (alive && !alive()) {
+    close(dir_fd);
+    return absl::NotFoundError(absl::StrCat("process ", pid, " has exited"));
+  }
+  ProcessIdentity identity;
   char exe[4096];
-  ssize_t n = readlink((dir + "/exe").c_str(), exe, sizeof(exe) - 1);
+  ssize_t n = readlinkat(dir_fd, "exe", exe, sizeof(exe) - 1);
   if (n > 0) identity.exe.assign(exe, static_cast<size_t>(n));
-  std::string cmdline = ReadFile(dir + "/cmdline");
+  bool cut = false;
+  std::string cmdline = ReadBounded(dir_fd, "cmdline", kMaxCommandLineBytes, &cut);
   while (!cmdline.empty() && cmdline.back() == '\0') cmdline.pop_back();
   std::replace(cmdline.begin(), cmdline.end(), '\0', ' ');
+  if (cut) cmdline += kCommandLineCutMark;
   identity.command_line = cmdline;
-  identity.comm = std::string(absl::StripTrailingAsciiWhitespace(ReadFile(dir + "/comm")));
-  ParseCgroup(ReadFile(dir + "/cgroup"), &identity);
+  identity.comm = std::string(absl::StripTrailingAsciiWhitespace(ReadBounded(dir_fd, "comm", 64)));
+  // A cgroup path per hierarchy: a few hundred bytes each, a dozen hierarchies at most.
+  ParseCgroup(ReadBounded(dir_fd, "cgroup", 64 << 10), &identity);
+  close(dir_fd);
   return identity;
 }
 

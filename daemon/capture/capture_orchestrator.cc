@@ -18,6 +18,7 @@
 #include "daemon/trace/capture_summary.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/string_table.h"
+#include "google/protobuf/arena.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace profd {
@@ -146,7 +147,10 @@ class CaptureOrchestrator::Capture {
     enum Kind { kStatus, kBatch, kGone, kCancel } kind;
     ConnectionId connection = 0;
     v1::CaptureStatus status;
-    v1::EventBatch batch;
+    // Unparsed: parsed on this capture's thread. It holds its agent's backlog until destroyed,
+    // so a batch that will not be written is dropped at once (Push after the end, a failed
+    // process).
+    AgentEventBatch batch;
   };
 
   void Push(Item item) {
@@ -183,6 +187,10 @@ class CaptureOrchestrator::Capture {
  private:
   struct Process {
     StringTable names;
+    // What `names` holds, against max_string_bytes_per_process: a slot per id up to the
+    // largest, and the text of each string.
+    uint64_t string_bytes = 0;
+    uint32_t string_slots = 0;
     std::unique_ptr<ChromeTraceWriter> writer;
     std::vector<v1::DeviceInfo> devices;
     std::string file_name;
@@ -258,10 +266,30 @@ class CaptureOrchestrator::Capture {
     v1::ProcessCapture& p = P(i);
     Process& proc = processes_[i];
     switch (item.kind) {
-      case Item::kBatch:
+      case Item::kBatch: {
         if (p.state() == v1::CAPTURE_STATE_FAILED) return false;  // given up on: drop late data
-        WriteBatch(i, item.batch);
+        // The agent stops at max_events itself; one that does not is cut here, before its
+        // batch costs a parse, so a capture's trace (and the analysis of it) stays bounded.
+        if (max_events_ != 0 && p.events() >= max_events_) {
+          p.set_truncated(true);
+          return false;
+        }
+        // One arena per batch: the batch's many small messages go in one allocation and leave
+        // in one, and nothing of it outlives this call.
+        google::protobuf::Arena arena;
+        auto* batch = google::protobuf::Arena::CreateMessage<v1::EventBatch>(&arena);
+        absl::string_view bytes = item.batch.bytes();
+        if (!batch->ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+          return FailProcess(i, absl::StrCat("the agent sent an event batch that is not a valid "
+                                             "EventBatch (",
+                                             bytes.size(), " bytes); the trace stops there"));
+        }
+        if (std::string over = ChargeStrings(i, *batch); !over.empty()) {
+          return FailProcess(i, over);
+        }
+        WriteBatch(i, *batch, bytes);
         return false;
+      }
       case Item::kGone:
         if (ProcessTerminal(p.state())) return false;
         p.set_state(v1::CAPTURE_STATE_FAILED);
@@ -298,7 +326,39 @@ class CaptureOrchestrator::Capture {
     return false;
   }
 
-  void WriteBatch(int i, const v1::EventBatch& batch) {
+  // Gives up on one process of the capture: its trace keeps what came before.
+  bool FailProcess(int i, const std::string& why) {
+    v1::ProcessCapture& p = P(i);
+    if (ProcessTerminal(p.state())) return false;
+    LogWarning(kComponent, "capture %s pid %u: %s", info_.capture_id(), p.pid(), why);
+    p.set_state(v1::CAPTURE_STATE_FAILED);
+    p.set_message(why);
+    return true;
+  }
+
+  // The string table of a process grows with the largest id (a slot per id) and the text of
+  // each string; an agent choosing ids and texts must not make it grow without bound. Returns
+  // why the batch is refused, or "".
+  std::string ChargeStrings(int i, const v1::EventBatch& batch) {
+    Process& proc = processes_[i];
+    uint32_t top = 0;
+    uint64_t text = 0;
+    for (const v1::StringDef& def : batch.strings()) {
+      top = std::max(top, def.id());
+      text += def.value().size();
+    }
+    // A slot is two std::string (text, quoted); a string is kept twice (demangled, quoted).
+    const uint64_t slots = top >= proc.string_slots ? top + 1 - proc.string_slots : 0;
+    proc.string_slots = std::max(proc.string_slots, top + 1);
+    proc.string_bytes += slots * 2 * sizeof(std::string) + 2 * text;
+    const uint64_t limit = owner_->options_.max_string_bytes_per_process;
+    if (proc.string_bytes <= limit) return "";
+    return absl::StrCat("the agent's kernel and API names need more than ", limit >> 20,
+                        " MiB (string ids up to ", top,
+                        "): the trace stops there (CaptureOptions::max_string_bytes_per_process)");
+  }
+
+  void WriteBatch(int i, const v1::EventBatch& batch, absl::string_view bytes) {
     v1::ProcessCapture& p = P(i);
     Process& proc = processes_[i];
     proc.names.Add(batch);
@@ -337,7 +397,6 @@ class CaptureOrchestrator::Capture {
     if (owner_->options_.record_batches && write_error_.empty()) {
       std::ofstream raw(absl::StrCat(folder_, "/batches-", p.pid(), ".pb"),
                         std::ios::binary | std::ios::app);
-      std::string bytes = batch.SerializeAsString();
       uint64_t n = bytes.size();
       while (n >= 0x80) {
         raw.put(static_cast<char>((n & 0x7f) | 0x80));
@@ -565,10 +624,17 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
                      " is over this profd's limit of ", absl::FormatDuration(options_.max_duration),
                      " (profd --max_capture_duration)"));
   }
-  std::vector<v1::AgentInfo> agents = registry_->List();
+  // Each agent with its own connection, from one look at the registry: asking for the
+  // connection of a pid later could find another process that got the pid meanwhile.
+  std::vector<std::pair<ConnectionId, v1::AgentInfo>> connected = registry_->ListWithConnections();
+  std::vector<v1::AgentInfo> agents;
+  for (const auto& [connection, agent] : connected) agents.push_back(agent);
   std::vector<Capture::Target> targets;
   auto add = [&](const v1::AgentInfo& agent) -> absl::Status {
-    std::optional<ConnectionId> conn = registry_->ConnectionOfPid(agent.pid());
+    std::optional<ConnectionId> conn;
+    for (const auto& [connection, a] : connected) {
+      if (a.pid() == agent.pid()) conn = connection;
+    }
     if (!conn) return absl::NotFoundError(absl::StrCat("pid ", agent.pid(), " just disconnected"));
     if (!agent.capturing().empty()) {
       std::optional<v1::CaptureInfo> running = Get(agent.capturing());
@@ -778,7 +844,7 @@ void CaptureOrchestrator::OnCaptureStatus(ConnectionId connection, uint32_t pid,
 }
 
 void CaptureOrchestrator::OnEventBatch(ConnectionId connection, uint32_t pid,
-                                       v1::EventBatch batch) {
+                                       AgentEventBatch batch) {
   auto capture = Find(batch.capture_id());
   if (!capture || !capture->Targets(connection)) return;
   capture->Push(Capture::Item{Capture::Item::kBatch, connection, {}, std::move(batch)});

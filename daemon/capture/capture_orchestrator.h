@@ -36,6 +36,9 @@ struct CaptureOptions {
   absl::Duration finish_timeout = absl::Seconds(30);  // ... and report the end by then
   uint64_t min_free_bytes = 64u << 20;                // refuse captures when the disk is this full
   int gzip_level = 1;
+  // What one process's string table (kernel, API and NVTX names) may hold; past it that process's
+  // trace stops. Real captures need a few MiB; the agent chooses ids and texts.
+  uint64_t max_string_bytes_per_process = 64u << 20;
   // Also keep the raw event batches (batches-<pid>.pb, varint-delimited EventBatch) for replay
   // in tests and bug reports.
   bool record_batches = false;
@@ -74,7 +77,7 @@ class CaptureOrchestrator final : public AgentEventSink {
   // AgentEventSink: agent I/O thread, queue only.
   void OnCaptureStatus(ConnectionId connection, uint32_t pid,
                        const v1::CaptureStatus& status) override;
-  void OnEventBatch(ConnectionId connection, uint32_t pid, v1::EventBatch batch) override;
+  void OnEventBatch(ConnectionId connection, uint32_t pid, AgentEventBatch batch) override;
   void OnAgentGone(ConnectionId connection, uint32_t pid) override;
 
   static bool Terminal(v1::CapturePhase phase);

@@ -87,13 +87,53 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   Add(connected, host, static_cast<double>(agents.size()));
   out.push_back(std::move(connected));
 
+  // Every reason is always present (0 until it happens), so rate() and alerts see it at once.
+  const AgentChannelCounters channel =
+      sources_.agent_channel ? sources_.agent_channel() : AgentChannelCounters{};
+  MetricFamily open_connections =
+      Family("profd_agent_connections",
+             "Connections open on the agent socket, with or without a hello", MetricType::Gauge);
+  Add(open_connections, host, static_cast<double>(channel.connections));
+  out.push_back(std::move(open_connections));
+  MetricFamily paused =
+      Family("profd_agent_connections_paused",
+             "Agent connections profd is not reading now: their capture's backlog is full, or "
+             "their next frame waits for room in the read buffers",
+             MetricType::Gauge);
+  Add(paused, host, static_cast<double>(channel.paused));
+  out.push_back(std::move(paused));
+  MetricFamily buffered =
+      Family("profd_agent_buffered_bytes",
+             "Bytes of agent frames being read (--agent_max_buffered_bytes)", MetricType::Gauge);
+  Add(buffered, host, static_cast<double>(channel.buffered_bytes));
+  out.push_back(std::move(buffered));
+  MetricFamily backlog = Family("profd_agent_backlog_bytes",
+                                "Bytes of event batches waiting for their capture to write them "
+                                "(--agent_max_backlog_bytes)",
+                                MetricType::Gauge);
+  Add(backlog, host, static_cast<double>(channel.backlog_bytes));
+  out.push_back(std::move(backlog));
   MetricFamily protocol_errors =
       Family("profd_agent_protocol_errors_total",
-             "Agent connections closed for a protocol violation (bad frame, bad message)",
+             "Agent connections closed for cause, by reason (frame_too_large, malformed, "
+             "over_limit, invalid_field, no_hello, flood, not_reading, peer_exited)",
              MetricType::Counter);
-  Add(protocol_errors, host,
-      sources_.agent_protocol_errors ? static_cast<double>(sources_.agent_protocol_errors()) : 0);
+  for (int r = 0; r < kAgentViolationCount; ++r) {
+    Add(protocol_errors,
+        With(host, {{"reason", AgentViolationLabel(static_cast<AgentViolation>(r))}}),
+        static_cast<double>(channel.closed_for_cause[r]));
+  }
   out.push_back(std::move(protocol_errors));
+  MetricFamily rejected =
+      Family("profd_agent_connections_rejected_total",
+             "Agent connections closed as soon as accepted, by reason (max_connections, "
+             "uid_share, no_identity, no_file_descriptors)",
+             MetricType::Counter);
+  for (int r = 0; r < kAgentRejectionCount; ++r) {
+    Add(rejected, With(host, {{"reason", AgentRejectionLabel(static_cast<AgentRejection>(r))}}),
+        static_cast<double>(channel.rejected[r]));
+  }
+  out.push_back(std::move(rejected));
 
   MetricFamily captures =
       Family("profd_captures_total", "Captures finished, by result (succeeded, failed, cancelled)",

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/metrics/gpu_sampler.h"
@@ -34,7 +35,8 @@ class MetricsCollector : public prometheus::Collectable {
     const AgentRegistry* registry = nullptr;
     const GpuSampler* gpus = nullptr;
     const DaemonMetrics* daemon = nullptr;
-    std::function<uint64_t()> agent_protocol_errors;  // may be empty
+    // The agent channel's closes and refusals by reason, and its open connections; may be empty.
+    std::function<AgentChannelCounters()> agent_channel;
     // Captures in progress, from their owner; when empty, DaemonMetrics' own count.
     std::function<int64_t()> captures_running;
   };

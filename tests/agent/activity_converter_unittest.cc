@@ -2,9 +2,13 @@
 // batch it writes is parsed with the generated classes.
 #include "agent/cupti/activity_converter.h"
 
+#include <algorithm>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "agent/cupti/cupti_library.h"
+#include "daemon/agents/agent_message_limits.h"
 #include "gtest/gtest.h"
 #include "profd/v1/agent_channel.pb.h"
 
@@ -208,6 +212,71 @@ TEST(ActivityConverterTest, StopsAtTheEventCapAndSaysSo) {
   EXPECT_EQ(c.total_events(), 2u);
   EXPECT_TRUE(c.truncated());
   EXPECT_EQ(Take(c).kernels_size(), 2);
+}
+
+// profd closes a connection whose batch has more events than it accepts, or a string id or text
+// past its limits (daemon/agents/agent_message_limits.h): the converter never makes one.
+TEST(ActivityConverterTest, BatchesStayWithinWhatProfdAccepts) {
+  ActivityConverter c("cap", nullptr, 0);
+  CUpti_ActivityMemset4 m;
+  std::memset(&m, 0, sizeof(m));
+  m.kind = CUPTI_ACTIVITY_KIND_MEMSET;
+  size_t added = 0;
+  while (!c.BatchFull(1u << 20)) {
+    c.Add(reinterpret_cast<CUpti_Activity*>(&m));
+    ++added;
+  }
+  // Tiny records: the event count, not the 1 MiB, cuts the batch, at half profd's limit.
+  EXPECT_EQ(added, ActivityConverter::kBatchRecords);
+  EXPECT_EQ(ActivityConverter::kBatchRecords * 2, profd::v1::kMaxBatchRecords);
+  std::string bytes;
+  c.TakeBatch(0, nullptr, nullptr, &bytes);
+  absl::StatusOr<profd::CheckedAgentMessage> checked =
+      profd::CheckAgentMessage(bytes, profd::AgentMessageLimits{});
+  ASSERT_TRUE(checked.ok()) << checked.status();
+  EXPECT_EQ(checked->batch_records, ActivityConverter::kBatchRecords);
+}
+
+TEST(ActivityConverterTest, LongNamesAreCutAtACharacterBoundary) {
+  // A 70 KB name whose 65,536th byte falls inside a 3-byte character.
+  std::string name(profd::v1::kMaxStringBytes - 1, 'a');
+  while (name.size() < 70000) name += "\xe6\x9d\xb1";  // 東
+  ActivityConverter c("cap", nullptr, 0);
+  auto k = Kernel(name.c_str(), 1, 2, 3);
+  c.Add(reinterpret_cast<CUpti_Activity*>(&k));
+  std::string bytes;
+  c.TakeBatch(0, nullptr, nullptr, &bytes);
+  ASSERT_TRUE(profd::CheckAgentMessage(bytes, profd::AgentMessageLimits{}).ok());
+  profd::v1::AgentMessage message;
+  ASSERT_TRUE(message.ParseFromString(bytes));  // still valid UTF-8
+  const std::string& sent = message.events().strings(0).value();
+  EXPECT_EQ(sent.size(), profd::v1::kMaxStringBytes - 1);
+  EXPECT_EQ(sent, name.substr(0, sent.size()));
+}
+
+TEST(ActivityConverterTest, NamesPastTheLastStringIdAreLeftOut) {
+  // A distinct name pointer per kernel: one string each, until ids run out.
+  std::vector<char> names(2 * (profd::v1::kMaxStringId + 8), '\0');
+  ActivityConverter c("cap", nullptr, 0);
+  std::string bytes;
+  uint32_t last_id = 0;
+  for (uint32_t i = 0; i < profd::v1::kMaxStringId + 4; ++i) {
+    names[2 * i] = 'k';
+    auto k = Kernel(&names[2 * i], i, i + 1, i);
+    c.Add(reinterpret_cast<CUpti_Activity*>(&k));
+    if (c.BatchFull(1u << 20) || i == profd::v1::kMaxStringId + 3) {
+      c.TakeBatch(0, nullptr, nullptr, &bytes);
+      ASSERT_TRUE(profd::CheckAgentMessage(bytes, profd::AgentMessageLimits{}).ok());
+      profd::v1::AgentMessage message;
+      ASSERT_TRUE(message.ParseFromString(bytes));
+      for (const auto& s : message.events().strings()) last_id = std::max(last_id, s.id());
+      if (i == profd::v1::kMaxStringId + 3) {
+        const auto& kernels = message.events().kernels();
+        EXPECT_EQ(kernels[kernels.size() - 1].name_id(), 0u);  // no name rather than no agent
+      }
+    }
+  }
+  EXPECT_EQ(last_id, profd::v1::kMaxStringId);
 }
 
 }  // namespace

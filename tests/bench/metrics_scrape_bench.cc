@@ -112,8 +112,8 @@ int Main(int argc, char** argv) {
   GpuSampler sampler(GpuSampler::Options{});
   DaemonMetrics daemon;
   Fill(registry, sampler, daemon);
-  auto collector = std::make_shared<MetricsCollector>(
-      MetricsCollector::Sources{"node-a", &registry, &sampler, &daemon, [] { return 0ull; }, {}});
+  auto collector = std::make_shared<MetricsCollector>(MetricsCollector::Sources{
+      "node-a", &registry, &sampler, &daemon, [] { return AgentChannelCounters{}; }, {}});
 
   size_t series = 0;
   for (const auto& f : collector->Collect()) series += f.metric.size();

@@ -83,7 +83,21 @@ class MetricsCollectorTest : public ::testing::Test {
   MetricsCollectorTest()
       : gpus_(GpuSampler::Options{}),
         collector_(MetricsCollector::Sources{
-            "node-a", &registry_, &gpus_, &daemon_, [] { return uint64_t{7}; }, {}}) {}
+            "node-a",
+            &registry_,
+            &gpus_,
+            &daemon_,
+            [] {
+              AgentChannelCounters c;
+              c.closed_for_cause[static_cast<int>(AgentViolation::kFrameTooLarge)] = 7;
+              c.rejected[static_cast<int>(AgentRejection::kUidShare)] = 2;
+              c.connections = 3;
+              c.paused = 1;
+              c.buffered_bytes = 65536;
+              c.backlog_bytes = 1048576;
+              return c;
+            },
+            {}}) {}
 
   std::string Scrape() { return prometheus::TextSerializer().Serialize(collector_.Collect()); }
 
@@ -148,7 +162,19 @@ TEST_F(MetricsCollectorTest, GpuSeriesAndNvmlHealth) {
   EXPECT_THAT(text, Line("profd_nvml_available{hostname=\"node-a\"} 1"));
   EXPECT_THAT(text, Line("profd_nvml_errors_total{hostname=\"node-a\","
                          "call=\"nvmlDeviceGetProcessUtilization\"} 2"));
-  EXPECT_THAT(text, Line("profd_agent_protocol_errors_total{hostname=\"node-a\"} 7"));
+  // The agent channel: every reason present, counted or 0.
+  EXPECT_THAT(text, Line("profd_agent_protocol_errors_total{hostname=\"node-a\","
+                         "reason=\"frame_too_large\"} 7"));
+  EXPECT_THAT(text, Line("profd_agent_protocol_errors_total{hostname=\"node-a\","
+                         "reason=\"peer_exited\"} 0"));
+  EXPECT_THAT(text, Line("profd_agent_connections_rejected_total{hostname=\"node-a\","
+                         "reason=\"uid_share\"} 2"));
+  EXPECT_THAT(text, Line("profd_agent_connections_rejected_total{hostname=\"node-a\","
+                         "reason=\"max_connections\"} 0"));
+  EXPECT_THAT(text, Line("profd_agent_connections{hostname=\"node-a\"} 3"));
+  EXPECT_THAT(text, Line("profd_agent_connections_paused{hostname=\"node-a\"} 1"));
+  EXPECT_THAT(text, Line("profd_agent_buffered_bytes{hostname=\"node-a\"} 65536"));
+  EXPECT_THAT(text, Line("profd_agent_backlog_bytes{hostname=\"node-a\"} 1048576"));
   // No agents: no process families at all, not even their HELP lines.
   EXPECT_THAT(text, Not(HasSubstr("profd_process_")));
 }

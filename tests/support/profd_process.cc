@@ -20,6 +20,7 @@ void ProfdProcess::Start() {
       "--metrics_address=127.0.0.1:0", "--capture_dir=" + dir_.File("captures"),
       "--spool_dir=" + dir_.File("spool"), "--store=file://" + dir_.File("store")};
   argv.insert(argv.end(), extra_flags_.begin(), extra_flags_.end());
+  argv.insert(argv.begin(), launcher_.begin(), launcher_.end());
   process_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{},
                                           dir_.File("profd.log"));
   bool up = WaitFor([&] { return Profctl({"status"}).exit_code == 0 || !process_->Running(); },

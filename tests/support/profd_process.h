@@ -17,6 +17,9 @@ class ProfdProcess {
   explicit ProfdProcess(std::vector<std::string> extra_flags = {});
   ~ProfdProcess();
 
+  // Runs profd through a launcher, e.g. {"/usr/bin/prlimit", "--nofile=256:256", "--"}: the
+  // launcher must exec profd, so that pid() stays profd's. Set before Start().
+  void set_launcher(std::vector<std::string> launcher) { launcher_ = std::move(launcher); }
   // Starts profd and waits until `profctl status` answers. Can be called again after Stop().
   void Start();
   void Stop();  // SIGTERM, then wait
@@ -36,6 +39,7 @@ class ProfdProcess {
  private:
   TempDir dir_;
   std::vector<std::string> extra_flags_;
+  std::vector<std::string> launcher_;
   std::unique_ptr<Subprocess> process_;
 };
 
