@@ -97,9 +97,14 @@ void KinetoIpcServer::Stop() {
   }
 }
 
+namespace {
+bool Alive(const KinetoClient& c) { return !c.process->Exited(); }
+}  // namespace
+
 absl::Status KinetoIpcServer::Make(uint32_t pid, Offer offer) {
   absl::MutexLock lock(&mutex_);
-  if (!clients_.contains(pid)) {
+  auto it = clients_.find(pid);
+  if (it == clients_.end() || !Alive(it->second)) {
     return absl::NotFoundError(
         absl::StrCat("pid ", pid, " has not polled profd's Kineto socket ", socket_path_));
   }
@@ -115,7 +120,7 @@ bool KinetoIpcServer::Withdraw(uint32_t pid) {
 std::optional<KinetoClient> KinetoIpcServer::Find(uint32_t pid) const {
   absl::MutexLock lock(&mutex_);
   auto it = clients_.find(pid);
-  if (it == clients_.end()) return std::nullopt;
+  if (it == clients_.end() || !Alive(it->second)) return std::nullopt;
   return it->second;
 }
 
@@ -123,7 +128,9 @@ std::vector<KinetoClient> KinetoIpcServer::Clients() const {
   absl::MutexLock lock(&mutex_);
   std::vector<KinetoClient> out;
   out.reserve(clients_.size());
-  for (const auto& [pid, client] : clients_) out.push_back(client);
+  for (const auto& [pid, client] : clients_) {
+    if (Alive(client)) out.push_back(client);
+  }
   return out;
 }
 
@@ -196,6 +203,12 @@ void KinetoIpcServer::OnDatagram(std::string_view bytes, uint32_t pid, uint32_t 
     }
     if (!datagram->is_request) return;
     auto it = clients_.find(pid);
+    if (it != clients_.end() && !Alive(it->second)) {
+      // The pid now belongs to another process: what was offered to the old one is not its.
+      offers_.erase(pid);
+      clients_.erase(it);
+      it = clients_.end();
+    }
     if (it == clients_.end()) {
       if (clients_.size() >= options_.max_clients) {
         auto oldest = clients_.begin();
@@ -205,9 +218,14 @@ void KinetoIpcServer::OnDatagram(std::string_view bytes, uint32_t pid, uint32_t 
         offers_.erase(oldest->first);
         clients_.erase(oldest);
       }
+      // Pinned now, or not served: a sender that has already exited has nothing to trace.
+      absl::StatusOr<std::shared_ptr<const PeerProcess>> process =
+          PeerProcess::OfPid(static_cast<pid_t>(pid), uid, PeerProcess::BootTicksNow());
+      if (!process.ok()) return;
       it = clients_.emplace(pid, KinetoClient{}).first;
       it->second.pid = pid;
       it->second.first_poll = now;
+      it->second.process = *std::move(process);
       LogInfo(kComponent, "Kineto in pid %u (pid %d in its namespace) polls for traces", pid,
               datagram->request.pids[0]);
     } else {
@@ -259,7 +277,7 @@ void KinetoIpcServer::Expire(absl::Time now) {
       }
     }
     for (auto it = clients_.begin(); it != clients_.end();) {
-      if (now - it->second.last_poll > options_.client_timeout) {
+      if (now - it->second.last_poll > options_.client_timeout || !Alive(it->second)) {
         it = clients_.erase(it);
       } else {
         ++it;

@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <thread>
@@ -28,11 +29,15 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/agents/peer_process.h"
 
 namespace profd::kineto {
 
 struct KinetoClient {
   uint32_t pid = 0;  // in profd's pid namespace (SCM_CREDENTIALS)
+  // Pinned at its first poll (a pidfd): once it exits, a process that reuses the pid is a new
+  // client, never this one.
+  std::shared_ptr<const PeerProcess> process;
   uint32_t uid = 0;
   int32_t ns_pid = 0;  // the pid the process sees itself as: Kineto names its trace file after it
   int64_t job_id = 0;
@@ -77,6 +82,7 @@ class KinetoIpcServer {
   // Any thread. Drops the offer for pid, if it has not gone out yet; true if one was dropped.
   bool Withdraw(uint32_t pid);
 
+  // Processes that have polled within client_timeout and are still running.
   std::optional<KinetoClient> Find(uint32_t pid) const;
   std::vector<KinetoClient> Clients() const;
   uint64_t protocol_errors() const { return protocol_errors_.load(); }
