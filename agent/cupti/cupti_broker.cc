@@ -97,7 +97,12 @@ CuptiBroker& CuptiBroker::Get() {
   return *fresh;
 }
 
-void CuptiBroker::ResetForTesting() { g_broker.store(new CuptiBroker, std::memory_order_release); }
+void CuptiBroker::ResetForTesting() {
+  CuptiBroker* old = g_broker.exchange(new CuptiBroker);
+  if (old == nullptr) return;
+  std::lock_guard<std::mutex> lock(old->interpose_mutex_);
+  if (old->patcher_ != nullptr) old->patcher_->RestoreAll();
+}
 
 void CuptiBroker::Interpose() {
   if (sharing_off_) return;
@@ -107,7 +112,9 @@ void CuptiBroker::Interpose() {
     if (!CuptiInProcess()) return;
     const CuptiLibrary& cupti = LoadCupti();
     if (!cupti.loaded) return;
-    native_multi_.store(cupti.version >= kFirstMultiSubscriberVersion && cupti.SubscribeV2);
+    uint32_t version = cupti.version;
+    cupti.GetVersion(&version);
+    native_multi_.store(version >= kFirstMultiSubscriberVersion && cupti.SubscribeV2 != nullptr);
     std::vector<ImportHook> hooks;
     auto hook = [&](const char* name, void* replacement, void* original) {
       if (original != nullptr) hooks.push_back({name, replacement, original});
@@ -143,14 +150,22 @@ void CuptiBroker::Interpose() {
                               {reinterpret_cast<const void*>(&CuptiBroker::Dispatch),
                                reinterpret_cast<const void*>(cupti.Subscribe)});
     Log(LogLevel::kInfo, "sharing CUPTI (%s, version %u%s) with the process's other CUPTI clients",
-        cupti.path.c_str(), cupti.version,
+        cupti.path.c_str(), version,
         native_multi_.load() ? ", multiple subscribers supported" : "");
   }
   patcher_->Scan();
   uint64_t generation = patcher_->generation();
   if (generation == reported_generation_) return;
   reported_generation_ = generation;
-  for (const GotPatcher::ObjectReport& o : patcher_->Report()) {
+  std::vector<GotPatcher::ObjectReport> report = patcher_->Report();
+  {
+    std::lock_guard<std::mutex> names_lock(names_mutex_);
+    interposed_names_.clear();
+    for (const GotPatcher::ObjectReport& o : report) {
+      if (o.slots > 0) interposed_names_.push_back(Basename(o.path));
+    }
+  }
+  for (const GotPatcher::ObjectReport& o : report) {
     std::string line = o.path + "|" + std::to_string(o.slots) + "|" + o.problem;
     bool seen = false;
     for (const std::string& l : logged_) seen |= l == line;
@@ -166,6 +181,21 @@ void CuptiBroker::Interpose() {
           o.path.c_str(), o.slots);
     }
   }
+}
+
+// The library a CUPTI call came from. A tail call (`return cuptiActivityEnable(...)`) leaves its
+// caller's caller as the return address: then the interposed library it must have come from.
+std::string CuptiBroker::CallerName(const void* return_address) {
+  std::string object = ObjectOf(return_address);
+  std::lock_guard<std::mutex> lock(names_mutex_);
+  if (interposed_names_.empty()) return object;
+  for (const std::string& name : interposed_names_) {
+    if (name == object) return object;
+  }
+  for (const std::string& name : interposed_names_) {
+    if (name.rfind("libtorch", 0) == 0) return name;
+  }
+  return interposed_names_.front();
 }
 
 void CuptiBroker::Tick() {
@@ -470,15 +500,17 @@ CUptiResult CuptiBroker::SubscribeOther(CUpti_SubscriberHandle* out, CUpti_Callb
 
 __attribute__((noinline)) CUptiResult CUPTIAPI CuptiBroker::Subscribe(
     CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback, void* userdata) {
-  std::string caller = ObjectOf(__builtin_return_address(0));
-  return Current()->SubscribeOther(subscriber, callback, userdata, nullptr, caller);
+  CuptiBroker* self = Current();
+  std::string caller = self->CallerName(__builtin_return_address(0));
+  return self->SubscribeOther(subscriber, callback, userdata, nullptr, caller);
 }
 
 __attribute__((noinline)) CUptiResult CUPTIAPI
 CuptiBroker::SubscribeV2(CUpti_SubscriberHandle* subscriber, CUpti_CallbackFunc callback,
                          void* userdata, CUpti_SubscriberParams* params) {
-  std::string caller = ObjectOf(__builtin_return_address(0));
-  return Current()->SubscribeOther(subscriber, callback, userdata, params, caller);
+  CuptiBroker* self = Current();
+  std::string caller = self->CallerName(__builtin_return_address(0));
+  return self->SubscribeOther(subscriber, callback, userdata, params, caller);
 }
 
 CUptiResult CUPTIAPI CuptiBroker::Unsubscribe(CUpti_SubscriberHandle handle) {
@@ -593,8 +625,8 @@ CUptiResult CUPTIAPI CuptiBroker::GetCallbackState(uint32_t* enable,
 }
 
 __attribute__((noinline)) CUptiResult CUPTIAPI CuptiBroker::Finalize() {
-  std::string caller = ObjectOf(__builtin_return_address(0));
   CuptiBroker* self = Current();
+  std::string caller = self->CallerName(__builtin_return_address(0));
   bool passed = false;
   CUptiResult result = CUPTI_SUCCESS;
   self->WithSubscriberLock([&] {
@@ -706,9 +738,9 @@ void CUPTIAPI CuptiBroker::BufferCompleted(CUcontext context, uint32_t stream_id
 
 __attribute__((noinline)) CUptiResult CUPTIAPI CuptiBroker::ActivityRegisterCallbacks(
     CUpti_BuffersCallbackRequestFunc requested, CUpti_BuffersCallbackCompleteFunc completed) {
-  std::string caller = ObjectOf(__builtin_return_address(0));
-  if (requested == nullptr || completed == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
   CuptiBroker* self = Current();
+  std::string caller = self->CallerName(__builtin_return_address(0));
+  if (requested == nullptr || completed == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
   std::lock_guard<std::mutex> lock(self->activity_mutex_);
   const BufferFns* current = self->other_fns_.load();
   if (current == nullptr || current->requested != requested || current->completed != completed) {
@@ -745,8 +777,8 @@ void CuptiBroker::CutShortLocked(const std::string& by) {
 }
 
 __attribute__((noinline)) CUptiResult CUPTIAPI CuptiBroker::ActivityEnable(CUpti_ActivityKind kind) {
-  std::string caller = ObjectOf(__builtin_return_address(0));
   CuptiBroker* self = Current();
+  std::string caller = self->CallerName(__builtin_return_address(0));
   std::lock_guard<std::mutex> lock(self->activity_mutex_);
   self->other_activity_client_ = caller;
   if (self->agent_tracing_ && !self->cut_short_) self->CutShortLocked(DescribeClient(caller));
@@ -777,8 +809,8 @@ CUptiResult CUPTIAPI CuptiBroker::ActivityDisable(CUpti_ActivityKind kind) {
 
 __attribute__((noinline)) CUptiResult CUPTIAPI
 CuptiBroker::ActivityEnableContext(CUcontext context, CUpti_ActivityKind kind) {
-  std::string caller = ObjectOf(__builtin_return_address(0));
   CuptiBroker* self = Current();
+  std::string caller = self->CallerName(__builtin_return_address(0));
   const CuptiLibrary& cupti = LoadCupti();
   if (cupti.ActivityEnableContext == nullptr) return CUPTI_ERROR_NOT_SUPPORTED;
   std::lock_guard<std::mutex> lock(self->activity_mutex_);

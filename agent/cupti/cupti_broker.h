@@ -164,6 +164,7 @@ class CuptiBroker {
   template <typename Fn>
   bool WithSubscriberLock(Fn&& fn);
   void DrainDeferredLocked();
+  std::string CallerName(const void* return_address);
   bool OtherTracingLocked() const;
   std::string OtherTracerLocked() const;
   void CutShortLocked(const std::string& by);
@@ -176,6 +177,10 @@ class CuptiBroker {
   bool sharing_off_ = false;
   uint64_t reported_generation_ = 0;
   std::vector<std::string> logged_;  // interpose_mutex_: report lines already logged
+  // Basenames of the interposed libraries, for naming callers. Its own mutex: the wrappers read it
+  // and must never wait for interpose_mutex_, whose holder may wait for the loader lock.
+  std::mutex names_mutex_;
+  std::vector<std::string> interposed_names_;
 
   // Subscribers.
   std::mutex subscriber_mutex_;
