@@ -13,6 +13,29 @@
 #include <cstring>
 
 namespace profagent {
+
+struct MappedRange {
+  uintptr_t start;
+  uintptr_t end;
+  int prot;
+};
+
+// Where an object lies in memory, from its program headers.
+struct ObjectLayout {
+  std::vector<MappedRange> loads;
+  uintptr_t dynamic = 0;
+  size_t dynamic_size = 0;
+  bool found = false;
+
+  bool Contains(uintptr_t address, size_t size) const {
+    if (address + size < address) return false;
+    for (const MappedRange& r : loads) {
+      if (address >= r.start && address + size <= r.end) return true;
+    }
+    return false;
+  }
+};
+
 namespace {
 
 static_assert(sizeof(void*) == 8, "the GOT patcher reads 64-bit ELF only");
@@ -34,31 +57,10 @@ constexpr uint32_t kGlobDat = ~0u;
 constexpr uint32_t kAbs64 = ~0u;
 #endif
 
-struct Range {
-  uintptr_t start;
-  uintptr_t end;
-  int prot;
-};
-
-// Where an object lies in memory, from its program headers.
-struct Layout {
-  std::vector<Range> loads;
-  uintptr_t dynamic = 0;
-  size_t dynamic_size = 0;
-  bool found = false;
-
-  bool Contains(uintptr_t address, size_t size) const {
-    if (address + size < address) return false;
-    for (const Range& r : loads) {
-      if (address >= r.start && address + size <= r.end) return true;
-    }
-    return false;
-  }
-};
-
 struct Listed {
   std::string name;
   uintptr_t base;
+  ObjectLayout layout;
 };
 
 struct ListState {
@@ -68,29 +70,7 @@ struct ListState {
   bool counters = false;
 };
 
-int ListCallback(dl_phdr_info* info, size_t size, void* data) {
-  auto* state = static_cast<ListState*>(data);
-  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
-    state->adds = info->dlpi_adds;
-    state->subs = info->dlpi_subs;
-    state->counters = true;
-  }
-  if (state->out == nullptr) return 1;  // the counters are the same in every entry
-  state->out->push_back({info->dlpi_name ? info->dlpi_name : "", info->dlpi_addr});
-  return 0;
-}
-
-struct LayoutQuery {
-  uintptr_t base;
-  const char* name;
-  Layout* layout;
-};
-
-int LayoutCallback(dl_phdr_info* info, size_t, void* data) {
-  auto* query = static_cast<LayoutQuery*>(data);
-  const char* name = info->dlpi_name ? info->dlpi_name : "";
-  if (info->dlpi_addr != query->base || std::strcmp(name, query->name) != 0) return 0;
-  Layout* layout = query->layout;
+void ReadLayout(const dl_phdr_info* info, ObjectLayout* layout) {
   for (int i = 0; i < info->dlpi_phnum; ++i) {
     const ElfW(Phdr)& ph = info->dlpi_phdr[i];
     uintptr_t start = info->dlpi_addr + ph.p_vaddr;
@@ -104,19 +84,33 @@ int LayoutCallback(dl_phdr_info* info, size_t, void* data) {
     }
   }
   layout->found = true;
-  return 1;
+}
+
+// One pass over the loaded objects: names, bases and program headers (read while the loader's
+// lock is held; used later only for an object we then hold open and find at the same base).
+int ListCallback(dl_phdr_info* info, size_t size, void* data) {
+  auto* state = static_cast<ListState*>(data);
+  if (size >= offsetof(dl_phdr_info, dlpi_subs) + sizeof(info->dlpi_subs)) {
+    state->adds = info->dlpi_adds;
+    state->subs = info->dlpi_subs;
+    state->counters = true;
+  }
+  if (state->out == nullptr) return 1;  // the counters are the same in every entry
+  state->out->push_back({info->dlpi_name ? info->dlpi_name : "", info->dlpi_addr, {}});
+  ReadLayout(info, &state->out->back().layout);
+  return 0;
 }
 
 // The loader rewrites some dynamic entries in place to absolute addresses (glibc on x86-64 and
 // aarch64), others are left as in the file (the vDSO, musl): accept either, inside the object.
-uintptr_t ObjectPointer(const Layout& layout, uintptr_t base, uintptr_t value) {
+uintptr_t ObjectPointer(const ObjectLayout& layout, uintptr_t base, uintptr_t value) {
   if (layout.Contains(value, 1)) return value;
   if (layout.Contains(base + value, 1)) return base + value;
   return 0;
 }
 
-std::vector<Range> ReadMaps() {
-  std::vector<Range> maps;
+std::vector<MappedRange> ReadMaps() {
+  std::vector<MappedRange> maps;
   int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return maps;
   std::string text;
@@ -148,10 +142,10 @@ std::vector<Range> ReadMaps() {
 
 // One aligned 8-byte store, so a thread calling through the slot sees the old or the new target.
 // A read-only page (RELRO) is made writable for the store and given its protection back.
-bool WriteSlot(void** slot, void* value, const std::vector<Range>& maps, std::string* error) {
+bool WriteSlot(void** slot, void* value, const std::vector<MappedRange>& maps, std::string* error) {
   auto address = reinterpret_cast<uintptr_t>(slot);
-  const Range* region = nullptr;
-  for (const Range& r : maps) {
+  const MappedRange* region = nullptr;
+  for (const MappedRange& r : maps) {
     if (address >= r.start && address + sizeof(void*) <= r.end) region = &r;
   }
   if (region == nullptr) {
@@ -274,7 +268,7 @@ void GotPatcher::ScanLocked(bool force_verify) {
     object.base = l.base;
     object.path = l.name.empty() ? MainProgramPath() : l.name;
     if (l.name.rfind("linux-vdso", 0) != 0 && l.name.rfind("linux-gate", 0) != 0) {
-      Process(&object);
+      Process(&object, l.layout);
     }
     if (object.imports_hooks) ++generation_;
     objects_.push_back(std::move(object));
@@ -283,13 +277,9 @@ void GotPatcher::ScanLocked(bool force_verify) {
   last_subs_ = quick.subs;
 }
 
-void GotPatcher::Process(Object* object) {
+void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
   ObjectHandle handle(object->name, object->base);
   if (!handle.ok()) return;  // unloaded meanwhile, or in another link-map namespace
-
-  Layout layout;
-  LayoutQuery query{object->base, object->name.c_str(), &layout};
-  dl_iterate_phdr(&LayoutCallback, &query);
   if (!layout.found || layout.dynamic == 0) return;
   for (const void* address : never_patch_) {
     if (layout.Contains(reinterpret_cast<uintptr_t>(address), 1)) return;
@@ -399,7 +389,7 @@ void GotPatcher::Process(Object* object) {
   }
   if (pending.empty()) return;
 
-  std::vector<Range> maps;
+  std::vector<MappedRange> maps;
   for (const Pending& p : pending) {
     const ImportHook& hook = hooks_[p.hook];
     void* current = __atomic_load_n(p.slot, __ATOMIC_ACQUIRE);
@@ -429,7 +419,7 @@ void GotPatcher::Process(Object* object) {
 void GotPatcher::Verify(Object* object) {
   ObjectHandle handle(object->name, object->base);
   if (!handle.ok()) return;
-  std::vector<Range> maps;
+  std::vector<MappedRange> maps;
   for (Slot& slot : object->slots) {
     const ImportHook& hook = hooks_[slot.hook];
     void* current = __atomic_load_n(slot.address, __ATOMIC_ACQUIRE);
@@ -444,7 +434,7 @@ void GotPatcher::Verify(Object* object) {
 
 void GotPatcher::RestoreAll() {
   std::lock_guard<std::mutex> lock(mutex_);
-  std::vector<Range> maps = ReadMaps();
+  std::vector<MappedRange> maps = ReadMaps();
   for (Object& object : objects_) {
     if (object.slots.empty()) continue;
     ObjectHandle handle(object.name, object.base);

@@ -22,6 +22,8 @@
 
 namespace profagent {
 
+struct ObjectLayout;  // got_patcher.cc
+
 struct ImportHook {
   const char* name;   // symbol name, e.g. "cuptiSubscribe"
   void* replacement;  // what the patched slots point to
@@ -68,7 +70,7 @@ class GotPatcher {
   };
 
   void ScanLocked(bool force_verify);
-  void Process(Object* object);
+  void Process(Object* object, const ObjectLayout& layout);
   void Verify(Object* object);
 
   const std::vector<ImportHook> hooks_;

@@ -107,6 +107,10 @@ int fakekineto_stop(int kind) {
   return cuptiActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
 }
 
+// For agent_host (argument-less calls): a CUDA-kernel session, as torch.profiler(CUDA) starts one.
+int fakekineto_start_session(void) { return fakekineto_start(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); }
+int fakekineto_stop_session(void) { return fakekineto_stop(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); }
+
 int fakekineto_disable(int kind) {
   return cuptiActivityDisable(static_cast<CUpti_ActivityKind>(kind));
 }
