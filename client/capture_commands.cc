@@ -111,7 +111,8 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
       std::cout << ", " << FormatCount(p.dropped_records()) << " DROPPED";
     if (p.truncated()) std::cout << ", CUT at the event cap";
     // Another profiler in the process (torch.profiler) started: it came first.
-    if (p.error() == profd::v1::CAPTURE_ERROR_CUT_SHORT) std::cout << ", CUT SHORT: " << p.message();
+    if (p.error() == profd::v1::CAPTURE_ERROR_CUT_SHORT)
+      std::cout << ", CUT SHORT: " << p.message();
     std::cout << "\n";
   }
   if (s.gpus_size() > 0) {

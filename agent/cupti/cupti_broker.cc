@@ -77,8 +77,9 @@ struct DispatchScope {
 
 CuptiBroker::CuptiBroker() {
   const char* share = std::getenv("PROFD_AGENT_SHARE_CUPTI");
-  sharing_off_ = share != nullptr && (std::strcmp(share, "off") == 0 || std::strcmp(share, "0") == 0 ||
-                                      std::strcmp(share, "false") == 0);
+  sharing_off_ =
+      share != nullptr && (std::strcmp(share, "off") == 0 || std::strcmp(share, "0") == 0 ||
+                           std::strcmp(share, "false") == 0);
 }
 
 CuptiBroker* CuptiBroker::Current() {
@@ -146,9 +147,9 @@ void CuptiBroker::Interpose() {
     hook("cuptiActivityDisableContext", reinterpret_cast<void*>(&ActivityDisableContext),
          reinterpret_cast<void*>(cupti.ActivityDisableContext));
     // Never the agent's own calls (they must reach CUPTI), nor libcupti's calls to itself.
-    patcher_ = new GotPatcher(std::move(hooks),
-                              {reinterpret_cast<const void*>(&CuptiBroker::Dispatch),
-                               reinterpret_cast<const void*>(cupti.Subscribe)});
+    patcher_ =
+        new GotPatcher(std::move(hooks), {reinterpret_cast<const void*>(&CuptiBroker::Dispatch),
+                                          reinterpret_cast<const void*>(cupti.Subscribe)});
     Log(LogLevel::kInfo, "sharing CUPTI (%s, version %u%s) with the process's other CUPTI clients",
         cupti.path.c_str(), version,
         native_multi_.load() ? ", multiple subscribers supported" : "");
@@ -337,9 +338,9 @@ void CuptiBroker::ReconcileLocked() {
       for (uint64_t diff = want ^ real_bits_[d][w]; diff != 0; diff &= diff - 1) {
         int b = __builtin_ctzll(diff);
         bool on = (want >> b) & 1;
-        CUptiResult r = cupti.EnableCallback(on ? 1 : 0, real_,
-                                             static_cast<CUpti_CallbackDomain>(d),
-                                             static_cast<CUpti_CallbackId>(w * 64 + b));
+        CUptiResult r =
+            cupti.EnableCallback(on ? 1 : 0, real_, static_cast<CUpti_CallbackDomain>(d),
+                                 static_cast<CUpti_CallbackId>(w * 64 + b));
         if (r == CUPTI_SUCCESS || !on) real_bits_[d][w] ^= 1ull << b;
       }
     }
@@ -451,8 +452,8 @@ CUptiResult CuptiBroker::SubscribeOther(CUpti_SubscriberHandle* out, CUpti_Callb
       p.oldSubscriberName = has_old ? params->oldSubscriberName : nullptr;
       p.oldSubscriberSize = has_old ? params->oldSubscriberSize : 0;
       p.allowMultipleSubscribers = 1;
-      CUptiResult r = cupti.SubscribeV2(out, callback, userdata,
-                                        reinterpret_cast<CUpti_SubscriberParams*>(&p));
+      CUptiResult r =
+          cupti.SubscribeV2(out, callback, userdata, reinterpret_cast<CUpti_SubscriberParams*>(&p));
       if (r == CUPTI_SUCCESS) {
         native_clients_.push_back({*out, name});
         Log(LogLevel::kInfo, "%s subscribed to CUPTI beside the agent (multiple subscribers)",
@@ -491,8 +492,7 @@ CUptiResult CuptiBroker::SubscribeOther(CUpti_SubscriberHandle* out, CUpti_Callb
     p.state.store(kLive);
     active_mask_.fetch_or(1u << slot);
     *out = reinterpret_cast<CUpti_SubscriberHandle>(&p);
-    Log(LogLevel::kInfo, "%s subscribed to CUPTI: it shares the agent's subscriber",
-        name.c_str());
+    Log(LogLevel::kInfo, "%s subscribed to CUPTI: it shares the agent's subscriber", name.c_str());
   });
   // Subscribing from inside a CUPTI callback while the broker is busy: CUPTI could not either.
   return ran ? result : CUPTI_ERROR_NOT_READY;
@@ -545,8 +545,7 @@ CUptiResult CUPTIAPI CuptiBroker::Unsubscribe(CUpti_SubscriberHandle handle) {
   return CUPTI_SUCCESS;
 }
 
-CUptiResult CUPTIAPI CuptiBroker::EnableCallback(uint32_t enable,
-                                                 CUpti_SubscriberHandle subscriber,
+CUptiResult CUPTIAPI CuptiBroker::EnableCallback(uint32_t enable, CUpti_SubscriberHandle subscriber,
                                                  CUpti_CallbackDomain domain,
                                                  CUpti_CallbackId cbid) {
   CuptiBroker* self = Current();
@@ -667,7 +666,9 @@ bool CuptiBroker::OtherTracingLocked() const {
   return other_context_kinds_.load() > 0;
 }
 
-std::string CuptiBroker::OtherTracerLocked() const { return DescribeClient(other_activity_client_); }
+std::string CuptiBroker::OtherTracerLocked() const {
+  return DescribeClient(other_activity_client_);
+}
 
 bool CuptiBroker::BufferGiven(uint8_t* buffer) {
   for (auto& slot : agent_buffers_) {
@@ -776,7 +777,8 @@ void CuptiBroker::CutShortLocked(const std::string& by) {
   if (cut_short_fn_ != nullptr) cut_short_fn_(cut_short_context_, by);
 }
 
-__attribute__((noinline)) CUptiResult CUPTIAPI CuptiBroker::ActivityEnable(CUpti_ActivityKind kind) {
+__attribute__((noinline)) CUptiResult CUPTIAPI
+CuptiBroker::ActivityEnable(CUpti_ActivityKind kind) {
   CuptiBroker* self = Current();
   std::string caller = self->CallerName(__builtin_return_address(0));
   std::lock_guard<std::mutex> lock(self->activity_mutex_);
@@ -891,9 +893,8 @@ bool CuptiBroker::ClaimForCapture(wire::CaptureError* error, std::string* messag
 bool CuptiBroker::StartAgentTracing(const std::vector<CUpti_ActivityKind>& kinds,
                                     CUpti_BuffersCallbackRequestFunc requested,
                                     CUpti_BuffersCallbackCompleteFunc completed,
-                                    std::vector<CUpti_ActivityKind>* enabled,
-                                    std::string* warnings, wire::CaptureError* error,
-                                    std::string* message) {
+                                    std::vector<CUpti_ActivityKind>* enabled, std::string* warnings,
+                                    wire::CaptureError* error, std::string* message) {
   const CuptiLibrary& cupti = LoadCupti();
   std::lock_guard<std::mutex> lock(activity_mutex_);
   if (OtherTracingLocked()) {
@@ -1028,8 +1029,9 @@ wire::CuptiSharing CuptiBroker::Report() {
         "share CUPTI with the agent";
   } else {
     s.mode = wire::CuptiSharingMode::kShared;
-    s.detail = "torch.profiler and other CUPTI clients work beside profd; captures wait for their "
-               "sessions, and a session started during a capture cuts it short";
+    s.detail =
+        "torch.profiler and other CUPTI clients work beside profd; captures wait for their "
+        "sessions, and a session started during a capture cuts it short";
   }
   if (s.other_tracing) s.detail += "; now: " + s.other_tracer + " is tracing";
   return s;

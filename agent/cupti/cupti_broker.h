@@ -76,8 +76,8 @@ class CuptiBroker {
                          std::vector<CUpti_ActivityKind>* enabled, std::string* warnings,
                          wire::CaptureError* error, std::string* message);
   struct StopResult {
-    bool cut_short = false;   // another client took over: it already disabled and flushed ours
-    std::string by;           // who
+    bool cut_short = false;  // another client took over: it already disabled and flushed ours
+    std::string by;          // who
     uint64_t disabled_realtime_ns = 0;
   };
   // Disables the capture's kinds and force-flushes its buffers (unless it was cut short).
@@ -106,8 +106,8 @@ class CuptiBroker {
   static CUptiResult CUPTIAPI GetCallbackState(uint32_t* enable, CUpti_SubscriberHandle subscriber,
                                                CUpti_CallbackDomain domain, CUpti_CallbackId cbid);
   static CUptiResult CUPTIAPI Finalize();
-  static CUptiResult CUPTIAPI ActivityRegisterCallbacks(CUpti_BuffersCallbackRequestFunc requested,
-                                                        CUpti_BuffersCallbackCompleteFunc completed);
+  static CUptiResult CUPTIAPI ActivityRegisterCallbacks(
+      CUpti_BuffersCallbackRequestFunc requested, CUpti_BuffersCallbackCompleteFunc completed);
   static CUptiResult CUPTIAPI ActivityEnable(CUpti_ActivityKind kind);
   static CUptiResult CUPTIAPI ActivityDisable(CUpti_ActivityKind kind);
   static CUptiResult CUPTIAPI ActivityEnableContext(CUcontext context, CUpti_ActivityKind kind);
@@ -115,7 +115,7 @@ class CuptiBroker {
 
  private:
   static constexpr int kDomains = 16;
-  static constexpr int kCbidWords = 32;  // callback ids 0..2047 per domain
+  static constexpr int kCbidWords = 32;    // callback ids 0..2047 per domain
   static constexpr int kParticipants = 9;  // 0: the agent; 1..8: other clients' subscribers
   static constexpr int kKindWords = 4;     // activity kinds 0..255
 
@@ -129,7 +129,7 @@ class CuptiBroker {
     std::atomic<const Registration*> registration{nullptr};
     std::atomic<uint64_t> bits[kDomains][kCbidWords] = {};
     std::atomic<bool> whole_domain[kDomains] = {};  // cuptiEnableDomain: ids past our table too
-    char name[96] = {};                              // subscriber_mutex_
+    char name[96] = {};                             // subscriber_mutex_
     bool Wants(uint32_t domain, uint32_t cbid) const;
     void Clear();
   };
@@ -185,7 +185,7 @@ class CuptiBroker {
   // Subscribers.
   std::mutex subscriber_mutex_;
   Participant participants_[kParticipants];
-  std::atomic<uint32_t> active_mask_{0};  // bit i: participants_[i] has a registration
+  std::atomic<uint32_t> active_mask_{0};   // bit i: participants_[i] has a registration
   CUpti_SubscriberHandle real_ = nullptr;  // subscriber_mutex_
   int real_users_ = 0;                     // subscriber_mutex_: agent + claims + virtual handles
   bool agent_subscribed_ = false;          // subscriber_mutex_
@@ -209,7 +209,7 @@ class CuptiBroker {
   std::atomic<uint64_t> other_kinds_[kKindWords] = {};  // kinds other clients enabled
   std::atomic<int> other_context_kinds_{0};             // cuptiActivityEnableContext pairs on
   std::vector<std::pair<CUcontext, CUpti_ActivityKind>> other_contexts_;  // activity_mutex_
-  std::atomic<int64_t> other_buffers_out_{0};  // handed out by other clients, not completed
+  std::atomic<int64_t> other_buffers_out_{0};     // handed out by other clients, not completed
   std::atomic<uint8_t*> agent_buffers_[64] = {};  // the capture's buffers CUPTI holds now
   std::string other_activity_client_;             // activity_mutex_
   std::vector<CUpti_ActivityKind> agent_kinds_;   // activity_mutex_

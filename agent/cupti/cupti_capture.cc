@@ -281,8 +281,8 @@ void CuptiCapture::Run(wire::StartCapture request) {
   // 7. Disable, hand back every buffer, send what is left, let CUPTI go. Cut short, the broker
   // already did the first two when the other profiler started.
   CuptiBroker::StopResult stop = broker.StopAgentTracing();
-  uint64_t disabled_at =
-      std::max(enabled_at, stop.disabled_realtime_ns ? stop.disabled_realtime_ns : Now(CLOCK_REALTIME));
+  uint64_t disabled_at = std::max(
+      enabled_at, stop.disabled_realtime_ns ? stop.disabled_realtime_ns : Now(CLOCK_REALTIME));
   g_active.store(nullptr);
   broker.ReleaseCapture();
   {

@@ -399,8 +399,8 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
     }
     if (current == nullptr) continue;  // an unresolved weak import: nothing calls through it
     // The real function, or (lazy binding, not called yet) the object's own PLT stub.
-    bool ours_to_patch = current == hook.original ||
-                         layout.Contains(reinterpret_cast<uintptr_t>(current), 1);
+    bool ours_to_patch =
+        current == hook.original || layout.Contains(reinterpret_cast<uintptr_t>(current), 1);
     if (!ours_to_patch) {
       object->problem = std::string(hook.name) + " already leads to " + Describe(current) +
                         " (another interposer?): left alone";
@@ -440,7 +440,8 @@ void GotPatcher::RestoreAll() {
     ObjectHandle handle(object.name, object.base);
     if (!handle.ok()) continue;
     for (const Slot& slot : object.slots) {
-      if (__atomic_load_n(slot.address, __ATOMIC_ACQUIRE) != hooks_[slot.hook].replacement) continue;
+      if (__atomic_load_n(slot.address, __ATOMIC_ACQUIRE) != hooks_[slot.hook].replacement)
+        continue;
       std::string error;
       WriteSlot(slot.address, slot.before, maps, &error);
     }

@@ -39,7 +39,8 @@ void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& hear
   if (heartbeat.device_infos_size() > 0) *it->second.mutable_devices() = heartbeat.device_infos();
   *it->second.mutable_counters() = heartbeat.devices();
   it->second.set_launch_sample_every(heartbeat.launch_sample_every());
-  if (heartbeat.has_cupti_sharing()) *it->second.mutable_cupti_sharing() = heartbeat.cupti_sharing();
+  if (heartbeat.has_cupti_sharing())
+    *it->second.mutable_cupti_sharing() = heartbeat.cupti_sharing();
 }
 
 void AgentRegistry::Unregister(ConnectionId connection) {

@@ -92,10 +92,10 @@ TEST_F(GotPatcherTest, RedirectsCallsAndTakenAddressesOfAFullRelroLibrary) {
 }
 
 TEST_F(GotPatcherTest, NeverPatchesTheObjectsItIsToldToLeaveAlone) {
-  GotPatcher patcher({{"cuptiSubscribe", reinterpret_cast<void*>(&FirstSubscribe),
-                       RealSubscribe()}},
-                     {reinterpret_cast<const void*>(&FirstSubscribe),
-                      reinterpret_cast<const void*>(&fakekineto_init)});
+  GotPatcher patcher(
+      {{"cuptiSubscribe", reinterpret_cast<void*>(&FirstSubscribe), RealSubscribe()}},
+      {reinterpret_cast<const void*>(&FirstSubscribe),
+       reinterpret_cast<const void*>(&fakekineto_init)});
   patcher.Scan();
   EXPECT_EQ(fakekineto_subscribe_address(), RealSubscribe());
   std::vector<GotPatcher::ObjectReport> report = patcher.Report();
@@ -152,9 +152,9 @@ TEST_F(GotPatcherTest, PutsBackASlotALazyResolverWroteOver) {
   GotPatcher patcher = MakePatcher(reinterpret_cast<void*>(&FirstSubscribe));
   patcher.Scan();
   // What a lazy-binding resolver racing the first patch would do: write the real address back.
-  GotPatcher resolver({{"cuptiSubscribe", RealSubscribe(),
-                        reinterpret_cast<void*>(&FirstSubscribe)}},
-                      {reinterpret_cast<const void*>(&FirstSubscribe)});
+  GotPatcher resolver(
+      {{"cuptiSubscribe", RealSubscribe(), reinterpret_cast<void*>(&FirstSubscribe)}},
+      {reinterpret_cast<const void*>(&FirstSubscribe)});
   resolver.Scan();
   ASSERT_EQ(fakekineto_subscribe_address(), RealSubscribe());
   for (int i = 0; i < 8; ++i) patcher.Scan();  // the periodic check

@@ -40,8 +40,9 @@ int Call(const std::string& name) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: agent_host <libprofagent.so> [--fork] [--preload LIB]... "
-                         "[--call FN]... [--on-usr1 FN] [--on-usr2 FN]\n");
+    std::fprintf(stderr,
+                 "usage: agent_host <libprofagent.so> [--fork] [--preload LIB]... "
+                 "[--call FN]... [--on-usr1 FN] [--on-usr2 FN]\n");
     return 2;
   }
   bool fork_child = false;

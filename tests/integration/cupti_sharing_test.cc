@@ -33,9 +33,9 @@ bool Contains(const rapidjson::Value& array, const std::string& text) {
 class CuptiSharingTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    profd_ = std::make_unique<ProfdProcess>(std::vector<std::string>{
-        "--capture_dir=" + captures_.path(), "--max_capture_duration=10s",
-        "--heartbeat_interval=100ms"});
+    profd_ = std::make_unique<ProfdProcess>(
+        std::vector<std::string>{"--capture_dir=" + captures_.path(), "--max_capture_duration=10s",
+                                 "--heartbeat_interval=100ms"});
     profd_->Start();
   }
 
@@ -80,8 +80,8 @@ TEST_F(CuptiSharingTest, TorchProfilerAndCapturesTakeTurns) {
   auto host = StartHost();
   const pid_t pid = host->pid();
   const std::string p = std::to_string(pid);
-  ASSERT_TRUE(WaitFor([&] { return HostOut().find("ready") != std::string::npos; },
-                      absl::Seconds(5)))
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)))
       << HostOut() << HostLog();
   // Kineto's init succeeded beside the agent's counters (without sharing: error 39).
   EXPECT_NE(HostOut().find("fakekineto_init -> 0"), std::string::npos) << HostOut() << HostLog();
@@ -98,21 +98,22 @@ TEST_F(CuptiSharingTest, TorchProfilerAndCapturesTakeTurns) {
     const rapidjson::Value& s = (*FindAgent(doc, pid))["cupti_sharing"];
     EXPECT_STREQ(s["mode"].GetString(), "CUPTI_SHARING_SHARED");
     EXPECT_TRUE(Contains(s["interposed"], "libfake_kineto.so"));
-    EXPECT_TRUE(Contains(s["clients"], "libfake_kineto.so: CUPTI subscriber, shared through the agent"));
+    EXPECT_TRUE(
+        Contains(s["clients"], "libfake_kineto.so: CUPTI subscriber, shared through the agent"));
     RunResult table = profd_->Profctl({"agents"});
     EXPECT_NE(table.out.find("CUPTI"), std::string::npos) << table.out;
     EXPECT_NE(table.out.find("shared"), std::string::npos) << table.out;
   }
 
   // Before a torch.profiler session: captures work.
-  rapidjson::Document before =
-      profd_->ProfctlJson({"capture", "--pid", p, "--duration", "300ms"});
+  rapidjson::Document before = profd_->ProfctlJson({"capture", "--pid", p, "--duration", "300ms"});
   EXPECT_STREQ(before["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log() << HostLog();
 
   // During one: refused, saying who holds it; torch's session is left alone.
   host->Signal(SIGUSR1);
-  ASSERT_TRUE(WaitFor([&] { return HostOut().find("fakekineto_start_session -> 0") != std::string::npos; },
-                      absl::Seconds(5)))
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("fakekineto_start_session -> 0") != std::string::npos; },
+              absl::Seconds(5)))
       << HostOut();
   ASSERT_TRUE(WaitFor(
       [&] {
@@ -135,8 +136,9 @@ TEST_F(CuptiSharingTest, TorchProfilerAndCapturesTakeTurns) {
 
   // After it: captures work again.
   host->Signal(SIGUSR2);
-  ASSERT_TRUE(WaitFor([&] { return HostOut().find("fakekineto_stop_session -> 0") != std::string::npos; },
-                      absl::Seconds(5)));
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("fakekineto_stop_session -> 0") != std::string::npos; },
+              absl::Seconds(5)));
   rapidjson::Document after = profd_->ProfctlJson({"capture", "--pid", p, "--duration", "300ms"});
   EXPECT_STREQ(after["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log() << HostLog();
 
@@ -145,9 +147,9 @@ TEST_F(CuptiSharingTest, TorchProfilerAndCapturesTakeTurns) {
   std::thread capture([&] {
     cut = profd_->Profctl({"--json", "capture", "--pid", p, "--duration", "8s"});
   });
-  bool started = WaitFor(
-      [&] { return HostLog().find("CUPTI enabled for 8000 ms") != std::string::npos; },
-      absl::Seconds(5));
+  bool started =
+      WaitFor([&] { return HostLog().find("CUPTI enabled for 8000 ms") != std::string::npos; },
+              absl::Seconds(5));
   absl::Time signalled = absl::Now();
   host->Signal(SIGUSR1);
   capture.join();
@@ -176,16 +178,18 @@ TEST_F(CuptiSharingTest, TorchProfilerAndCapturesTakeTurns) {
 
 TEST_F(CuptiSharingTest, SharingOffIsSaidLoudly) {
   std::vector<std::string> argv = {BuildPath("tests/integration/agent_host"),
-                                   BuildPath("agent/libprofagent.so"), "--preload",
-                                   BuildPath("tests/agent/fake_cuda/libcuda.so.1"), "--preload",
-                                   BuildPath("tests/agent/libfake_kineto.so"), "--call",
+                                   BuildPath("agent/libprofagent.so"),
+                                   "--preload",
+                                   BuildPath("tests/agent/fake_cuda/libcuda.so.1"),
+                                   "--preload",
+                                   BuildPath("tests/agent/libfake_kineto.so"),
+                                   "--call",
                                    "fakekineto_init"};
-  Subprocess host(argv,
-                  {{"PROFD_AGENT_SOCKET", profd_->agent_socket()},
-                   {"PROFD_AGENT_SHARE_CUPTI", "off"}},
-                  host_dir_.File("host"));
-  ASSERT_TRUE(WaitFor([&] { return HostOut().find("ready") != std::string::npos; },
-                      absl::Seconds(5)));
+  Subprocess host(
+      argv, {{"PROFD_AGENT_SOCKET", profd_->agent_socket()}, {"PROFD_AGENT_SHARE_CUPTI", "off"}},
+      host_dir_.File("host"));
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)));
   ASSERT_TRUE(WaitFor(
       [&] {
         return SharingSays(host.pid(), [](const rapidjson::Value& s) {

@@ -4,6 +4,8 @@
 // process-wide pair of activity buffer callbacks; a current buffer that CUPTI keeps until a
 // forced flush completes it through whatever callback is registered then. fakecupti_* functions
 // let tests fire callbacks, produce activity records and read what happened.
+#include "tests/agent/cupti_fakes/fake_cupti.h"
+
 #include <cupti.h>
 
 #include <cstdio>
@@ -13,8 +15,6 @@
 #include <string>
 #include <utility>
 #include <vector>
-
-#include "tests/agent/cupti_fakes/fake_cupti.h"
 
 namespace {
 
@@ -159,7 +159,8 @@ CUptiResult CUPTIAPI cuptiSubscribe_v2(CUpti_SubscriberHandle* subscriber,
                                        CUpti_SubscriberParams* params) {
   std::lock_guard<std::recursive_mutex> lock(S().mutex);
   State& s = S();
-  if (params == nullptr) return DoSubscribe(subscriber, callback, userdata, nullptr, false, nullptr, 0);
+  if (params == nullptr)
+    return DoSubscribe(subscriber, callback, userdata, nullptr, false, nullptr, 0);
   if (params->structSize < CUpti_SubscriberParams_STRUCT_SIZE) return CUPTI_ERROR_INVALID_PARAMETER;
   s.last_struct_size = params->structSize;
   // CUPTI 13.2's field follows oldSubscriberSize.
@@ -286,7 +287,8 @@ CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
 CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid_size,
                                                 CUpti_Activity** record) {
   if (buffer == nullptr || record == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
-  uint8_t* next = *record == nullptr ? buffer : reinterpret_cast<uint8_t*>(*record) + sizeof(Record);
+  uint8_t* next =
+      *record == nullptr ? buffer : reinterpret_cast<uint8_t*>(*record) + sizeof(Record);
   if (next + sizeof(Record) > buffer + valid_size) return CUPTI_ERROR_MAX_LIMIT_REACHED;
   *record = reinterpret_cast<CUpti_Activity*>(next);
   return CUPTI_SUCCESS;
@@ -350,8 +352,8 @@ int fakecupti_fire(int domain, int cbid) {
   data.functionName = "cuFake";
   data.functionReturnValue = const_cast<CUresult*>(&kSuccess);
   for (const auto& [callback, userdata] : targets) {
-    callback(userdata, static_cast<CUpti_CallbackDomain>(domain), static_cast<CUpti_CallbackId>(cbid),
-             &data);
+    callback(userdata, static_cast<CUpti_CallbackDomain>(domain),
+             static_cast<CUpti_CallbackId>(cbid), &data);
   }
   return static_cast<int>(targets.size());
 }

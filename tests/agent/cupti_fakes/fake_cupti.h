@@ -29,8 +29,8 @@ void fakekineto_reset(void);
 int fakekineto_init(void);  // cuptiSubscribe + RESOURCE CONTEXT_CREATED, as setupCuptiInitCallback
 int fakekineto_subscribe_v2(const char* name, char* old_name, size_t old_size);
 int fakekineto_enable_domain(int domain);
-int fakekineto_start(int kind);  // cuptiActivityRegisterCallbacks + cuptiActivityEnable
-int fakekineto_stop(int kind);   // cuptiActivityDisable + cuptiActivityFlushAll(FORCED)
+int fakekineto_start(int kind);      // cuptiActivityRegisterCallbacks + cuptiActivityEnable
+int fakekineto_stop(int kind);       // cuptiActivityDisable + cuptiActivityFlushAll(FORCED)
 int fakekineto_start_session(void);  // the same for CONCURRENT_KERNEL
 int fakekineto_stop_session(void);
 int fakekineto_disable(int kind);

@@ -108,7 +108,9 @@ int fakekineto_stop(int kind) {
 }
 
 // For agent_host (argument-less calls): a CUDA-kernel session, as torch.profiler(CUDA) starts one.
-int fakekineto_start_session(void) { return fakekineto_start(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); }
+int fakekineto_start_session(void) {
+  return fakekineto_start(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL);
+}
 int fakekineto_stop_session(void) { return fakekineto_stop(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL); }
 
 int fakekineto_disable(int kind) {
