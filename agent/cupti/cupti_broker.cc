@@ -1,12 +1,14 @@
 #include "agent/cupti/cupti_broker.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <time.h>
 
 #include <cstddef>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "agent/cupti/cupti_library.h"
 #include "agent/interpose/got_patcher.h"
@@ -39,6 +41,12 @@ constexpr size_t kParams132Size =
 uint64_t RealtimeNs() {
   timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
@@ -95,7 +103,20 @@ CuptiBroker& CuptiBroker::Get() {
     delete fresh;
     return *broker;
   }
+  pthread_atfork(nullptr, nullptr, &CuptiBroker::AtForkChild);
   return *fresh;
+}
+
+// A forked child (a DataLoader worker) inherits the patched GOTs and this broker, with one thread:
+// a mutex another thread of the parent held at the fork would never be released. Start them
+// afresh so a child that calls CUPTI cannot hang on one.
+void CuptiBroker::AtForkChild() {
+  CuptiBroker* broker = g_broker.load();
+  if (broker == nullptr) return;
+  new (&broker->interpose_mutex_) std::mutex;
+  new (&broker->names_mutex_) std::mutex;
+  new (&broker->subscriber_mutex_) std::mutex;
+  new (&broker->activity_mutex_) std::mutex;
 }
 
 void CuptiBroker::ResetForTesting() {
@@ -146,13 +167,20 @@ void CuptiBroker::Interpose() {
          reinterpret_cast<void*>(cupti.ActivityEnableContext));
     hook("cuptiActivityDisableContext", reinterpret_cast<void*>(&ActivityDisableContext),
          reinterpret_cast<void*>(cupti.ActivityDisableContext));
+    hook("cuptiActivityRegisterTimestampCallback",
+         reinterpret_cast<void*>(&ActivityRegisterTimestampCallback),
+         reinterpret_cast<void*>(cupti.ActivityRegisterTimestampCallback));
     // Never the agent's own calls (they must reach CUPTI), nor libcupti's calls to itself.
     patcher_ =
         new GotPatcher(std::move(hooks), {reinterpret_cast<const void*>(&CuptiBroker::Dispatch),
                                           reinterpret_cast<const void*>(cupti.Subscribe)});
-    Log(LogLevel::kInfo, "sharing CUPTI (%s, version %u%s) with the process's other CUPTI clients",
-        cupti.path.c_str(), version,
-        native_multi_.load() ? ", multiple subscribers supported" : "");
+    uint64_t start = MonotonicNs();
+    patcher_->Scan();
+    Log(LogLevel::kInfo,
+        "sharing CUPTI (%s, version %u%s) with the process's other CUPTI clients; %zu libraries "
+        "checked in %.1f ms",
+        cupti.path.c_str(), version, native_multi_.load() ? ", multiple subscribers supported" : "",
+        patcher_->objects(), static_cast<double>(MonotonicNs() - start) / 1e6);
   }
   patcher_->Scan();
   uint64_t generation = patcher_->generation();
@@ -645,6 +673,7 @@ __attribute__((noinline)) CUptiResult CUPTIAPI CuptiBroker::Finalize() {
     for (auto& word : self->other_kinds_) word.store(0);
     self->other_context_kinds_.store(0);
     self->other_buffers_out_.store(0);
+    self->current_timestamp_.store(nullptr);  // CUPTI forgets the source too
     result = cupti.Finalize();
     passed = true;
   });
@@ -784,7 +813,15 @@ CuptiBroker::ActivityEnable(CUpti_ActivityKind kind) {
   std::lock_guard<std::mutex> lock(self->activity_mutex_);
   self->other_activity_client_ = caller;
   if (self->agent_tracing_ && !self->cut_short_) self->CutShortLocked(DescribeClient(caller));
-  if (self->other_fns_.load() != nullptr) self->requester_.store(kOther);
+  self->UseOtherTimestampsLocked();
+  if (self->other_fns_.load() != nullptr) {
+    self->requester_.store(kOther);
+  } else if (self->trampolines_registered_.load() && !self->unrouted_noted_.exchange(true)) {
+    Log(LogLevel::kWarning,
+        "%s enables CUPTI activity without having registered its buffer callbacks through the "
+        "agent (before the agent started?): its records may be dropped",
+        caller.c_str());
+  }
   CUptiResult r = LoadCupti().ActivityEnable(kind);
   int k = static_cast<int>(kind);
   if (r == CUPTI_SUCCESS && k >= 0 && k < kKindWords * 64) {
@@ -818,6 +855,7 @@ CuptiBroker::ActivityEnableContext(CUcontext context, CUpti_ActivityKind kind) {
   std::lock_guard<std::mutex> lock(self->activity_mutex_);
   self->other_activity_client_ = caller;
   if (self->agent_tracing_ && !self->cut_short_) self->CutShortLocked(DescribeClient(caller));
+  self->UseOtherTimestampsLocked();
   if (self->other_fns_.load() != nullptr) self->requester_.store(kOther);
   CUptiResult r = cupti.ActivityEnableContext(context, kind);
   if (r == CUPTI_SUCCESS) {
@@ -845,6 +883,37 @@ CUptiResult CUPTIAPI CuptiBroker::ActivityDisableContext(CUcontext context,
   }
   self->other_context_kinds_.store(static_cast<int>(self->other_contexts_.size()));
   return cupti.ActivityDisableContext(context, kind);
+}
+
+uint64_t CUPTIAPI CuptiBroker::RealtimeTimestamp() { return RealtimeNs(); }
+
+// activity_mutex_ held, nothing of the agent's in flight: the other client's timestamps from now.
+void CuptiBroker::UseOtherTimestampsLocked() {
+  const CuptiLibrary& cupti = LoadCupti();
+  if (other_timestamp_ == nullptr || current_timestamp_.load() == other_timestamp_ ||
+      cupti.ActivityRegisterTimestampCallback == nullptr) {
+    return;
+  }
+  if (cupti.ActivityRegisterTimestampCallback(other_timestamp_) == CUPTI_SUCCESS) {
+    current_timestamp_.store(other_timestamp_);
+  }
+}
+
+CUptiResult CUPTIAPI
+CuptiBroker::ActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc fn) {
+  CuptiBroker* self = Current();
+  const CuptiLibrary& cupti = LoadCupti();
+  if (cupti.ActivityRegisterTimestampCallback == nullptr) return CUPTI_ERROR_NOT_SUPPORTED;
+  if (fn == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  std::lock_guard<std::mutex> lock(self->activity_mutex_);
+  self->other_timestamp_ = fn;
+  // A capture traces: its buffers still wait for conversion with CLOCK_REALTIME. Kineto registers
+  // its source just before enabling its kinds; the switch happens then, after the capture is cut
+  // short and flushed (ActivityEnable).
+  if (self->agent_tracing_ && !self->cut_short_) return CUPTI_SUCCESS;
+  CUptiResult r = cupti.ActivityRegisterTimestampCallback(fn);
+  if (r == CUPTI_SUCCESS) self->current_timestamp_.store(fn);
+  return r;
 }
 
 // --- The agent's captures ------------------------------------------------------------------------
@@ -905,8 +974,24 @@ bool CuptiBroker::StartAgentTracing(const std::vector<CUpti_ActivityKind>& kinds
                "ends";
     return false;
   }
-  // Buffers the other client still has with CUPTI would receive our records: send them home.
+  // Buffers the other client still has with CUPTI would receive our records: send them home
+  // (converted with its timestamp source, still registered).
   if (other_buffers_out_.load() > 0) cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  // Another client's timestamp source (Kineto's TSC ticks) would give the capture timestamps
+  // that are not CLOCK_REALTIME ns: CUPTI's default source back for the capture.
+  CUpti_TimestampCallbackFunc source = current_timestamp_.load();
+  if (source != nullptr && source != &CuptiBroker::RealtimeTimestamp &&
+      cupti.ActivityRegisterTimestampCallback != nullptr) {
+    CUptiResult r = cupti.ActivityRegisterTimestampCallback(&CuptiBroker::RealtimeTimestamp);
+    if (r != CUPTI_SUCCESS) {
+      *error = wire::CaptureError::kCuptiFailed;
+      *message = OtherTracerLocked() +
+                 " set CUPTI's timestamp source and it cannot be set back to CLOCK_REALTIME (" +
+                 cupti.Describe(r) + ")";
+      return false;
+    }
+    current_timestamp_.store(&CuptiBroker::RealtimeTimestamp);
+  }
   agent_requested_.store(requested);
   agent_completed_.store(completed);
   for (auto& slot : agent_buffers_) slot.store(nullptr);

@@ -20,6 +20,12 @@
 //    enabled; if another client enables a kind during a capture, the capture yields at once: its
 //    kinds are disabled, its buffers force-flushed to it, then the other client's call goes on,
 //    and the capture ends early, marked as cut short. The profiled process's own profiler wins.
+//  - Timestamps. Kineto registers its own timestamp source at each session start (raw TSC ticks
+//    on x86-64, cntvct on aarch64) and CUPTI keeps it for the life of the process; CUPTI converts
+//    GPU timestamps with whatever source is registered when a buffer completes. The broker keeps
+//    each client's source to its own sessions: CLOCK_REALTIME (CUPTI's default) while a capture
+//    traces, the other client's source while it does, switched only when every buffer of the
+//    previous one was flushed.
 //
 // Fall-back: a client that took CUPTI before the agent could interpose it (loaded after CUDA
 // initialized and subscribed before the next rescan, or Nsight's own injection) keeps it; the
@@ -112,6 +118,7 @@ class CuptiBroker {
   static CUptiResult CUPTIAPI ActivityDisable(CUpti_ActivityKind kind);
   static CUptiResult CUPTIAPI ActivityEnableContext(CUcontext context, CUpti_ActivityKind kind);
   static CUptiResult CUPTIAPI ActivityDisableContext(CUcontext context, CUpti_ActivityKind kind);
+  static CUptiResult CUPTIAPI ActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc fn);
 
  private:
   static constexpr int kDomains = 16;
@@ -145,6 +152,7 @@ class CuptiBroker {
 
   CuptiBroker();
   static CuptiBroker* Current();
+  static void AtForkChild();
   static void CUPTIAPI Dispatch(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                 const void* data);
   static void CUPTIAPI BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records);
@@ -168,6 +176,8 @@ class CuptiBroker {
   bool OtherTracingLocked() const;
   std::string OtherTracerLocked() const;
   void CutShortLocked(const std::string& by);
+  void UseOtherTimestampsLocked();
+  static uint64_t CUPTIAPI RealtimeTimestamp();
   bool BufferTaken(uint8_t* buffer);
   bool BufferGiven(uint8_t* buffer);
 
@@ -218,6 +228,12 @@ class CuptiBroker {
   std::string cut_short_by_;                      // activity_mutex_
   uint64_t cut_short_at_ = 0;                     // activity_mutex_
   std::atomic<uint32_t> captures_cut_short_{0};
+  std::atomic<bool> unrouted_noted_{false};
+  // activity_mutex_: the timestamp source another client registered, and the one CUPTI has now
+  // (nullptr: CUPTI's default, CLOCK_REALTIME).
+  CUpti_TimestampCallbackFunc other_timestamp_ = nullptr;
+  // Atomic: a finalize passed on (from inside a callback) resets it without that mutex.
+  std::atomic<CUpti_TimestampCallbackFunc> current_timestamp_{nullptr};
   CutShortFn cut_short_fn_ = nullptr;  // activity_mutex_
   void* cut_short_context_ = nullptr;  // activity_mutex_
 };

@@ -92,6 +92,7 @@ const CuptiLibrary& LoadCupti() {
     Bind(lib, "cuptiFinalize", &c.Finalize);
     Bind(lib, "cuptiActivityEnableContext", &c.ActivityEnableContext);
     Bind(lib, "cuptiActivityDisableContext", &c.ActivityDisableContext);
+    Bind(lib, "cuptiActivityRegisterTimestampCallback", &c.ActivityRegisterTimestampCallback);
     c.GetVersion(&c.version);
     c.loaded = true;
   });

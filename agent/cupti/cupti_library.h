@@ -38,6 +38,7 @@ struct CuptiLibrary {
   decltype(&cuptiFinalize) Finalize = nullptr;
   decltype(&cuptiActivityEnableContext) ActivityEnableContext = nullptr;
   decltype(&cuptiActivityDisableContext) ActivityDisableContext = nullptr;
+  decltype(&cuptiActivityRegisterTimestampCallback) ActivityRegisterTimestampCallback = nullptr;
 
   // "CUPTI_ERROR_...: description" for a result code.
   std::string Describe(CUptiResult result) const;

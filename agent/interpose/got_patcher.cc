@@ -463,6 +463,11 @@ std::vector<GotPatcher::ObjectReport> GotPatcher::Report() const {
   return report;
 }
 
+size_t GotPatcher::objects() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return objects_.size();
+}
+
 uint64_t GotPatcher::generation() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return generation_;

@@ -53,6 +53,8 @@ class GotPatcher {
   std::vector<ObjectReport> Report() const;
   // Changes whenever Report() would change.
   uint64_t generation() const;
+  // Objects looked at so far (loaded ones, patched or not).
+  size_t objects() const;
 
  private:
   struct Slot {

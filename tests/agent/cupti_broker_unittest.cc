@@ -51,6 +51,7 @@ struct Sink {
   std::mutex mutex;
   std::set<uint8_t*> out;
   std::vector<uint64_t> tags;
+  std::vector<uint64_t> timestamps;
   int strangers = 0;  // buffers that were not ours
 } g_sink;
 
@@ -71,8 +72,14 @@ void CUPTIAPI SinkCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size_t
   CUpti_Activity* record = nullptr;
   while (cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
     g_sink.tags.push_back(fakecupti_record_tag(record));
+    g_sink.timestamps.push_back(fakecupti_record_timestamp(record));
   }
   std::free(buffer);
+}
+
+std::vector<uint64_t> SinkTimestamps() {
+  std::lock_guard<std::mutex> lock(g_sink.mutex);
+  return g_sink.timestamps;
 }
 
 std::vector<uint64_t> SinkTags() {
@@ -112,6 +119,7 @@ class CuptiBrokerTest : public ::testing::Test {
       std::lock_guard<std::mutex> lock(g_sink.mutex);
       g_sink.out.clear();
       g_sink.tags.clear();
+      g_sink.timestamps.clear();
       g_sink.strangers = 0;
     }
     g_cut.calls = 0;
@@ -273,6 +281,50 @@ TEST_F(CuptiBrokerTest, KinetoStartingDuringACaptureCutsItShortAfterFlushingIt) 
   EXPECT_EQ(SinkTags(), (std::vector<uint64_t>{1, 2}));
   EXPECT_EQ(g_sink.strangers, 0);
   EXPECT_EQ(broker().Report().captures_cut_short, 1u);
+}
+
+// Kineto's timestamp source is raw TSC ticks (7777 here); a capture's must stay CLOCK_REALTIME ns.
+TEST_F(CuptiBrokerTest, KinetoTimestampSourceNeverReachesACapture) {
+  ASSERT_EQ(fakekineto_init(), CUPTI_SUCCESS);
+  ASSERT_EQ(fakekineto_register_tsc(), CUPTI_SUCCESS);
+  ASSERT_EQ(fakekineto_start(kKernel), CUPTI_SUCCESS);
+  ASSERT_EQ(fakecupti_record(kKernel, 1), 1);
+  ASSERT_EQ(fakekineto_stop(kKernel), CUPTI_SUCCESS);
+  EXPECT_EQ(fakekineto_last_timestamp(), 7777u);
+
+  StartCapture({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL});
+  ASSERT_EQ(fakecupti_record(kKernel, 2), 1);
+  broker().StopAgentTracing();
+  broker().ReleaseCapture();
+  std::vector<uint64_t> timestamps = SinkTimestamps();
+  ASSERT_EQ(timestamps.size(), 1u);
+  EXPECT_NE(timestamps[0], 7777u);
+  EXPECT_GT(timestamps[0], 1600000000ull * 1000000000ull);  // CLOCK_REALTIME ns
+
+  // Kineto's next session gets its own source back, even without registering it again.
+  ASSERT_EQ(fakekineto_start(kKernel), CUPTI_SUCCESS);
+  ASSERT_EQ(fakecupti_record(kKernel, 3), 1);
+  ASSERT_EQ(fakekineto_stop(kKernel), CUPTI_SUCCESS);
+  EXPECT_EQ(fakekineto_last_tag(), 3u);
+  EXPECT_EQ(fakekineto_last_timestamp(), 7777u);
+}
+
+TEST_F(CuptiBrokerTest, KinetoTimestampSourceWaitsUntilTheCaptureIsFlushed) {
+  ASSERT_EQ(fakekineto_init(), CUPTI_SUCCESS);
+  StartCapture({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL});
+  ASSERT_EQ(fakecupti_record(kKernel, 1), 1);
+  // Kineto's session start: its timestamp source first, then its kinds.
+  ASSERT_EQ(fakekineto_register_tsc(), CUPTI_SUCCESS);
+  ASSERT_EQ(fakekineto_start(kKernel), CUPTI_SUCCESS);
+  EXPECT_EQ(g_cut.calls.load(), 1);
+  std::vector<uint64_t> timestamps = SinkTimestamps();
+  ASSERT_EQ(timestamps.size(), 1u);
+  EXPECT_EQ(timestamps[0], 42u);  // converted with CUPTI's own source, before Kineto's took over
+  ASSERT_EQ(fakecupti_record(kKernel, 2), 1);
+  broker().StopAgentTracing();
+  broker().ReleaseCapture();
+  ASSERT_EQ(fakekineto_stop(kKernel), CUPTI_SUCCESS);
+  EXPECT_EQ(fakekineto_last_timestamp(), 7777u);
 }
 
 TEST_F(CuptiBrokerTest, KinetoSwitchingOffAKindItNeverEnabledLeavesTheCaptureAlone) {

@@ -8,6 +8,7 @@
 
 #include <cupti.h>
 
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -28,10 +29,15 @@ struct Subscriber {
   std::set<int> domains;                  // whole domains
 };
 
-struct Record {  // what cuptiActivityGetNextRecord walks: a CUpti_Activity header and a tag
+// What cuptiActivityGetNextRecord walks: a CUpti_Activity header, a tag, and a timestamp that,
+// as CUPTI does for GPU records, is converted when the buffer completes, with the timestamp
+// source registered then (kDefaultTimestamp stands for CUPTI's own CLOCK_REALTIME).
+constexpr uint64_t kDefaultTimestamp = 42;
+struct Record {
   CUpti_ActivityKind kind;
   uint32_t pad;
   uint64_t tag;
+  uint64_t timestamp;
 };
 
 struct State {
@@ -40,6 +46,7 @@ struct State {
   Subscriber subscribers[8];
   CUpti_BuffersCallbackRequestFunc requested = nullptr;
   CUpti_BuffersCallbackCompleteFunc completed = nullptr;
+  CUpti_TimestampCallbackFunc timestamp = nullptr;
   std::set<int> kinds;
   uint8_t* buffer = nullptr;  // the current buffer, until flushed
   size_t buffer_size = 0;
@@ -117,6 +124,10 @@ void CompleteCurrent() {
   size_t size = s.buffer_size, used = s.buffer_used;
   s.buffer = nullptr;
   s.buffer_size = s.buffer_used = 0;
+  for (size_t at = 0; at + sizeof(Record) <= used; at += sizeof(Record)) {
+    uint64_t t = s.timestamp ? s.timestamp() : kDefaultTimestamp;
+    std::memcpy(buffer + at + offsetof(Record, timestamp), &t, sizeof(t));
+  }
   if (s.completed != nullptr) s.completed(nullptr, 0, buffer, size, used);
 }
 
@@ -242,6 +253,7 @@ CUptiResult CUPTIAPI cuptiFinalize(void) {
   s.kinds.clear();
   s.requested = nullptr;
   s.completed = nullptr;
+  s.timestamp = nullptr;
   return CUPTI_SUCCESS;
 }
 
@@ -252,6 +264,14 @@ CUptiResult CUPTIAPI cuptiActivityRegisterCallbacks(CUpti_BuffersCallbackRequest
   S().requested = requested;
   S().completed = completed;
   Note("register");
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallbackFunc fn) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  if (fn == nullptr) return CUPTI_ERROR_INVALID_PARAMETER;
+  S().timestamp = fn;
+  Note("timestamps");
   return CUPTI_SUCCESS;
 }
 
@@ -323,6 +343,7 @@ void fakecupti_reset(void) {
   for (Subscriber& sub : s.subscribers) sub = Subscriber{};
   s.requested = nullptr;
   s.completed = nullptr;
+  s.timestamp = nullptr;
   s.kinds.clear();
   s.buffer = nullptr;  // the test owns (and may leak) buffers left with us
   s.buffer_size = s.buffer_used = 0;
@@ -379,7 +400,7 @@ int fakecupti_record(int kind, uint64_t tag) {
     s.buffer_size = size;
     s.buffer_used = 0;
   }
-  Record r{static_cast<CUpti_ActivityKind>(kind), 0, tag};
+  Record r{static_cast<CUpti_ActivityKind>(kind), 0, tag, 0};
   std::memcpy(s.buffer + s.buffer_used, &r, sizeof(r));
   s.buffer_used += sizeof(r);
   return 1;
@@ -387,6 +408,10 @@ int fakecupti_record(int kind, uint64_t tag) {
 
 uint64_t fakecupti_record_tag(const CUpti_Activity* record) {
   return reinterpret_cast<const Record*>(record)->tag;
+}
+
+uint64_t fakecupti_record_timestamp(const CUpti_Activity* record) {
+  return reinterpret_cast<const Record*>(record)->timestamp;
 }
 
 int fakecupti_subscribers(void) {
@@ -403,6 +428,20 @@ int fakecupti_callback_enabled(int domain, int cbid) {
   std::lock_guard<std::recursive_mutex> lock(S().mutex);
   for (const Subscriber& sub : S().subscribers) {
     if (sub.live && (sub.domains.count(domain) || sub.enabled.count({domain, cbid}))) return 1;
+  }
+  return 0;
+}
+
+int fakecupti_subscriber_callback(int index, CUpti_CallbackFunc* callback, void** userdata) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  int seen = 0;
+  for (const Subscriber& sub : S().subscribers) {
+    if (!sub.live) continue;
+    if (seen++ == index) {
+      *callback = sub.callback;
+      *userdata = sub.userdata;
+      return 1;
+    }
   }
   return 0;
 }

@@ -15,7 +15,10 @@ void fakecupti_set_version(uint32_t version);  // 130200+: honours allowMultiple
 int fakecupti_fire(int domain, int cbid);      // calls every subscriber that enabled it; how many
 int fakecupti_record(int kind, uint64_t tag);  // one activity record, if the kind is enabled
 uint64_t fakecupti_record_tag(const CUpti_Activity* record);
+uint64_t fakecupti_record_timestamp(const CUpti_Activity* record);  // 42: CUPTI's default source
 int fakecupti_subscribers(void);
+// The callback and userdata CUPTI would call for the index-th live subscriber; 0 when none.
+int fakecupti_subscriber_callback(int index, CUpti_CallbackFunc* callback, void** userdata);
 int fakecupti_kind_enabled(int kind);
 int fakecupti_callback_enabled(int domain, int cbid);
 int fakecupti_dropped(void);
@@ -32,6 +35,8 @@ int fakekineto_enable_domain(int domain);
 int fakekineto_start(int kind);      // cuptiActivityRegisterCallbacks + cuptiActivityEnable
 int fakekineto_stop(int kind);       // cuptiActivityDisable + cuptiActivityFlushAll(FORCED)
 int fakekineto_start_session(void);  // the same for CONCURRENT_KERNEL
+int fakekineto_register_tsc(void);   // its timestamp source (7777, "TSC ticks"), as at each start
+uint64_t fakekineto_last_timestamp(void);
 int fakekineto_stop_session(void);
 int fakekineto_disable(int kind);
 int fakekineto_unsubscribe(void);

@@ -23,6 +23,9 @@ std::mutex g_mutex;
 std::set<uint8_t*> g_buffers;  // handed to CUPTI, not back yet
 std::atomic<int> g_records{0};
 std::atomic<uint64_t> g_last_tag{0};
+std::atomic<uint64_t> g_last_timestamp{0};
+
+uint64_t CUPTIAPI Tsc() { return 7777; }
 
 void CUPTIAPI Switchboard(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                           const void*) {
@@ -53,6 +56,7 @@ void CUPTIAPI BufferCompleted(CUcontext, uint32_t, uint8_t* buffer, size_t, size
   while (cuptiActivityGetNextRecord(buffer, valid_size, &record) == CUPTI_SUCCESS) {
     g_records.fetch_add(1);
     g_last_tag.store(fakecupti_record_tag(record));
+    g_last_timestamp.store(fakecupti_record_timestamp(record));
   }
   std::free(buffer);
 }
@@ -73,7 +77,11 @@ void fakekineto_reset(void) {
   g_buffers.clear();
   g_records.store(0);
   g_last_tag.store(0);
+  g_last_timestamp.store(0);
 }
+
+int fakekineto_register_tsc(void) { return cuptiActivityRegisterTimestampCallback(&Tsc); }
+uint64_t fakekineto_last_timestamp(void) { return g_last_timestamp.load(); }
 
 int fakekineto_init(void) {
   CUptiResult r = cuptiSubscribe(&g_subscriber, &Switchboard, &g_userdata_marker);
