@@ -27,10 +27,11 @@ struct ObjectLayout {
   size_t dynamic_size = 0;
   bool found = false;
 
-  bool Contains(uintptr_t address, size_t size) const {
+  // Inside one of its segments; with `prot`, one mapped with at least that access.
+  bool Contains(uintptr_t address, size_t size, int prot = 0) const {
     if (address + size < address) return false;
     for (const MappedRange& r : loads) {
-      if (address >= r.start && address + size <= r.end) return true;
+      if (address >= r.start && address + size <= r.end && (r.prot & prot) == prot) return true;
     }
     return false;
   }
@@ -152,8 +153,8 @@ bool WriteSlot(void** slot, void* value, const std::vector<MappedRange>& maps, s
     *error = "its GOT is not in /proc/self/maps";
     return false;
   }
-  if (region->prot & PROT_EXEC) {
-    *error = "its GOT lies in an executable page";
+  if ((region->prot & PROT_EXEC) || !(region->prot & PROT_READ)) {
+    *error = "its GOT lies in a page that is executable or not readable";
     return false;
   }
   if (region->prot & PROT_WRITE) {
@@ -290,7 +291,7 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
   uintptr_t strtab = 0, symtab = 0, rela = 0, jmprel = 0;
   size_t strsz = 0, syment = 0, relasz = 0, relaent = 0, relacount = 0, pltrelsz = 0;
   long pltrel = DT_RELA;
-  if (!layout.Contains(layout.dynamic, layout.dynamic_size)) return;
+  if (!layout.Contains(layout.dynamic, layout.dynamic_size, PROT_READ)) return;
   const auto* dyn = reinterpret_cast<const ElfW(Dyn)*>(layout.dynamic);
   size_t entries = layout.dynamic_size / sizeof(ElfW(Dyn));
   for (size_t i = 0; i < entries && dyn[i].d_tag != DT_NULL; ++i) {
@@ -333,7 +334,7 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
         break;
     }
   }
-  if (strtab == 0 || symtab == 0 || strsz == 0 || !layout.Contains(strtab, strsz) ||
+  if (strtab == 0 || symtab == 0 || strsz == 0 || !layout.Contains(strtab, strsz, PROT_READ) ||
       (syment != 0 && syment != sizeof(ElfW(Sym)))) {
     return;  // nothing it could import by name
   }
@@ -349,7 +350,7 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
       object->problem = "unexpected relocation entry size";
       return;
     }
-    if (!layout.Contains(table, bytes)) {
+    if (!layout.Contains(table, bytes, PROT_READ)) {
       object->problem = "its relocation table lies outside the object";
       return;
     }
@@ -362,7 +363,7 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
       size_t index = ELF64_R_SYM(r[i].r_info);
       if (index == 0) continue;
       uintptr_t sym_address = symtab + index * sizeof(ElfW(Sym));
-      if (!layout.Contains(sym_address, sizeof(ElfW(Sym)))) continue;
+      if (!layout.Contains(sym_address, sizeof(ElfW(Sym)), PROT_READ)) continue;
       const auto* sym = reinterpret_cast<const ElfW(Sym)*>(sym_address);
       if (sym->st_shndx != SHN_UNDEF || sym->st_name >= strsz) continue;  // not an import
       const char* name = reinterpret_cast<const char*>(strtab + sym->st_name);
@@ -372,7 +373,8 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
         if (name[0] != hooks_[h].name[0] || std::strcmp(name, hooks_[h].name) != 0) continue;
         object->imports_hooks = true;
         uintptr_t slot = base + r[i].r_offset;
-        if (slot % sizeof(void*) != 0 || !layout.Contains(slot, sizeof(void*))) {
+        if (slot % sizeof(void*) != 0 ||
+            !layout.Contains(slot, sizeof(void*), PROT_READ | PROT_WRITE)) {
           object->problem = std::string("the slot of ") + name + " lies outside the object";
           break;
         }
