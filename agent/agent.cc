@@ -285,6 +285,10 @@ void Agent::Run() {
   if (options_.on_thread_start != nullptr) options_.on_thread_start(this);
   while (!stop_.load()) {
     uint64_t now = NowNs(CLOCK_MONOTONIC);
+    if (options_.on_tick != nullptr && now >= next_tick_ns_) {
+      options_.on_tick(this);
+      next_tick_ns_ = now + heartbeat_interval_ms_ * 1000000ull;
+    }
     if (socket_fd_ < 0) {
       if (!Connect()) {
         backoff_ms_ = std::min(kMaxBackoffMs, std::max(kMinBackoffMs, backoff_ms_ * 2));

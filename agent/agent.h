@@ -26,6 +26,9 @@ struct AgentOptions {
   // Run first on the agent thread (never on the thread that loaded the agent): slow set-up such
   // as loading CUPTI for the counters goes here.
   void (*on_thread_start)(Agent* agent) = nullptr;
+  // Run on the agent thread about once a heartbeat interval, connected to profd or not (the
+  // CUPTI broker's rescan for libraries loaded since).
+  void (*on_tick)(Agent* agent) = nullptr;
 };
 
 // Builds the capture backend before the agent thread starts; may return nullptr.
@@ -80,6 +83,7 @@ class Agent {
   size_t out_offset_ = 0;
   uint32_t heartbeat_interval_ms_ = 1000;
   uint64_t next_heartbeat_ns_ = 0;
+  uint64_t next_tick_ns_ = 0;
   bool devices_sent_ = false;
   wire::Hello hello_;
   uint32_t backoff_ms_ = 0;

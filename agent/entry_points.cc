@@ -1,11 +1,13 @@
 // The only symbols libprofagent.so exports (exports.map): the CUDA injection entry point and the
 // small C API for explicit linking.
+#include <atomic>
 #include <cstdlib>
 #include <string>
 
 #include "agent/agent.h"
 #include "agent/capture_handler.h"
 #include "agent/counters/launch_counters.h"
+#include "agent/cupti/cupti_broker.h"
 #include "agent/include/profagent.h"
 #include "agent/log.h"
 #include "profd/v1/agent_frame.h"
@@ -16,6 +18,19 @@ CaptureHandler* CreateCaptureHandler(Agent* agent);
 }  // namespace profagent
 
 namespace {
+
+std::atomic<bool> g_counters_on{false};
+
+// Before anything else in the process can reach CUPTI after CUDA starts: the libraries already
+// loaded (PyTorch's, with Kineto) get their CUPTI imports pointed at the agent's broker, so
+// torch.profiler keeps working beside the agent. Cheap (a walk of the loaded objects' relocations)
+// and fail-closed: anything unexpected leaves an object alone and is reported.
+void ShareCupti() {
+  try {
+    profagent::CuptiBroker::Get().Interpose();
+  } catch (...) {
+  }
+}
 
 int Start(const char* socket_path, bool injected) {
   profagent::AgentOptions options;
@@ -29,16 +44,23 @@ int Start(const char* socket_path, bool injected) {
   options.injected = injected;
   options.on_thread_start = [](profagent::Agent* agent) {
     std::string why_not = profagent::LaunchCounters::Get().Enable();
-    if (why_not.empty()) {
-      agent->set_counters_fn([](profagent::wire::Heartbeat* hb) {
-        profagent::LaunchCounters::Get().FillHeartbeat(hb);
-        profagent::LaunchCounters::Get().Tick();
-      });
-    } else {
+    g_counters_on.store(why_not.empty());
+    if (!why_not.empty()) {
       profagent::Log(profagent::LogLevel::kInfo, "launch and memory counters off: %s",
                      why_not.c_str());
     }
+    // The counters may just have loaded CUPTI: share it from now on.
+    profagent::CuptiBroker::Get().Interpose();
+    agent->set_counters_fn([](profagent::wire::Heartbeat* hb) {
+      if (g_counters_on.load()) {
+        profagent::LaunchCounters::Get().FillHeartbeat(hb);
+        profagent::LaunchCounters::Get().Tick();
+      }
+      hb->cupti_sharing = profagent::CuptiBroker::Get().Report();
+      hb->has_cupti_sharing = true;
+    });
   };
+  options.on_tick = [](profagent::Agent*) { profagent::CuptiBroker::Get().Tick(); };
   profagent::Agent::StartOnce(options, &profagent::CreateCaptureHandler);
   return 0;
 }
@@ -46,6 +68,7 @@ int Start(const char* socket_path, bool injected) {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  ShareCupti();
   try {
     Start(nullptr, /*injected=*/true);
   } catch (...) {
@@ -55,6 +78,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
 }
 
 extern "C" __attribute__((visibility("default"))) int profagent_start(const char* socket_path) {
+  ShareCupti();
   try {
     return Start(socket_path, /*injected=*/false);
   } catch (...) {

@@ -30,6 +30,26 @@ std::string GpusOf(const profd::v1::AgentInfo& a) {
   return absl::StrJoin(ids, ",");
 }
 
+// A word for the table; the details go under it when something is not shared.
+std::string CuptiOf(const profd::v1::AgentInfo& a) {
+  if (!a.has_cupti_sharing()) return "-";
+  const profd::v1::CuptiSharing& s = a.cupti_sharing();
+  switch (s.mode()) {
+    case profd::v1::CUPTI_SHARING_SHARED:
+      return s.other_tracing() ? "shared, in use" : "shared";
+    case profd::v1::CUPTI_SHARING_WAITING:
+      return "not loaded";
+    case profd::v1::CUPTI_SHARING_PARTIAL:
+      return s.other_tracing() ? "PARTIAL, in use" : "PARTIAL";
+    case profd::v1::CUPTI_SHARING_NOT_SHARED:
+      return "NOT SHARED";
+    case profd::v1::CUPTI_SHARING_OFF:
+      return "NOT SHARED (off)";
+    default:
+      return "-";
+  }
+}
+
 int RunAgents(const GlobalOptions& g) {
   ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
@@ -51,12 +71,25 @@ int RunAgents(const GlobalOptions& g) {
                  "(and PROFD_AGENT_SOCKET if profd uses another agent socket).\n";
     return kExitOk;
   }
-  analysis::TextTable table({"PID>", "POD/CONTAINER", "GPUS", "CONNECTED", "COMMAND"});
+  analysis::TextTable table({"PID>", "POD/CONTAINER", "GPUS", "CONNECTED", "CUPTI", "COMMAND"});
+  std::vector<std::string> notes;
   for (const auto& a : response.agents()) {
     table.AddRow({std::to_string(a.pid()), PodOf(a), GpusOf(a), Ago(a.connected_since_unix_ns()),
-                  a.command_line().empty() ? a.comm() : a.command_line()});
+                  CuptiOf(a), a.command_line().empty() ? a.comm() : a.command_line()});
+    const profd::v1::CuptiSharing& s = a.cupti_sharing();
+    std::string pid = "pid " + std::to_string(a.pid()) + ": ";
+    if (s.mode() == profd::v1::CUPTI_SHARING_PARTIAL ||
+        s.mode() == profd::v1::CUPTI_SHARING_NOT_SHARED ||
+        s.mode() == profd::v1::CUPTI_SHARING_OFF) {
+      notes.push_back(pid + s.detail());
+      for (const std::string& n : s.not_interposed()) notes.push_back(pid + "  " + n);
+    } else if (s.other_tracing()) {
+      notes.push_back(pid + s.other_tracer() +
+                      " is tracing CUDA activity: captures are refused until it stops");
+    }
   }
   std::cout << table.Render("");
+  if (!notes.empty()) std::cout << "\n" << absl::StrJoin(notes, "\n") << "\n";
   return kExitOk;
 }
 

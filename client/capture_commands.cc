@@ -110,6 +110,9 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
     if (p.dropped_records() > 0)
       std::cout << ", " << FormatCount(p.dropped_records()) << " DROPPED";
     if (p.truncated()) std::cout << ", CUT at the event cap";
+    // Another profiler in the process (torch.profiler) started: it came first.
+    if (p.error() == profd::v1::CAPTURE_ERROR_CUT_SHORT)
+      std::cout << ", CUT SHORT: " << p.message();
     std::cout << "\n";
   }
   if (s.gpus_size() > 0) {

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "agent/cuda_devices.h"
+#include "agent/cupti/cupti_broker.h"
 #include "agent/cupti/cupti_library.h"
 #include "agent/log.h"
 
@@ -171,54 +172,37 @@ std::string LaunchCounters::Enable() {
   if (!QueryCudaDevices().driver_loaded) return "the process has no CUDA driver loaded";
   const CuptiLibrary& cupti = LoadCupti();
   if (!cupti.loaded) return "cannot load CUPTI: " + cupti.error;
-  CUpti_SubscriberHandle subscriber = nullptr;
-  char holder[256] = {};
-  CUptiResult r;
-  if (cupti.SubscribeV2) {
-    CUpti_SubscriberParams params{};
-    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
-    params.subscriberName = "profd";
-    params.oldSubscriberName = holder;
-    params.oldSubscriberSize = sizeof(holder);
-    r = cupti.SubscribeV2(&subscriber, &LaunchCounters::Callback, this, &params);
-  } else {
-    r = cupti.Subscribe(&subscriber, &LaunchCounters::Callback, this);
-  }
+  // Through the broker: it holds CUPTI's one subscriber and shares it with the other CUPTI
+  // clients of the process (torch.profiler), so counting never locks them out.
+  std::string holder;
+  CUptiResult r = CuptiBroker::Get().SubscribeAgent(&LaunchCounters::Callback, this, &holder);
   if (r != CUPTI_SUCCESS) {
     return "cannot subscribe to CUPTI: " + cupti.Describe(r) +
-           (holder[0] ? std::string(" (held by ") + holder + ")" : "");
+           (holder.empty() ? std::string() : " (held by " + holder + ")");
   }
-  subscriber_.store(subscriber);
+  subscribed_.store(true);
   if (!SetActive(true)) return "cannot enable CUPTI callbacks";
   return "";
 }
 
 bool LaunchCounters::SetActive(bool active) {
-  CUpti_SubscriberHandle subscriber = subscriber_.load();
-  if (subscriber == nullptr) return false;
-  const CuptiLibrary& cupti = LoadCupti();
-  bool ok = true;
-  for (CUpti_CallbackId cbid : kMemory) {
-    ok &= cupti.EnableCallback(active ? 1 : 0, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid) ==
-          CUPTI_SUCCESS;
-  }
+  if (!subscribed_.load()) return false;
+  CuptiBroker::Get().EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kMemory,
+                                          sizeof(kMemory) / sizeof(kMemory[0]), active);
   active_.store(active);
   // Exact counting, or the start of a sampling interval.
   EnableLaunchCallbacks(active && sample_every_ != 0 &&
                         (sample_every_ == 1 || ticks_ % sample_every_ == 0));
-  return ok;
+  return true;
 }
 
 void LaunchCounters::EnableLaunchCallbacks(bool on) {
-  CUpti_SubscriberHandle subscriber = subscriber_.load();
-  if (subscriber == nullptr || launches_on_.load() == on) return;
-  const CuptiLibrary& cupti = LoadCupti();
-  for (CUpti_CallbackId cbid : kLaunches) {
-    cupti.EnableCallback(on ? 1 : 0, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
-  }
-  for (CUpti_CallbackId cbid : kGraphLaunches) {
-    cupti.EnableCallback(on ? 1 : 0, subscriber, CUPTI_CB_DOMAIN_DRIVER_API, cbid);
-  }
+  if (!subscribed_.load() || launches_on_.load() == on) return;
+  CuptiBroker& broker = CuptiBroker::Get();
+  broker.EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kLaunches,
+                              sizeof(kLaunches) / sizeof(kLaunches[0]), on);
+  broker.EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kGraphLaunches,
+                              sizeof(kGraphLaunches) / sizeof(kGraphLaunches[0]), on);
   launches_on_.store(on);
 }
 

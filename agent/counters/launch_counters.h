@@ -14,9 +14,9 @@
 // counted exactly. PROFD_AGENT_COUNTERS=exact counts every launch, =memory counts no launches,
 // =off holds no CUPTI at all.
 //
-// Holding the callback subscription means holding CUPTI's one subscriber slot for the life of
-// the process: captures reuse it, but torch.profiler/Nsight cannot subscribe in that process
-// (PROFD_AGENT_COUNTERS=off keeps CUPTI free between captures).
+// The callbacks come through the CUPTI broker (cupti/cupti_broker.h), which holds CUPTI's one
+// subscriber and shares it with torch.profiler's Kineto and other CUPTI clients of the process.
+// PROFD_AGENT_COUNTERS=off keeps CUPTI out of an idle agent altogether.
 #pragma once
 
 #include <cupti.h>
@@ -47,8 +47,6 @@ class LaunchCounters {
   void Tick();
   // 1 exact, N sampled one interval in N, 0 no launch counting.
   uint32_t launch_sample_every() const { return sample_every_; }
-  // The subscription captures must reuse (nullptr when counters are off).
-  CUpti_SubscriberHandle subscriber() const { return subscriber_.load(); }
 
   // Agent thread: the counters of every device seen so far.
   void FillHeartbeat(wire::Heartbeat* heartbeat) const;
@@ -79,7 +77,7 @@ class LaunchCounters {
   std::atomic<bool> launches_on_{false};  // launch callbacks enabled now
   uint64_t ticks_ = 0;                    // agent thread
   AddressTable pointers_;  // device pointers, and cuMemCreate handles with the top bit set
-  std::atomic<CUpti_SubscriberHandle> subscriber_{nullptr};
+  std::atomic<bool> subscribed_{false};
 };
 
 }  // namespace profagent

@@ -3,11 +3,13 @@
 #include <pthread.h>
 #include <time.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 
-#include "agent/counters/launch_counters.h"
 #include "agent/cuda_devices.h"
+#include "agent/cupti/cupti_broker.h"
 #include "agent/cupti/cupti_library.h"
 #include "agent/log.h"
 
@@ -51,8 +53,6 @@ constexpr KindInfo kKinds[] = {
     {wire::ActivityKind::kMemory, CUPTI_ACTIVITY_KIND_MEMORY2},
     {wire::ActivityKind::kOverhead, CUPTI_ACTIVITY_KIND_OVERHEAD},
 };
-
-void CUPTIAPI IgnoreCallback(void*, CUpti_CallbackDomain, CUpti_CallbackId, const void*) {}
 
 }  // namespace
 
@@ -175,36 +175,18 @@ void CuptiCapture::Run(wire::StartCapture request) {
     return finish();
   }
   cupti_version_.store(cupti.version);
-  // 3. Claim CUPTI: one subscriber per process. If Kineto (torch.profiler), Nsight Systems or
-  // compute-sanitizer holds it, enabling activities would steal their buffers: refuse instead.
-  // The counters may already hold the subscription: then the capture works under it.
-  CUpti_SubscriberHandle subscriber = LaunchCounters::Get().subscriber();
-  const bool own_subscription = subscriber == nullptr;
-  char holder[256] = {};
-  CUptiResult r = CUPTI_SUCCESS;
-  if (!own_subscription) {
-    // already subscribed
-  } else if (cupti.SubscribeV2 != nullptr) {
-    CUpti_SubscriberParams params{};
-    params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
-    params.subscriberName = "profd";
-    params.oldSubscriberName = holder;
-    params.oldSubscriberSize = sizeof(holder);
-    r = cupti.SubscribeV2(&subscriber, &IgnoreCallback, nullptr, &params);
-  } else {
-    r = cupti.Subscribe(&subscriber, &IgnoreCallback, nullptr);
-  }
-  if (r == CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED) {
-    std::string who = holder[0] ? std::string(" (CUPTI says: ") + holder + ")" : "";
-    Fail(id, wire::CaptureError::kCuptiInUse,
-         "CUPTI is held by another profiler in this process" + who +
-             " — torch.profiler/Kineto, Nsight Systems or compute-sanitizer: stop it, then "
-             "capture again");
-    return finish();
-  }
-  if (r != CUPTI_SUCCESS) {
-    Fail(id, wire::CaptureError::kCuptiFailed, "cuptiSubscribe: " + cupti.Describe(r));
-    return finish();
+  // 3. Claim CUPTI through the broker, which shares it with the process's other CUPTI clients.
+  // If torch.profiler (Kineto) is tracing now, enabling activities would steal its records:
+  // refused. If a tool took CUPTI before the agent could share it (Nsight Systems,
+  // compute-sanitizer), refused as well.
+  CuptiBroker& broker = CuptiBroker::Get();
+  {
+    wire::CaptureError error = wire::CaptureError::kNone;
+    std::string message;
+    if (!broker.ClaimForCapture(&error, &message)) {
+      Fail(id, error, message);
+      return finish();
+    }
   }
 
   {
@@ -223,7 +205,18 @@ void CuptiCapture::Run(wire::StartCapture request) {
   dropped_pending_.store(0);
   converter_thread_ = std::thread([this] { ConvertLoop(); });
   g_active.store(this);
-  cupti.ActivityRegisterCallbacks(&CuptiCapture::BufferRequested, &CuptiCapture::BufferCompleted);
+  // Undoes the set-up when the capture cannot start after all.
+  auto abandon = [this, &broker] {
+    g_active.store(nullptr);
+    {
+      std::lock_guard<std::mutex> lock(completed_mutex_);
+      converter_stop_ = true;
+    }
+    completed_cv_.notify_all();
+    converter_thread_.join();
+    broker.ReleaseCapture();
+    pool_.Release();
+  };
 
   // 4. A common start across processes and nodes: wait for the wall-clock time asked for.
   if (request.start_at_realtime_ns > Now(CLOCK_REALTIME)) {
@@ -239,18 +232,26 @@ void CuptiCapture::Run(wire::StartCapture request) {
     kinds = {wire::ActivityKind::kKernel, wire::ActivityKind::kMemcpy, wire::ActivityKind::kMemset,
              wire::ActivityKind::kRuntime, wire::ActivityKind::kSynchronization};
   }
-  std::vector<CUpti_ActivityKind> enabled;
-  std::string warnings;
+  std::vector<CUpti_ActivityKind> wanted;
   for (wire::ActivityKind kind : kinds) {
     for (const KindInfo& info : kKinds) {
-      if (info.kind != kind) continue;
-      CUptiResult er = cupti.ActivityEnable(info.cupti);
-      if (er == CUPTI_SUCCESS) {
-        enabled.push_back(info.cupti);
-      } else {
-        warnings += (warnings.empty() ? "" : "; ") + std::string("activity kind ") +
-                    std::to_string(static_cast<int>(info.cupti)) + ": " + cupti.Describe(er);
-      }
+      if (info.kind == kind) wanted.push_back(info.cupti);
+    }
+  }
+  // If another profiler in the process starts tracing while this capture runs, the broker cuts
+  // the capture short (after flushing its buffers to us) and OnCutShort wakes this thread.
+  broker.SetCutShortListener(&CuptiCapture::OnCutShort, this);
+  std::vector<CUpti_ActivityKind> enabled;
+  std::string warnings;
+  {
+    wire::CaptureError error = wire::CaptureError::kNone;
+    std::string message;
+    if (!broker.StartAgentTracing(wanted, &CuptiCapture::BufferRequested,
+                                  &CuptiCapture::BufferCompleted, &enabled, &warnings, &error,
+                                  &message)) {
+      abandon();
+      Fail(id, error, message);
+      return finish();
     }
   }
   uint64_t enabled_at = Now(CLOCK_REALTIME);
@@ -259,15 +260,7 @@ void CuptiCapture::Run(wire::StartCapture request) {
   clock_[2] = cupti.GetTimestamp ? (cupti.GetTimestamp(&clock_[2]), clock_[2]) : 0;
 
   if (enabled.empty()) {
-    g_active.store(nullptr);
-    {
-      std::lock_guard<std::mutex> lock(completed_mutex_);
-      converter_stop_ = true;
-    }
-    completed_cv_.notify_all();
-    converter_thread_.join();
-    if (own_subscription) cupti.Unsubscribe(subscriber);
-    pool_.Release();
+    abandon();
     Fail(id, wire::CaptureError::kCuptiFailed, "no activity kind could be enabled: " + warnings);
     return finish();
   }
@@ -297,12 +290,13 @@ void CuptiCapture::Run(wire::StartCapture request) {
     if (converter_->truncated()) break;
   }
 
-  // 7. Disable, hand back every buffer, send what is left, let CUPTI go.
-  for (CUpti_ActivityKind kind : enabled) cupti.ActivityDisable(kind);
-  uint64_t disabled_at = Now(CLOCK_REALTIME);
-  cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+  // 7. Disable, hand back every buffer, send what is left, let CUPTI go. Cut short, the broker
+  // already did the first two when the other profiler started.
+  CuptiBroker::StopResult stop = broker.StopAgentTracing();
+  uint64_t disabled_at = std::max(
+      enabled_at, stop.disabled_realtime_ns ? stop.disabled_realtime_ns : Now(CLOCK_REALTIME));
   g_active.store(nullptr);
-  if (own_subscription) cupti.Unsubscribe(subscriber);
+  broker.ReleaseCapture();
   {
     // Every buffer is now queued; the converter drains the queue, then ends.
     std::lock_guard<std::mutex> lock(completed_mutex_);
@@ -333,11 +327,29 @@ void CuptiCapture::Run(wire::StartCapture request) {
     status.message =
         std::to_string(lost_events_) + " events lost: the connection to profd could not keep up";
   }
+  if (stop.cut_short) {
+    char ran[64];
+    std::snprintf(ran, sizeof(ran), "%.2f s of %.2f s",
+                  static_cast<double>(disabled_at - enabled_at) / 1e9,
+                  static_cast<double>(request.duration_ms) / 1e3);
+    status.error = wire::CaptureError::kCutShort;
+    status.message = std::string("cut short after ") + ran + ": " + stop.by +
+                     " started tracing CUDA activity in this process and profd gave CUPTI to it; "
+                     "the events until then are kept" +
+                     (status.message.empty() ? "" : "; " + status.message);
+  }
   Send(status);
   Log(LogLevel::kInfo, "capture %s: done, %llu events, %llu dropped", id.c_str(),
       static_cast<unsigned long long>(status.events),
       static_cast<unsigned long long>(status.dropped_records));
   finish();
+}
+
+void CuptiCapture::OnCutShort(void* context, const std::string& by) {
+  auto* self = static_cast<CuptiCapture*>(context);
+  std::lock_guard<std::mutex> lock(self->stop_mutex_);
+  self->stop_requested_ = true;
+  self->stop_cv_.notify_all();
 }
 
 void CuptiCapture::EmitBatch() {

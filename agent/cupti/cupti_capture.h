@@ -63,6 +63,8 @@ class CuptiCapture final : public CaptureHandler {
   void EmitBatch();    // convert_mutex_ held
   void ConvertLoop();  // the converter thread
 
+  // The broker's listener: another profiler took CUPTI, this capture's buffers are flushed.
+  static void OnCutShort(void* context, const std::string& by);
   static void BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records);
   static void BufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer, size_t size,
                               size_t valid_size);

@@ -15,9 +15,11 @@ bool Bind(void* lib, const char* name, Fn* out) {
   return *out != nullptr;
 }
 
+constexpr const char* kLoadedNames[] = {"libcupti.so.13", "libcupti.so.12", "libcupti.so"};
+
 void* OpenCupti(std::string* path, std::string* error) {
   // A copy already in the process wins: two CUPTIs in one process would fight over the driver.
-  for (const char* name : {"libcupti.so.13", "libcupti.so.12", "libcupti.so"}) {
+  for (const char* name : kLoadedNames) {
     if (void* lib = dlopen(name, RTLD_NOW | RTLD_NOLOAD)) {
       *path = std::string(name) + " (already loaded)";
       return lib;
@@ -40,6 +42,16 @@ void* OpenCupti(std::string* path, std::string* error) {
 }
 
 }  // namespace
+
+bool CuptiInProcess() {
+  for (const char* name : kLoadedNames) {
+    if (void* lib = dlopen(name, RTLD_LAZY | RTLD_NOLOAD)) {
+      dlclose(lib);
+      return true;
+    }
+  }
+  return false;
+}
 
 std::string CuptiLibrary::Describe(CUptiResult result) const {
   const char* text = nullptr;
@@ -74,6 +86,13 @@ const CuptiLibrary& LoadCupti() {
       return;
     }
     Bind(lib, "cuptiSubscribe_v2", &c.SubscribeV2);  // CUDA 12.6+; optional
+    Bind(lib, "cuptiEnableDomain", &c.EnableDomain);
+    Bind(lib, "cuptiEnableAllDomains", &c.EnableAllDomains);
+    Bind(lib, "cuptiGetCallbackState", &c.GetCallbackState);
+    Bind(lib, "cuptiFinalize", &c.Finalize);
+    Bind(lib, "cuptiActivityEnableContext", &c.ActivityEnableContext);
+    Bind(lib, "cuptiActivityDisableContext", &c.ActivityDisableContext);
+    Bind(lib, "cuptiActivityRegisterTimestampCallback", &c.ActivityRegisterTimestampCallback);
     c.GetVersion(&c.version);
     c.loaded = true;
   });

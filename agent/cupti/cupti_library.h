@@ -31,6 +31,14 @@ struct CuptiLibrary {
   decltype(&cuptiGetCallbackName) GetCallbackName = nullptr;
   decltype(&cuptiEnableCallback) EnableCallback = nullptr;
   decltype(&cuptiGetDeviceId) GetDeviceId = nullptr;
+  // Only the CUPTI broker needs these (cupti_broker.h); nullptr when the library lacks them.
+  decltype(&cuptiEnableDomain) EnableDomain = nullptr;
+  decltype(&cuptiEnableAllDomains) EnableAllDomains = nullptr;
+  decltype(&cuptiGetCallbackState) GetCallbackState = nullptr;
+  decltype(&cuptiFinalize) Finalize = nullptr;
+  decltype(&cuptiActivityEnableContext) ActivityEnableContext = nullptr;
+  decltype(&cuptiActivityDisableContext) ActivityDisableContext = nullptr;
+  decltype(&cuptiActivityRegisterTimestampCallback) ActivityRegisterTimestampCallback = nullptr;
 
   // "CUPTI_ERROR_...: description" for a result code.
   std::string Describe(CUptiResult result) const;
@@ -38,5 +46,8 @@ struct CuptiLibrary {
 
 // Loads once per process (agent thread or capture thread); later calls return the same object.
 const CuptiLibrary& LoadCupti();
+
+// True when a libcupti is already in the process (PyTorch's, or one loaded earlier). Loads nothing.
+bool CuptiInProcess();
 
 }  // namespace profagent

@@ -16,6 +16,20 @@ void WriteCounters(ProtoWriter& w, uint32_t field, const DeviceCounters& c) {
   w.EndNested(at);
 }
 
+void WriteCuptiSharing(ProtoWriter& w, uint32_t field, const CuptiSharing& s) {
+  size_t at = w.BeginNested(field);
+  w.Varint(1, static_cast<uint32_t>(s.mode));
+  w.String(2, s.detail);
+  for (const std::string& c : s.clients) w.String(3, c);
+  w.Bool(4, s.other_tracing);
+  w.String(5, s.other_tracer);
+  for (const std::string& o : s.interposed) w.String(6, o);
+  for (const std::string& o : s.not_interposed) w.String(7, o);
+  w.Bool(8, s.native_multiple_subscribers);
+  w.Varint(9, s.captures_cut_short);
+  w.EndNested(at);
+}
+
 bool DecodeStartCapture(std::string_view data, StartCapture* s) {
   ProtoReader r(data);
   while (r.Next()) {
@@ -112,6 +126,7 @@ void EncodeHeartbeat(const Heartbeat& hb, std::string* out) {
   for (const DeviceCounters& c : hb.devices) WriteCounters(w, 2, c);
   for (const DeviceInfo& d : hb.device_infos) WriteDeviceInfo(w, 3, d);
   w.Varint(4, hb.launch_sample_every);
+  if (hb.has_cupti_sharing) WriteCuptiSharing(w, 5, hb.cupti_sharing);
   w.EndNested(at);
 }
 

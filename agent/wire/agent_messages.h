@@ -51,11 +51,35 @@ struct Hello {
   uint64_t start_realtime_ns = 0;
 };
 
+// Mirrors profd.v1.CuptiSharingMode / CuptiSharing.
+enum class CuptiSharingMode : uint32_t {
+  kUnspecified = 0,
+  kShared = 1,
+  kWaiting = 2,
+  kPartial = 3,
+  kNotShared = 4,
+  kOff = 5,
+};
+
+struct CuptiSharing {
+  CuptiSharingMode mode = CuptiSharingMode::kUnspecified;
+  std::string detail;
+  std::vector<std::string> clients;
+  bool other_tracing = false;
+  std::string other_tracer;
+  std::vector<std::string> interposed;
+  std::vector<std::string> not_interposed;
+  bool native_multiple_subscribers = false;
+  uint32_t captures_cut_short = 0;
+};
+
 struct Heartbeat {
   uint64_t realtime_ns = 0;
   std::vector<DeviceCounters> devices;
   std::vector<DeviceInfo> device_infos;
   uint32_t launch_sample_every = 0;
+  bool has_cupti_sharing = false;
+  CuptiSharing cupti_sharing;
 };
 
 // Mirrors profd.v1.CaptureState / CaptureError.
@@ -68,6 +92,7 @@ enum class CaptureError : uint32_t {
   kAlreadyCapturing = 4,
   kCuptiFailed = 5,
   kCancelled = 6,
+  kCutShort = 7,
 };
 
 struct CaptureStatus {

@@ -72,6 +72,7 @@ void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& hear
   if (heartbeat.device_infos_size() > 0) *info.mutable_devices() = heartbeat.device_infos();
   *info.mutable_counters() = heartbeat.devices();
   info.set_launch_sample_every(heartbeat.launch_sample_every());
+  if (heartbeat.has_cupti_sharing()) *info.mutable_cupti_sharing() = heartbeat.cupti_sharing();
 }
 
 void AgentRegistry::Unregister(ConnectionId connection) {

@@ -84,6 +84,72 @@ TEST(WireTest, HeartbeatAndStatusParse) {
   EXPECT_TRUE(m.capture_status().truncated());
 }
 
+TEST(WireTest, HeartbeatCarriesHowCuptiIsShared) {
+  Heartbeat hb;
+  hb.realtime_ns = 9;
+  hb.has_cupti_sharing = true;
+  CuptiSharing& s = hb.cupti_sharing;
+  s.mode = CuptiSharingMode::kPartial;
+  s.detail = "some libraries call CUPTI directly";
+  s.clients = {"libtorch_cuda.so: CUPTI subscriber, shared through the agent",
+               "libtorch_cuda.so: CUPTI activity tracing, on now"};
+  s.other_tracing = true;
+  s.other_tracer = "torch.profiler (Kineto in libtorch_cuda.so)";
+  s.interposed = {"libtorch_cuda.so", "libtorch_cpu.so"};
+  s.not_interposed = {"libfoo.so: its PLT uses REL relocations (unsupported)"};
+  s.native_multiple_subscribers = true;
+  s.captures_cut_short = 3;
+  std::string bytes;
+  EncodeHeartbeat(hb, &bytes);
+  profd::v1::AgentMessage m;
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  ASSERT_TRUE(m.heartbeat().has_cupti_sharing());
+  const auto& p = m.heartbeat().cupti_sharing();
+  EXPECT_EQ(p.mode(), profd::v1::CUPTI_SHARING_PARTIAL);
+  EXPECT_EQ(p.detail(), s.detail);
+  ASSERT_EQ(p.clients_size(), 2);
+  EXPECT_EQ(p.clients(1), s.clients[1]);
+  EXPECT_TRUE(p.other_tracing());
+  EXPECT_EQ(p.other_tracer(), s.other_tracer);
+  ASSERT_EQ(p.interposed_size(), 2);
+  EXPECT_EQ(p.interposed(1), "libtorch_cpu.so");
+  ASSERT_EQ(p.not_interposed_size(), 1);
+  EXPECT_EQ(p.not_interposed(0), s.not_interposed[0]);
+  EXPECT_TRUE(p.native_multiple_subscribers());
+  EXPECT_EQ(p.captures_cut_short(), 3u);
+
+  // Every mode means the same on both sides.
+  for (auto [ours, theirs] :
+       {std::pair{CuptiSharingMode::kShared, profd::v1::CUPTI_SHARING_SHARED},
+        std::pair{CuptiSharingMode::kWaiting, profd::v1::CUPTI_SHARING_WAITING},
+        std::pair{CuptiSharingMode::kNotShared, profd::v1::CUPTI_SHARING_NOT_SHARED},
+        std::pair{CuptiSharingMode::kOff, profd::v1::CUPTI_SHARING_OFF}}) {
+    hb.cupti_sharing.mode = ours;
+    EncodeHeartbeat(hb, &bytes);
+    ASSERT_TRUE(m.ParseFromString(bytes));
+    EXPECT_EQ(m.heartbeat().cupti_sharing().mode(), theirs);
+  }
+
+  hb.has_cupti_sharing = false;  // an agent that says nothing: the field stays unset
+  EncodeHeartbeat(hb, &bytes);
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  EXPECT_FALSE(m.heartbeat().has_cupti_sharing());
+}
+
+TEST(WireTest, CutShortCaptureStatusParses) {
+  CaptureStatus s;
+  s.capture_id = "c2";
+  s.state = CaptureState::kFinished;
+  s.error = CaptureError::kCutShort;
+  s.message = "cut short after 0.40 s of 2.00 s";
+  std::string bytes;
+  EncodeCaptureStatus(s, &bytes);
+  profd::v1::AgentMessage m;
+  ASSERT_TRUE(m.ParseFromString(bytes));
+  EXPECT_EQ(m.capture_status().state(), profd::v1::CAPTURE_STATE_FINISHED);
+  EXPECT_EQ(m.capture_status().error(), profd::v1::CAPTURE_ERROR_CUT_SHORT);
+}
+
 TEST(WireTest, DecodesWhatProfdSends) {
   profd::v1::DaemonMessage start;
   auto* s = start.mutable_start_capture();

@@ -1,7 +1,14 @@
 // A stand-in for a CUDA application in tests that run without a GPU: loads libprofagent.so with
 // dlopen and calls InitializeInjection, exactly as the CUDA driver does for CUDA_INJECTION64_PATH,
 // then idles until SIGTERM/SIGKILL.
-//   agent_host <libprofagent.so> [--fork]    --fork: also fork a child that idles (fork safety)
+//   agent_host <libprofagent.so> [--fork] [--preload LIB]... [--call FN]... [--on-usr1 FN]
+//              [--on-usr2 FN]
+//   --fork       also fork a child that idles (fork safety)
+//   --preload    dlopen LIB before the agent starts, as `import torch` loads PyTorch's libraries
+//                (with Kineto and CUPTI) before CUDA starts
+//   --call       after InitializeInjection, call `int FN(void)` of a preloaded library
+//   --on-usr1/2  call it at each SIGUSR1/SIGUSR2 (start and stop a torch.profiler session)
+// Each call prints "FN -> result" on stdout.
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -9,12 +16,72 @@
 
 #include <cstdio>
 #include <cstring>
+#include <string>
+#include <vector>
+
+namespace {
+
+std::vector<void*> g_preloaded;
+
+int Call(const std::string& name) {
+  for (void* lib : g_preloaded) {
+    if (auto fn = reinterpret_cast<int (*)()>(dlsym(lib, name.c_str()))) {
+      int result = fn();
+      std::printf("%s -> %d\n", name.c_str(), result);
+      std::fflush(stdout);
+      return result;
+    }
+  }
+  std::fprintf(stderr, "agent_host: no function %s in the preloaded libraries\n", name.c_str());
+  return -1;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: agent_host <libprofagent.so> [--fork]\n");
+    std::fprintf(stderr,
+                 "usage: agent_host <libprofagent.so> [--fork] [--preload LIB]... "
+                 "[--call FN]... [--on-usr1 FN] [--on-usr2 FN]\n");
     return 2;
   }
+  bool fork_child = false;
+  std::vector<std::string> calls;
+  std::string on_usr1, on_usr2;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string value = i + 1 < argc ? argv[i + 1] : "";
+    if (arg == "--fork") {
+      fork_child = true;
+    } else if (arg == "--preload" && !value.empty()) {
+      void* lib = dlopen(value.c_str(), RTLD_NOW | RTLD_LOCAL);
+      if (lib == nullptr) {
+        std::fprintf(stderr, "agent_host: %s\n", dlerror());
+        return 1;
+      }
+      g_preloaded.push_back(lib);
+      ++i;
+    } else if (arg == "--call" && !value.empty()) {
+      calls.push_back(value);
+      ++i;
+    } else if (arg == "--on-usr1" && !value.empty()) {
+      on_usr1 = value;
+      ++i;
+    } else if (arg == "--on-usr2" && !value.empty()) {
+      on_usr2 = value;
+      ++i;
+    } else {
+      std::fprintf(stderr, "agent_host: unknown argument %s\n", arg.c_str());
+      return 2;
+    }
+  }
+  // Signals are taken synchronously below; blocked before any thread starts so all inherit it.
+  sigset_t usr;
+  sigemptyset(&usr);
+  sigaddset(&usr, SIGUSR1);
+  sigaddset(&usr, SIGUSR2);
+  pthread_sigmask(SIG_BLOCK, &usr, nullptr);
+
   void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     std::fprintf(stderr, "agent_host: %s\n", dlerror());
@@ -25,7 +92,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "agent_host: InitializeInjection missing or failed\n");
     return 1;
   }
-  bool fork_child = argc > 2 && std::strcmp(argv[2], "--fork") == 0;
+  for (const std::string& call : calls) Call(call);
+  std::printf("ready\n");
+  std::fflush(stdout);
   if (fork_child) {
     pid_t child = fork();
     if (child == 0) {
@@ -38,5 +107,10 @@ int main(int argc, char** argv) {
     std::printf("child exited %d\n", WIFEXITED(status) ? WEXITSTATUS(status) : -1);
     std::fflush(stdout);
   }
-  while (true) pause();
+  while (true) {
+    int sig = 0;
+    if (sigwait(&usr, &sig) != 0) continue;
+    if (sig == SIGUSR1 && !on_usr1.empty()) Call(on_usr1);
+    if (sig == SIGUSR2 && !on_usr2.empty()) Call(on_usr2);
+  }
 }

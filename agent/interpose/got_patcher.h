@@ -1,0 +1,88 @@
+// Redirects the calls other objects in the process make to chosen functions of one shared library
+// (CUPTI) to replacements of ours, by rewriting the GOT slots their dynamic relocations fill in:
+// JUMP_SLOT (calls through the PLT), GLOB_DAT (address taken through the GOT) and ABS64 (a
+// function pointer stored in data), on x86-64 and aarch64. Nothing is patched inside the objects
+// the caller names as never to patch (the agent itself, the library whose functions are hooked).
+//
+// It fails closed: an object whose dynamic section, relocations or pages are not what is expected
+// is left alone and reported, as is a slot that already points somewhere other than the real
+// function or the object's own lazy-binding stub (another interposer got there first).
+//
+// Objects are held open (dlopen RTLD_NOLOAD) while they are patched, which also waits for a
+// dlopen in progress on another thread to finish relocating them, so a slot is never written
+// while the loader still writes it or before its RELRO protection is applied.
+//
+// Threads: any, cold paths only (start-up, the agent thread's periodic rescan); one internal mutex.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace profagent {
+
+struct ObjectLayout;  // got_patcher.cc
+
+struct ImportHook {
+  const char* name;   // symbol name, e.g. "cuptiSubscribe"
+  void* replacement;  // what the patched slots point to
+  void* original;     // the real function (dlsym on the library's handle)
+};
+
+class GotPatcher {
+ public:
+  // One line per object that imports a hooked symbol.
+  struct ObjectReport {
+    std::string path;
+    uint32_t slots = 0;   // slots pointing to our replacements
+    std::string problem;  // why some or all of its slots were left alone; "" when none
+  };
+
+  // never_patch: addresses inside objects that must keep their own GOT (any address of each).
+  GotPatcher(std::vector<ImportHook> hooks, std::vector<const void*> never_patch);
+
+  // Patches the objects loaded since the last call (every object at the first call) and checks the
+  // slots patched before (a lazy-binding resolver racing the first patch may have written the real
+  // address back). Cheap when nothing was loaded or unloaded since the last call.
+  void Scan();
+
+  // Puts every patched slot back to what it held before (tests; a way out if something is wrong).
+  void RestoreAll();
+
+  std::vector<ObjectReport> Report() const;
+  // Changes whenever Report() would change.
+  uint64_t generation() const;
+  // Objects looked at so far (loaded ones, patched or not).
+  size_t objects() const;
+
+ private:
+  struct Slot {
+    void** address;
+    void* before;  // the value found there before the first patch
+    size_t hook;
+  };
+  struct Object {
+    std::string name;  // as the loader knows it ("" = the main program)
+    std::string path;  // for reports
+    uintptr_t base = 0;
+    bool imports_hooks = false;
+    std::vector<Slot> slots;
+    std::string problem;
+  };
+
+  void ScanLocked(bool force_verify);
+  void Process(Object* object, const ObjectLayout& layout);
+  void Verify(Object* object);
+
+  const std::vector<ImportHook> hooks_;
+  const std::vector<const void*> never_patch_;
+  mutable std::mutex mutex_;
+  std::vector<Object> objects_;  // every object seen, patched or not
+  unsigned long long last_adds_ = ~0ull;
+  unsigned long long last_subs_ = ~0ull;
+  uint64_t generation_ = 0;
+  uint32_t scans_ = 0;
+};
+
+}  // namespace profagent

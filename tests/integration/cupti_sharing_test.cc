@@ -1,0 +1,207 @@
+// torch.profiler and profd captures in one process, end to end without a GPU: the real profd,
+// profctl and libprofagent.so; in the child process a fake CUDA driver and a fake Kineto that
+// calls a fake libcupti.so.13 through its PLT (tests/agent/cupti_fakes/), loaded before the agent
+// as PyTorch's libraries are. CUPTI 13.0's one-subscriber rule is enforced by the fake.
+#include <signal.h>
+
+#include <string>
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "tests/support/profd_process.h"
+
+namespace profd::testing {
+namespace {
+
+const rapidjson::Value* FindAgent(const rapidjson::Document& doc, pid_t pid) {
+  if (!doc.IsObject() || !doc.HasMember("agents")) return nullptr;
+  for (const auto& a : doc["agents"].GetArray()) {
+    if (a["pid"].GetInt() == pid) return &a;
+  }
+  return nullptr;
+}
+
+bool Contains(const rapidjson::Value& array, const std::string& text) {
+  if (!array.IsArray()) return false;
+  for (const auto& v : array.GetArray()) {
+    if (v.IsString() && text == v.GetString()) return true;
+  }
+  return false;
+}
+
+class CuptiSharingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    profd_ = std::make_unique<ProfdProcess>(
+        std::vector<std::string>{"--capture_dir=" + captures_.path(), "--max_capture_duration=10s",
+                                 "--heartbeat_interval=100ms"});
+    profd_->Start();
+  }
+
+  // The process: PyTorch-like libraries first, then CUDA starts and loads the agent; Kineto
+  // initializes (subscribes) right after. SIGUSR1/SIGUSR2 start and stop a torch.profiler session.
+  std::unique_ptr<Subprocess> StartHost() {
+    std::vector<std::string> argv = {BuildPath("tests/integration/agent_host"),
+                                     BuildPath("agent/libprofagent.so"),
+                                     "--preload",
+                                     BuildPath("tests/agent/fake_cuda/libcuda.so.1"),
+                                     "--preload",
+                                     BuildPath("tests/agent/libfake_kineto.so"),
+                                     "--call",
+                                     "fakekineto_init",
+                                     "--on-usr1",
+                                     "fakekineto_start_session",
+                                     "--on-usr2",
+                                     "fakekineto_stop_session"};
+    return std::make_unique<Subprocess>(
+        argv,
+        std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", profd_->agent_socket()},
+                                           {"PROFD_AGENT_LOG", "2"}},
+        host_dir_.File("host"));
+  }
+  std::string HostOut() const { return ReadFileOrEmpty(host_dir_.File("host")); }
+  std::string HostLog() const { return ReadFileOrEmpty(host_dir_.File("host.err")); }
+
+  // The agent's cupti_sharing as `profctl agents --json` shows it, once it has one.
+  rapidjson::Document Agents() const { return profd_->ProfctlJson({"agents"}); }
+  bool SharingSays(pid_t pid, const std::function<bool(const rapidjson::Value&)>& check) const {
+    rapidjson::Document doc = Agents();
+    const rapidjson::Value* a = FindAgent(doc, pid);
+    return a != nullptr && a->HasMember("cupti_sharing") && check((*a)["cupti_sharing"]);
+  }
+
+  TempDir captures_;
+  TempDir host_dir_;
+  std::unique_ptr<ProfdProcess> profd_;
+};
+
+TEST_F(CuptiSharingTest, TorchProfilerAndCapturesTakeTurns) {
+  auto host = StartHost();
+  const pid_t pid = host->pid();
+  const std::string p = std::to_string(pid);
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)))
+      << HostOut() << HostLog();
+  // Kineto's init succeeded beside the agent's counters (without sharing: error 39).
+  EXPECT_NE(HostOut().find("fakekineto_init -> 0"), std::string::npos) << HostOut() << HostLog();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return SharingSays(pid, [](const rapidjson::Value& s) {
+          return s.HasMember("clients") && s["clients"].Size() > 0;
+        });
+      },
+      absl::Seconds(5)))
+      << profd_->log() << HostLog();
+  {
+    rapidjson::Document doc = Agents();
+    const rapidjson::Value& s = (*FindAgent(doc, pid))["cupti_sharing"];
+    EXPECT_STREQ(s["mode"].GetString(), "CUPTI_SHARING_SHARED");
+    EXPECT_TRUE(Contains(s["interposed"], "libfake_kineto.so"));
+    EXPECT_TRUE(
+        Contains(s["clients"], "libfake_kineto.so: CUPTI subscriber, shared through the agent"));
+    RunResult table = profd_->Profctl({"agents"});
+    EXPECT_NE(table.out.find("CUPTI"), std::string::npos) << table.out;
+    EXPECT_NE(table.out.find("shared"), std::string::npos) << table.out;
+  }
+
+  // Before a torch.profiler session: captures work.
+  rapidjson::Document before = profd_->ProfctlJson({"capture", "--pid", p, "--duration", "300ms"});
+  EXPECT_STREQ(before["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log() << HostLog();
+
+  // During one: refused, saying who holds it; torch's session is left alone.
+  host->Signal(SIGUSR1);
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("fakekineto_start_session -> 0") != std::string::npos; },
+              absl::Seconds(5)))
+      << HostOut();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return SharingSays(pid, [](const rapidjson::Value& s) {
+          return s.HasMember("other_tracing") && s["other_tracing"].GetBool();
+        });
+      },
+      absl::Seconds(5)));
+  RunResult during = profd_->Profctl({"capture", "--pid", p, "--duration", "300ms"});
+  EXPECT_EQ(during.exit_code, 5) << during.out << during.err;
+  EXPECT_NE((during.out + during.err)
+                .find("libfake_kineto.so is tracing CUDA activity in this process right now"),
+            std::string::npos)
+      << during.out << during.err;
+  RunResult table = profd_->Profctl({"agents"});
+  EXPECT_NE(table.out.find("shared, in use"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("libfake_kineto.so is tracing CUDA activity: captures are refused"),
+            std::string::npos)
+      << table.out;
+
+  // After it: captures work again.
+  host->Signal(SIGUSR2);
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("fakekineto_stop_session -> 0") != std::string::npos; },
+              absl::Seconds(5)));
+  rapidjson::Document after = profd_->ProfctlJson({"capture", "--pid", p, "--duration", "300ms"});
+  EXPECT_STREQ(after["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log() << HostLog();
+
+  // A session that starts during a capture comes first: the capture ends early, marked.
+  RunResult cut;
+  std::thread capture([&] {
+    cut = profd_->Profctl({"--json", "capture", "--pid", p, "--duration", "8s"});
+  });
+  bool started =
+      WaitFor([&] { return HostLog().find("CUPTI enabled for 8000 ms") != std::string::npos; },
+              absl::Seconds(5));
+  absl::Time signalled = absl::Now();
+  host->Signal(SIGUSR1);
+  capture.join();
+  ASSERT_TRUE(started) << HostLog();
+  EXPECT_LT(absl::Now() - signalled, absl::Seconds(5));
+  rapidjson::Document doc;
+  doc.Parse(cut.out.c_str());
+  ASSERT_FALSE(doc.HasParseError()) << cut.out << cut.err;
+  EXPECT_STREQ(doc["phase"].GetString(), "CAPTURE_PHASE_DONE") << cut.out;
+  const rapidjson::Value& process = doc["processes"][0];
+  EXPECT_STREQ(process["error"].GetString(), "CAPTURE_ERROR_CUT_SHORT") << cut.out;
+  std::string message = process["message"].GetString();
+  EXPECT_NE(message.find("cut short after"), std::string::npos) << message;
+  EXPECT_NE(message.find("libfake_kineto.so started tracing CUDA activity in this process"),
+            std::string::npos)
+      << message;
+  EXPECT_NE(HostLog().find("profd capture cut short"), std::string::npos) << HostLog();
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return SharingSays(pid, [](const rapidjson::Value& s) {
+          return s.HasMember("captures_cut_short") && s["captures_cut_short"].GetUint() == 1;
+        });
+      },
+      absl::Seconds(3)));
+}
+
+TEST_F(CuptiSharingTest, SharingOffIsSaidLoudly) {
+  std::vector<std::string> argv = {BuildPath("tests/integration/agent_host"),
+                                   BuildPath("agent/libprofagent.so"),
+                                   "--preload",
+                                   BuildPath("tests/agent/fake_cuda/libcuda.so.1"),
+                                   "--preload",
+                                   BuildPath("tests/agent/libfake_kineto.so"),
+                                   "--call",
+                                   "fakekineto_init"};
+  Subprocess host(
+      argv, {{"PROFD_AGENT_SOCKET", profd_->agent_socket()}, {"PROFD_AGENT_SHARE_CUPTI", "off"}},
+      host_dir_.File("host"));
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return SharingSays(host.pid(), [](const rapidjson::Value& s) {
+          return std::string(s["mode"].GetString()) == "CUPTI_SHARING_OFF";
+        });
+      },
+      absl::Seconds(5)))
+      << profd_->log();
+  RunResult table = profd_->Profctl({"agents"});
+  EXPECT_NE(table.out.find("NOT SHARED (off)"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("PROFD_AGENT_SHARE_CUPTI=off"), std::string::npos) << table.out;
+}
+
+}  // namespace
+}  // namespace profd::testing
