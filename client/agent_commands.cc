@@ -50,6 +50,15 @@ std::string CuptiOf(const profd::v1::AgentInfo& a) {
   }
 }
 
+// How `profctl capture` can reach the process: through Kineto (CPU operators and kernels, what
+// torch.profiler records; the default where offered) and/or the agent (CUPTI).
+std::string ViaOf(const profd::v1::AgentInfo& a) {
+  std::vector<std::string> paths;
+  if (a.kineto().polling()) paths.push_back(a.kineto().busy() ? "kineto (busy)" : "kineto");
+  if (a.has_agent()) paths.push_back("cupti");
+  return paths.empty() ? "-" : absl::StrJoin(paths, ", ");
+}
+
 int RunAgents(const GlobalOptions& g) {
   ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
@@ -71,11 +80,12 @@ int RunAgents(const GlobalOptions& g) {
                  "(and PROFD_AGENT_SOCKET if profd uses another agent socket).\n";
     return kExitOk;
   }
-  analysis::TextTable table({"PID>", "POD/CONTAINER", "GPUS", "CONNECTED", "CUPTI", "COMMAND"});
+  analysis::TextTable table(
+      {"PID>", "POD/CONTAINER", "GPUS", "CONNECTED", "VIA", "CUPTI", "COMMAND"});
   std::vector<std::string> notes;
   for (const auto& a : response.agents()) {
     table.AddRow({std::to_string(a.pid()), PodOf(a), GpusOf(a), Ago(a.connected_since_unix_ns()),
-                  CuptiOf(a), a.command_line().empty() ? a.comm() : a.command_line()});
+                  ViaOf(a), CuptiOf(a), a.command_line().empty() ? a.comm() : a.command_line()});
     const profd::v1::CuptiSharing& s = a.cupti_sharing();
     std::string pid = "pid " + std::to_string(a.pid()) + ": ";
     if (s.mode() == profd::v1::CUPTI_SHARING_PARTIAL ||
@@ -108,6 +118,12 @@ int RunStatus(const GlobalOptions& g) {
             << Ago(response.started_unix_ns()) << "\n"
             << "  agents connected:  " << response.agents_connected() << "\n"
             << "  agent socket:      " << response.agent_socket() << "\n"
+            << "  Kineto socket:     "
+            << (response.kineto_socket().empty() ? std::string("off")
+                                                 : response.kineto_socket() + " (" +
+                                                       std::to_string(response.kineto_processes()) +
+                                                       " PyTorch processes polling)")
+            << "\n"
             << "  gRPC:              " << absl::StrJoin(response.grpc_addresses(), ", ") << "\n";
   if (!response.metrics_address().empty()) {
     std::cout << "  metrics:           http://" << response.metrics_address() << "/metrics\n";

@@ -35,6 +35,10 @@ struct CaptureFlags {
   std::string output;
   std::string label;
   bool no_progress = false;
+  std::string via = "auto";
+  bool record_shapes = false;
+  bool with_stack = false;
+  bool profile_memory = false;
 };
 
 using analysis::FormatBytes;
@@ -207,6 +211,17 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   }
   request.set_max_events(f.max_events);
   request.set_label(f.label);
+  if (f.via == "kineto") {
+    request.set_path(profd::v1::CAPTURE_PATH_KINETO);
+  } else if (f.via == "cupti" || f.via == "agent") {
+    request.set_path(profd::v1::CAPTURE_PATH_CUPTI);
+  } else if (f.via != "auto") {
+    std::cerr << "profctl: --via wants auto, kineto or cupti, not '" << f.via << "'\n";
+    return kExitUsage;
+  }
+  request.set_record_shapes(f.record_shapes);
+  request.set_with_stack(f.with_stack);
+  request.set_profile_memory(f.profile_memory);
   if (f.pids.empty() && !f.all && f.pod.empty()) {
     std::cerr << "profctl: say what to capture: --pid PID (see `profctl agents`), --pod NAME or "
                  "--all\n";
@@ -342,6 +357,15 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   capture->add_option("-o,--output", f->output, "Copy the trace here (a folder for several)");
   capture->add_option("--label", f->label, "Free text kept with the capture");
   capture->add_flag("--no-progress", f->no_progress, "No progress line");
+  capture->add_option("--via", f->via,
+                      "auto (default: through Kineto when the process polls profd's Kineto "
+                      "socket, with CPU operators; else the agent), kineto, or cupti (the agent)");
+  capture->add_flag("--record-shapes", f->record_shapes,
+                    "Through Kineto: operator input shapes (torch.profiler record_shapes)");
+  capture->add_flag("--with-stack", f->with_stack,
+                    "Through Kineto: Python stacks (torch.profiler with_stack)");
+  capture->add_flag("--profile-memory", f->profile_memory,
+                    "Through Kineto: memory events (torch.profiler profile_memory)");
   capture->callback([&g, rc, f] { *rc = RunCapture(g, *f); });
 
   auto limit = std::make_shared<uint32_t>(20);

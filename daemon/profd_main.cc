@@ -30,6 +30,8 @@
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
 #include "daemon/capture/capture_orchestrator.h"
+#include "daemon/capture/capture_targets.h"
+#include "daemon/kineto/kineto_ipc_server.h"
 #include "daemon/log.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/metrics/gpu_sampler.h"
@@ -46,8 +48,8 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
-#include "profd/v1/control_limits.h"
 #include "profd/v1/agent_frame.h"
+#include "profd/v1/control_limits.h"
 
 ABSL_FLAG(std::string, runtime_dir, "/run/profd",
           "Folder for profd's sockets (agent.sock, profd.sock) unless given one by one");
@@ -90,6 +92,13 @@ ABSL_FLAG(absl::Duration, nvml_sample_interval, absl::Seconds(1),
           "How often GPU utilization and memory are read from NVML");
 ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
           "NVML library to dlopen (a path, or a name the dynamic loader finds)");
+// PyTorch processes started with KINETO_USE_DAEMON=1 poll here for operator-level captures
+// (docs/KINETO.md). They must set KINETO_IPC_SOCKET_DIR to exactly this folder.
+ABSL_FLAG(std::string, kineto_socket_dir, "",
+          "Folder of the Kineto daemon socket 'dynolog' (default <runtime_dir>/kineto); processes "
+          "set KINETO_IPC_SOCKET_DIR to exactly this path; 'none' disables");
+ABSL_FLAG(std::string, kineto_max_trace_bytes, "2GiB",
+          "Largest trace profd takes from a process captured through Kineto");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "How often agents send counters");
 ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10), "An agent silent this long is dropped");
 // What one peer of the agent socket (0666: any local user) may cost profd; docs/SECURITY.md.
@@ -501,7 +510,26 @@ int Main(int argc, char** argv) {
   capture_options.on_finished = [&daemon_metrics](const v1::CaptureInfo& info) {
     daemon_metrics.OnCaptureFinished(info);
   };
-  CaptureOrchestrator captures(capture_options, &registry, &channel);
+  std::string kineto_dir = absl::GetFlag(FLAGS_kineto_socket_dir);
+  if (kineto_dir.empty()) kineto_dir = runtime_dir + "/kineto";
+  std::unique_ptr<kineto::KinetoIpcServer> kineto_server;
+  if (kineto_dir != "none") {
+    absl::StatusOr<uint64_t> max_trace =
+        store::ParseByteSize(absl::GetFlag(FLAGS_kineto_max_trace_bytes));
+    if (!max_trace.ok()) {
+      LogError(kComponent, "--kineto_max_trace_bytes: %s", max_trace.status().message());
+      return 1;
+    }
+    capture_options.kineto_max_trace_bytes = *max_trace;
+    kineto_server = std::make_unique<kineto::KinetoIpcServer>(
+        kineto::KinetoIpcOptions{.socket_dir = kineto_dir});
+    if (absl::Status s = kineto_server->Start(); !s.ok()) {
+      LogError(kComponent, "cannot serve Kineto's daemon protocol: %s", s.message());
+      return 1;
+    }
+  }
+  CaptureTargets targets(&registry, kineto_server.get(), identity.hostname, agent_socket);
+  CaptureOrchestrator captures(capture_options, &registry, &channel, &targets, kineto_server.get());
   channel.set_event_sink(&captures);
   if (absl::Status status = channel.Start(); !status.ok()) {
     LogError(kComponent, "cannot start the agent channel: %s", status.ToString());
@@ -552,7 +580,7 @@ int Main(int argc, char** argv) {
   }
   store::TraceStoreService store_service(trace_store.get(), spool.get(), identity.hostname,
                                          store_error);
-  ProfdService service(&identity, &registry, &channel, &captures);
+  ProfdService service(&identity, &registry, &channel, &captures, &targets);
   service.set_gpu_sampler(&gpu_sampler);
   builder.RegisterService(&service);
   builder.RegisterService(&store_service);

@@ -14,6 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
+#include "daemon/capture/kineto_source.h"
 #include "daemon/log.h"
 #include "daemon/trace/capture_summary.h"
 #include "daemon/trace/chrome_trace_writer.h"
@@ -73,11 +74,32 @@ bool ProcessTerminal(v1::CaptureState state) {
   return state == v1::CAPTURE_STATE_FINISHED || state == v1::CAPTURE_STATE_FAILED;
 }
 
-std::string DescribeAgents(const std::vector<v1::AgentInfo>& agents) {
-  if (agents.empty()) return "no process has an agent connected";
-  std::vector<std::string> parts;
-  for (const auto& a : agents) parts.push_back(absl::StrCat(a.pid(), " (", a.comm(), ")"));
-  return "processes with an agent: " + absl::StrJoin(parts, ", ");
+// The capture's summary, from the same analysis as its summary.json: one definition of the
+// window, the events, each GPU's busy share and the kernel table for `profctl capture`, `show`,
+// `report` and summary.json (docs/ANALYSIS.md).
+v1::CaptureSummary SummaryOf(const analysis::Report& report, uint64_t dropped_records) {
+  v1::CaptureSummary out;
+  out.set_window_ns(static_cast<uint64_t>(std::max<int64_t>(report.window_ns, 0)));
+  out.set_events(report.events);
+  out.set_dropped_records(dropped_records);
+  for (const analysis::GpuRow& g : report.gpus) {
+    v1::GpuSummary* gpu = out.add_gpus();
+    gpu->set_pid(static_cast<uint32_t>(g.pid));
+    gpu->set_device(static_cast<uint32_t>(g.device));
+    gpu->set_busy_ratio(g.busy_ratio);
+    gpu->set_kernels(g.kernels);
+    gpu->set_memcpys(g.memcpys);
+  }
+  for (const analysis::KernelRow& k : report.top_kernels) {
+    v1::KernelSummary* kernel = out.add_top_kernels();
+    kernel->set_name(k.name);
+    kernel->set_count(k.stats.count);
+    kernel->set_total_ns(static_cast<uint64_t>(std::max<int64_t>(k.stats.total_ns, 0)));
+    kernel->set_min_ns(static_cast<uint64_t>(std::max<int64_t>(k.stats.min_ns, 0)));
+    kernel->set_max_ns(static_cast<uint64_t>(std::max<int64_t>(k.stats.max_ns, 0)));
+    kernel->set_avg_ns(k.stats.avg_ns);
+  }
+  return out;
 }
 
 }  // namespace
@@ -88,12 +110,9 @@ bool CaptureOrchestrator::Terminal(v1::CapturePhase phase) {
 }
 
 // One capture: its targets, its pipeline thread, and the snapshot the gRPC side reads.
-class CaptureOrchestrator::Capture {
+class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture> {
  public:
-  struct Target {
-    ConnectionId connection;
-    v1::AgentInfo agent;
-  };
+  using Target = CaptureTarget;
 
   Capture(CaptureOrchestrator* owner, v1::CaptureInfo info, std::vector<Target> targets,
           uint64_t max_events, std::string folder)
@@ -104,21 +123,28 @@ class CaptureOrchestrator::Capture {
         folder_(std::move(folder)) {
     for (const Target& t : targets_) {
       v1::ProcessCapture* p = info_.add_processes();
-      p->set_pid(t.agent.pid());
-      p->set_comm(t.agent.comm());
-      p->set_pod_name(t.agent.pod_name());
+      p->set_pid(t.info.pid());
+      p->set_comm(t.info.comm());
+      p->set_pod_name(t.info.pod_name());
       p->set_state(v1::CAPTURE_STATE_UNSPECIFIED);
+      p->set_path(t.path);
       processes_.push_back(Process{});
-      processes_.back().devices.assign(t.agent.devices().begin(), t.agent.devices().end());
+      processes_.back().devices.assign(t.info.devices().begin(), t.info.devices().end());
     }
     snapshot_ = info_;
   }
 
   ~Capture() { Join(); }
 
-  void Launch() {
-    // Tell every agent first (cheap, queued), then let the pipeline thread take over.
-    for (const Target& t : targets_) {
+  void Launch(const v1::CaptureRequest& request) {
+    // Tell every agent and offer every Kineto its config first (cheap, queued), then let the
+    // pipeline thread take over.
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      const Target& t = targets_[i];
+      if (t.path == v1::CAPTURE_PATH_KINETO) {
+        OfferToKineto(static_cast<int>(i), request);
+        continue;
+      }
       v1::DaemonMessage message;
       v1::StartCapture* start = message.mutable_start_capture();
       start->set_capture_id(info_.capture_id());
@@ -138,19 +164,21 @@ class CaptureOrchestrator::Capture {
 
   bool Targets(ConnectionId connection) const {
     for (const Target& t : targets_) {
-      if (t.connection == connection) return true;
+      if (t.connection != 0 && t.connection == connection) return true;
     }
     return false;
   }
 
   struct Item {
-    enum Kind { kStatus, kBatch, kGone, kCancel } kind;
+    enum Kind { kStatus, kBatch, kGone, kCancel, kKineto } kind;
     ConnectionId connection = 0;
     v1::CaptureStatus status;
     // Unparsed: parsed on this capture's thread. It holds its agent's backlog until destroyed,
     // so a batch that will not be written is dropped at once (Push after the end, a failed
     // process).
     AgentEventBatch batch;
+    int target = -1;  // kKineto: which target
+    KinetoSource::Event kineto{};
   };
 
   void Push(Item item) {
@@ -195,7 +223,101 @@ class CaptureOrchestrator::Capture {
     std::vector<v1::DeviceInfo> devices;
     std::string file_name;
     uint64_t dropped_from_batches = 0;
+    // Through Kineto: the offer, then the trace file to collect by `kineto_deadline`.
+    std::unique_ptr<KinetoSource> kineto;
+    absl::Time kineto_deadline = absl::InfiniteFuture();
   };
+
+  // Offers Kineto in target i its config for this capture; the answer comes back as kKineto
+  // items. It waits for the process's next poll: up to its poll period (5 s by default, 1 s with
+  // the KINETO_CONFIG the deploy snippets ship) after the start time.
+  void OfferToKineto(int i, const v1::CaptureRequest& request) {
+    const Target& t = targets_[i];
+    Process& proc = processes_[i];
+    proc.kineto = std::make_unique<KinetoSource>(owner_->kineto_, t.info.pid(), t.info.uid(),
+                                                 folder_, owner_->options_.kineto_max_trace_bytes,
+                                                 owner_->options_.gzip_level);
+    kineto::KinetoTraceRequest config;
+    config.capture_id = info_.capture_id();
+    config.duration = absl::Milliseconds(info_.duration_ms());
+    const absl::Time start_at = absl::FromUnixNanos(info_.start_at_unix_ns());
+    if (start_at > absl::FromUnixNanos(info_.requested_unix_ns())) config.start_at = start_at;
+    config.record_shapes = request.record_shapes();
+    config.with_stack = request.with_stack();
+    config.profile_memory = request.profile_memory();
+    const absl::Duration period =
+        std::max(absl::Milliseconds(t.info.kineto().poll_period_ms()), absl::Seconds(5));
+    std::weak_ptr<Capture> self = weak_from_this();
+    absl::Status offered = proc.kineto->Offer(
+        config, std::max(start_at, absl::Now()) + 2 * period + owner_->options_.start_timeout,
+        [self, i](KinetoSource::Event event) {
+          if (auto capture = self.lock()) {
+            capture->Push(Item{Item::kKineto, 0, {}, {}, i, event});
+          }
+        });
+    if (!offered.ok()) {
+      Push(Item{Item::kKineto, 0, {}, {}, i, {KinetoSource::Event::kExpired, absl::Now(), 0}});
+    }
+  }
+
+  // The config went out, or the offer expired without a poll that wanted it.
+  bool HandleKineto(int i, const KinetoSource::Event& event) {
+    v1::ProcessCapture& p = P(i);
+    Process& proc = processes_[i];
+    if (ProcessTerminal(p.state())) return false;
+    if (event.kind == KinetoSource::Event::kExpired) {
+      p.set_state(v1::CAPTURE_STATE_FAILED);
+      p.set_error(v1::CAPTURE_ERROR_CUPTI_IN_USE);
+      std::optional<kineto::KinetoClient> client =
+          owner_->kineto_ ? owner_->kineto_->Find(p.pid()) : std::nullopt;
+      p.set_message(
+          !client ? "the process stopped polling profd's Kineto socket (exited?) before it took "
+                    "the capture"
+          : client->busy
+              ? "Kineto stayed busy collecting another trace in this process (a torch.profiler "
+                "session): capture again when it ends"
+              : "Kineto did not take the capture at its polls (KINETO_USE_DAEMON=1 set?)");
+      return true;
+    }
+    proc.kineto->Delivered(event.pid_in_namespace);
+    const absl::Time start = std::max(event.at, absl::FromUnixNanos(info_.start_at_unix_ns()));
+    p.set_state(v1::CAPTURE_STATE_STARTED);
+    p.set_enabled_unix_ns(absl::ToUnixNanos(start));
+    p.set_start_latency_ns(absl::ToInt64Nanoseconds(
+        start -
+        absl::FromUnixNanos(std::max(info_.requested_unix_ns(), info_.start_at_unix_ns()))));
+    // Kineto writes the trace when the window ends, the whole JSON at once.
+    proc.kineto_deadline =
+        start + absl::Milliseconds(info_.duration_ms()) + owner_->options_.finish_timeout;
+    return true;
+  }
+
+  // Pipeline thread, every turn: has Kineto written the trace of a process it started?
+  bool CollectKineto() {
+    bool changed = false;
+    for (size_t i = 0; i < targets_.size(); ++i) {
+      v1::ProcessCapture& p = P(i);
+      Process& proc = processes_[i];
+      if (proc.kineto == nullptr || p.state() != v1::CAPTURE_STATE_STARTED) continue;
+      absl::Status collected = proc.kineto->TryCollect();
+      if (collected.ok()) {
+        proc.file_name = proc.kineto->file_name();
+        p.set_state(v1::CAPTURE_STATE_FINISHED);
+        p.set_disabled_unix_ns(p.enabled_unix_ns() + int64_t{info_.duration_ms()} * 1'000'000);
+        changed = true;
+      } else if (!absl::IsNotFound(collected) || absl::Now() > proc.kineto_deadline) {
+        p.set_state(v1::CAPTURE_STATE_FAILED);
+        p.set_message(absl::IsNotFound(collected)
+                          ? absl::StrCat("Kineto took the capture but wrote no trace within ",
+                                         absl::FormatDuration(owner_->options_.finish_timeout),
+                                         " of its end (a torch.profiler session in the process "
+                                         "pre-empts on-demand traces)")
+                          : std::string(collected.message()));
+        changed = true;
+      }
+    }
+    return changed;
+  }
 
   v1::ProcessCapture& P(size_t i) { return *info_.mutable_processes(static_cast<int>(i)); }
 
@@ -252,9 +374,21 @@ class CaptureOrchestrator::Capture {
   }
 
   bool Handle(Item& item) {
+    if (item.kind == Item::kKineto) return HandleKineto(item.target, item.kineto);
     if (item.kind == Item::kCancel) {
       cancelled_ = true;
-      for (const Target& t : targets_) {
+      for (size_t i = 0; i < targets_.size(); ++i) {
+        const Target& t = targets_[i];
+        if (t.path == v1::CAPTURE_PATH_KINETO) {
+          // Not taken yet: withdrawn. Taken: Kineto cannot be stopped; its trace comes at the end.
+          v1::ProcessCapture& p = P(i);
+          if (!processes_[i].kineto->delivered() && !ProcessTerminal(p.state())) {
+            processes_[i].kineto->Withdraw();
+            p.set_state(v1::CAPTURE_STATE_FAILED);
+            p.set_message("cancelled before Kineto took the capture");
+          }
+          continue;
+        }
         v1::DaemonMessage message;
         message.mutable_stop_capture()->set_capture_id(info_.capture_id());
         owner_->channel_->Send(t.connection, message);
@@ -321,6 +455,7 @@ class CaptureOrchestrator::Capture {
         return true;
       }
       case Item::kCancel:
+      case Item::kKineto:
         break;
     }
     return false;
@@ -367,12 +502,12 @@ class CaptureOrchestrator::Capture {
     if (proc.writer == nullptr && write_error_.empty()) {
       TraceProcess tp;
       tp.pid = p.pid();
-      tp.comm = targets_[i].agent.comm();
-      tp.command_line = targets_[i].agent.command_line();
+      tp.comm = targets_[i].info.comm();
+      tp.command_line = targets_[i].info.command_line();
       tp.hostname = info_.hostname();
       tp.capture_id = info_.capture_id();
-      tp.pod_name = targets_[i].agent.pod_name();
-      tp.pod_namespace = targets_[i].agent.pod_namespace();
+      tp.pod_name = targets_[i].info.pod_name();
+      tp.pod_namespace = targets_[i].info.pod_namespace();
       // Whole milliseconds before the request: every event comes after it, and ts stays small.
       tp.base_time_ns = info_.requested_unix_ns() / 1000000 * 1000000;
       proc.file_name = absl::StrCat("trace-", p.pid(), ".json.gz");
@@ -419,10 +554,11 @@ class CaptureOrchestrator::Capture {
     absl::Time start_at =
         absl::FromUnixNanos(std::max(info_.requested_unix_ns(), info_.start_at_unix_ns()));
     absl::Time end_at = start_at + absl::Milliseconds(info_.duration_ms());
-    bool changed = false;
+    bool changed = CollectKineto();
     for (size_t i = 0; i < targets_.size(); ++i) {
       v1::ProcessCapture& p = P(i);
-      if (ProcessTerminal(p.state())) continue;
+      // Kineto processes keep their own deadlines (the offer's expiry, kineto_deadline).
+      if (ProcessTerminal(p.state()) || targets_[i].path == v1::CAPTURE_PATH_KINETO) continue;
       if (p.state() == v1::CAPTURE_STATE_UNSPECIFIED &&
           now > start_at + owner_->options_.start_timeout) {
         p.set_state(v1::CAPTURE_STATE_FAILED);
@@ -498,6 +634,18 @@ class CaptureOrchestrator::Capture {
         file->set_sha256(Sha256Hex(path));
         proc.writer.reset();
       }
+      if (proc.kineto && p.state() == v1::CAPTURE_STATE_FINISHED) {
+        // Kineto's own JSON, as the process wrote it (gzip): CPU operators, kernels, flows.
+        std::string path = folder_ + "/" + proc.file_name;
+        v1::TraceFile* file = info_.add_files();
+        file->set_name(proc.file_name);
+        file->set_path(path);
+        file->set_format("kineto-json-gz");
+        file->set_pid(p.pid());
+        std::error_code ec;
+        file->set_bytes(std::filesystem::file_size(path, ec));
+        file->set_sha256(Sha256Hex(path));
+      }
     }
     if (window_start == UINT64_MAX) window_start = window_end;
     *info_.mutable_summary() = summary_.Build(window_start, window_end);
@@ -528,6 +676,16 @@ class CaptureOrchestrator::Capture {
       absl::Status s;
       absl::StatusOr<analysis::Report> report = analysis::AnalyzeTraceFiles(paths);
       if (report.ok()) {
+        *info_.mutable_summary() = SummaryOf(*report, info_.summary().dropped_records());
+        // A Kineto trace is counted by the analysis, file by file in the same order.
+        for (size_t f = 0; f < report->inputs.size() && f < static_cast<size_t>(info_.files_size());
+             ++f) {
+          for (v1::ProcessCapture& p : *info_.mutable_processes()) {
+            if (p.path() == v1::CAPTURE_PATH_KINETO && p.pid() == info_.files(f).pid()) {
+              p.set_events(report->inputs[f].events);
+            }
+          }
+        }
         s = analysis::WriteReportJson(*report, folder_ + "/summary.json");
       } else {
         LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
@@ -548,7 +706,9 @@ class CaptureOrchestrator::Capture {
         }
       }
     }
-    for (const Target& t : targets_) owner_->registry_->SetCapturing(t.connection, "");
+    for (const Target& t : targets_) {
+      if (t.connection != 0) owner_->registry_->SetCapturing(t.connection, "");
+    }
     LogInfo(kComponent, "capture %s %s: %u process(es), %u events, %s", info_.capture_id(),
             v1::CapturePhase_Name(info_.phase()), targets_.size(), info_.summary().events(),
             info_.location().empty() ? "no trace" : info_.location());
@@ -586,8 +746,33 @@ class CaptureOrchestrator::Capture {
 };
 
 CaptureOrchestrator::CaptureOrchestrator(CaptureOptions options, AgentRegistry* registry,
-                                         AgentChannelServer* channel)
-    : options_(std::move(options)), registry_(registry), channel_(channel) {}
+                                         AgentChannelServer* channel, const CaptureTargets* catalog,
+                                         kineto::KinetoIpcServer* kineto)
+    : options_(std::move(options)),
+      registry_(registry),
+      channel_(channel),
+      catalog_(catalog),
+      kineto_(kineto) {}
+
+// "" when no running capture has pid among its targets, else why it is busy.
+std::string CaptureOrchestrator::RunningCaptureOf(uint32_t pid) const {
+  for (const v1::CaptureInfo& running : List(0)) {
+    if (Terminal(running.phase())) continue;
+    for (const v1::ProcessCapture& p : running.processes()) {
+      if (p.pid() != pid) continue;
+      std::string ends;
+      if (running.started_unix_ns()) {
+        absl::Time end = absl::FromUnixNanos(running.started_unix_ns()) +
+                         absl::Milliseconds(running.duration_ms());
+        ends = absl::StrCat(", which ends in about ",
+                            absl::FormatDuration(absl::Trunc(end - absl::Now(), absl::Seconds(1))));
+      }
+      return absl::StrCat("already being captured by ", running.capture_id(), ends,
+                          ": retry then, or `profctl cancel ", running.capture_id(), "`");
+    }
+  }
+  return "";
+}
 
 CaptureOrchestrator::~CaptureOrchestrator() {
   std::vector<std::shared_ptr<Capture>> all;
@@ -624,82 +809,14 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
                      " is over this profd's limit of ", absl::FormatDuration(options_.max_duration),
                      " (profd --max_capture_duration)"));
   }
-  // Each agent with its own connection, from one look at the registry: asking for the
-  // connection of a pid later could find another process that got the pid meanwhile.
-  std::vector<std::pair<ConnectionId, v1::AgentInfo>> connected = registry_->ListWithConnections();
-  std::vector<v1::AgentInfo> agents;
-  for (const auto& [connection, agent] : connected) agents.push_back(agent);
-  std::vector<Capture::Target> targets;
-  auto add = [&](const v1::AgentInfo& agent) -> absl::Status {
-    std::optional<ConnectionId> conn;
-    for (const auto& [connection, a] : connected) {
-      if (a.pid() == agent.pid()) conn = connection;
+  absl::StatusOr<std::vector<CaptureTarget>> resolved =
+      catalog_->Resolve(request, [this](uint32_t pid) { return RunningCaptureOf(pid); });
+  if (!resolved.ok()) return resolved.status();
+  std::vector<CaptureTarget> targets = *std::move(resolved);
+  for (const CaptureTarget& t : targets) {
+    if (t.path == v1::CAPTURE_PATH_KINETO && kineto_ == nullptr) {
+      return absl::FailedPreconditionError("profd serves no Kineto socket (--kineto_socket_dir)");
     }
-    if (!conn) return absl::NotFoundError(absl::StrCat("pid ", agent.pid(), " just disconnected"));
-    if (!agent.capturing().empty()) {
-      std::optional<v1::CaptureInfo> running = Get(agent.capturing());
-      std::string ends;
-      if (running && running->started_unix_ns()) {
-        absl::Time end = absl::FromUnixNanos(running->started_unix_ns()) +
-                         absl::Milliseconds(running->duration_ms());
-        ends = absl::StrCat(", which ends in about ",
-                            absl::FormatDuration(absl::Trunc(end - absl::Now(), absl::Seconds(1))));
-      }
-      return absl::FailedPreconditionError(
-          absl::StrCat("pid ", agent.pid(), " is already being captured by ", agent.capturing(),
-                       ends, ": retry then, or `profctl cancel ", agent.capturing(), "`"));
-    }
-    for (const auto& t : targets) {
-      if (t.connection == *conn) return absl::OkStatus();
-    }
-    targets.push_back({*conn, agent});
-    return absl::OkStatus();
-  };
-  if (request.all()) {
-    if (agents.empty()) {
-      return absl::FailedPreconditionError(
-          "no agents are connected to this profd: start the process with "
-          "CUDA_INJECTION64_PATH=<path>/libprofagent.so");
-    }
-    for (const auto& a : agents) {
-      if (absl::Status s = add(a); !s.ok()) return s;
-    }
-  }
-  for (uint32_t pid : request.pids()) {
-    auto it = std::find_if(agents.begin(), agents.end(),
-                           [&](const v1::AgentInfo& a) { return a.pid() == pid; });
-    if (it == agents.end()) {
-      bool exists = access(absl::StrCat("/proc/", pid).c_str(), F_OK) == 0;
-      if (exists) {
-        return absl::NotFoundError(
-            absl::StrCat("process ", pid,
-                         " is running but has no profd agent: start it with "
-                         "CUDA_INJECTION64_PATH=<path>/libprofagent.so (and PROFD_AGENT_SOCKET=",
-                         channel_->options().socket_path, " if profd is not at the default); ",
-                         DescribeAgents(agents)));
-      }
-      return absl::NotFoundError(absl::StrCat("no process ", pid, " on ", options_.hostname, "; ",
-                                              DescribeAgents(agents)));
-    }
-    if (absl::Status s = add(*it); !s.ok()) return s;
-  }
-  if (!request.pod_name().empty()) {
-    size_t before = targets.size();
-    for (const auto& a : agents) {
-      if (a.pod_name() == request.pod_name() &&
-          (request.pod_namespace().empty() || a.pod_namespace() == request.pod_namespace())) {
-        if (absl::Status s = add(a); !s.ok()) return s;
-      }
-    }
-    if (targets.size() == before) {
-      return absl::NotFoundError(absl::StrCat(
-          "no agent in pod ", request.pod_namespace().empty() ? "" : request.pod_namespace() + "/",
-          request.pod_name(), " on ", options_.hostname,
-          " (agents read POD_NAME/POD_NAMESPACE from the downward API); ", DescribeAgents(agents)));
-    }
-  }
-  if (targets.empty()) {
-    return absl::InvalidArgumentError("say which processes to capture: --pid, --pod or --all");
   }
 
   // Where the trace goes: refuse now rather than fail at the end.
@@ -760,7 +877,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
       order_.pop_front();
     }
   }
-  capture->Launch();
+  capture->Launch(request);
   LogInfo(kComponent, "capture %s requested: %u ms", id, request.duration_ms());
   return id;
 }

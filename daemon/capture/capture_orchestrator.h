@@ -23,6 +23,8 @@
 #include "absl/time/time.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/capture/capture_targets.h"
+#include "daemon/kineto/kineto_ipc_server.h"
 #include "profd/v1/profd.pb.h"
 
 namespace profd {
@@ -36,6 +38,8 @@ struct CaptureOptions {
   absl::Duration finish_timeout = absl::Seconds(30);  // ... and report the end by then
   uint64_t min_free_bytes = 64u << 20;                // refuse captures when the disk is this full
   int gzip_level = 1;
+  // Through Kineto: the largest trace profd takes from a process (--kineto_max_trace_bytes).
+  uint64_t kineto_max_trace_bytes = uint64_t{2} << 30;
   // What one process's string table (kernel, API and NVTX names) may hold; past it that process's
   // trace stops. Real captures need a few MiB; the agent chooses ids and texts.
   uint64_t max_string_bytes_per_process = 64u << 20;
@@ -55,7 +59,9 @@ struct CaptureOptions {
 
 class CaptureOrchestrator final : public AgentEventSink {
  public:
-  CaptureOrchestrator(CaptureOptions options, AgentRegistry* registry, AgentChannelServer* channel);
+  // kineto may be null (no Kineto socket): processes are then captured through their agents only.
+  CaptureOrchestrator(CaptureOptions options, AgentRegistry* registry, AgentChannelServer* channel,
+                      const CaptureTargets* catalog, kineto::KinetoIpcServer* kineto);
   ~CaptureOrchestrator() override;
 
   // gRPC threads.
@@ -88,10 +94,13 @@ class CaptureOrchestrator final : public AgentEventSink {
   std::shared_ptr<Capture> Find(const std::string& id) const;
   std::shared_ptr<Capture> FindByConnection(ConnectionId connection) const;
   std::string NewId() const;
+  std::string RunningCaptureOf(uint32_t pid) const;
 
   const CaptureOptions options_;
   AgentRegistry* const registry_;
   AgentChannelServer* const channel_;
+  const CaptureTargets* const catalog_;
+  kineto::KinetoIpcServer* const kineto_;
 
   mutable absl::Mutex mutex_;
   std::map<std::string, std::shared_ptr<Capture>> captures_ ABSL_GUARDED_BY(mutex_);

@@ -13,8 +13,13 @@ grpc::Status ToGrpc(const absl::Status& status) {
 }  // namespace
 
 ProfdService::ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
-                           const AgentChannelServer* channel, CaptureOrchestrator* captures)
-    : identity_(identity), registry_(registry), channel_(channel), captures_(captures) {}
+                           const AgentChannelServer* channel, CaptureOrchestrator* captures,
+                           const CaptureTargets* targets)
+    : identity_(identity),
+      registry_(registry),
+      channel_(channel),
+      captures_(captures),
+      targets_(targets) {}
 
 namespace {
 
@@ -41,7 +46,7 @@ grpc::Status ProfdService::ListAgents(grpc::ServerContext*, const v1::ListAgents
                                       v1::ListAgentsResponse* response) {
   response->set_hostname(identity_->hostname);
   uint32_t omitted = 0;
-  AddBounded(registry_->List(), response->ByteSizeLong() + 16, response->mutable_agents(),
+  AddBounded(targets_->ListInfo(), response->ByteSizeLong() + 16, response->mutable_agents(),
              &omitted);
   response->set_omitted(omitted);
   return grpc::Status::OK;
@@ -59,6 +64,10 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   response->set_metrics_address(identity_->metrics_address);
   response->set_store_uri(identity_->store_uri);
   response->set_agent_protocol_errors(channel_->protocol_errors());
+  if (const kineto::KinetoIpcServer* kineto = targets_->kineto()) {
+    response->set_kineto_socket(kineto->socket_path());
+    response->set_kineto_processes(static_cast<uint32_t>(kineto->Clients().size()));
+  }
   if (gpus_ != nullptr) {
     std::shared_ptr<const GpuSnapshot> gpus = gpus_->snapshot();
     response->set_nvml_available(gpus->nvml_available);

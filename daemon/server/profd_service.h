@@ -27,7 +27,8 @@ struct DaemonIdentity {
 class ProfdService final : public v1::Profd::Service {
  public:
   ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
-               const AgentChannelServer* channel, CaptureOrchestrator* captures);
+               const AgentChannelServer* channel, CaptureOrchestrator* captures,
+               const CaptureTargets* targets);
 
   // Set before serving; null leaves nvml_available false in GetStatus.
   void set_gpu_sampler(const GpuSampler* gpus) { gpus_ = gpus; }
@@ -51,6 +52,7 @@ class ProfdService final : public v1::Profd::Service {
   AgentRegistry* const registry_;
   const AgentChannelServer* const channel_;
   CaptureOrchestrator* const captures_;
+  const CaptureTargets* const targets_;
   const GpuSampler* gpus_ = nullptr;
 };
 

@@ -1,0 +1,157 @@
+// Operator-level captures of PyTorch processes through Kineto's daemon protocol, end to end: a
+// real profd, the real profctl, and fake_pytorch, which speaks the protocol byte for byte from a
+// private /tmp (as a pod would) and writes a Kineto trace recorded on the GPU host.
+#include <sys/stat.h>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/support/fixtures.h"
+#include "tests/support/profd_process.h"
+
+namespace profd::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+const char kFixture[] = "tests/fixtures/torch/kineto_ondemand_gpt2_500ms.json.gz";
+
+class KinetoCaptureTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (getuid() != 0) GTEST_SKIP() << "fake_pytorch needs root for its private /tmp (a pod's)";
+    profd_.Start();
+  }
+  std::string KinetoDir() const { return profd_.runtime_dir() + "/kineto"; }
+
+  // Starts fake_pytorch and waits until profd lists it as polling.
+  pid_t StartPyTorch(std::vector<std::string> args = {}) {
+    std::vector<std::string> argv = {BuildPath("tests/integration/fake_pytorch"),
+                                     SourcePath(kFixture)};
+    argv.insert(argv.end(), args.begin(), args.end());
+    out_ = dir_.File("fake_pytorch.out");
+    kineto_ = std::make_unique<Subprocess>(
+        argv, std::map<std::string, std::string>{{"KINETO_IPC_SOCKET_DIR", KinetoDir()}}, out_);
+    const pid_t pid = kineto_->pid();
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          rapidjson::Document agents = profd_.ProfctlJson({"agents"});
+          for (const auto& a : agents["agents"].GetArray()) {
+            if (a["pid"].GetInt() == pid && a.HasMember("kineto") &&
+                a["kineto"]["polling"].GetBool()) {
+              return true;
+            }
+          }
+          return false;
+        },
+        absl::Seconds(10)))
+        << ReadFileOrEmpty(out_ + ".err") << profd_.log();
+    return pid;
+  }
+
+  TempDir dir_;
+  ProfdProcess profd_;
+  std::unique_ptr<Subprocess> kineto_;
+  std::string out_;
+};
+
+TEST_F(KinetoCaptureTest, AgentsSaysWhichPathEachProcessOffers) {
+  const pid_t pid = StartPyTorch();
+  RunResult table = profd_.Profctl({"agents"});
+  ASSERT_EQ(table.exit_code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("VIA"));
+  EXPECT_THAT(table.out, HasSubstr("kineto"));
+  rapidjson::Document agents = profd_.ProfctlJson({"agents"});
+  bool found = false;
+  for (const auto& a : agents["agents"].GetArray()) {
+    if (a["pid"].GetInt() != pid) continue;
+    found = true;
+    EXPECT_FALSE(a.HasMember("has_agent") && a["has_agent"].GetBool());
+    EXPECT_EQ(std::string(a["comm"].GetString()), "fake_pytorch");
+  }
+  EXPECT_TRUE(found);
+  rapidjson::Document status = profd_.ProfctlJson({"status"});
+  EXPECT_EQ(std::string(status["kineto_socket"].GetString()), KinetoDir() + "/dynolog");
+  EXPECT_EQ(status["kineto_processes"].GetInt(), 1);
+}
+
+TEST_F(KinetoCaptureTest, CapturesThroughKinetoIntoTheCaptureFolder) {
+  const pid_t pid = StartPyTorch();
+  RunResult r = profd_.Profctl({"--json", "capture", "--pid", std::to_string(pid), "--duration",
+                                "500ms", "--record-shapes"});
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err << profd_.log();
+  rapidjson::Document info;
+  info.Parse(r.out.c_str());
+  ASSERT_TRUE(info.IsObject()) << r.out;
+  EXPECT_EQ(std::string(info["phase"].GetString()), "CAPTURE_PHASE_DONE");
+  const auto& process = info["processes"][0];
+  EXPECT_EQ(std::string(process["path"].GetString()), "CAPTURE_PATH_KINETO");
+  EXPECT_GT(std::stoull(process["events"].GetString()), 30000u);
+  ASSERT_EQ(info["files"].Size(), 1u);
+  EXPECT_EQ(std::string(info["files"][0]["format"].GetString()), "kineto-json-gz");
+
+  // Kineto's trace as the process wrote it: CPU operators, kernels, flows.
+  rapidjson::Document trace = ReadGzipJson(info["files"][0]["path"].GetString());
+  rapidjson::Document fixture = ReadGzipJson(SourcePath(kFixture));
+  ASSERT_EQ(trace["traceEvents"].Size(), fixture["traceEvents"].Size());
+  size_t ops = 0, kernels = 0;
+  for (const auto& e : trace["traceEvents"].GetArray()) {
+    if (!e.HasMember("cat")) continue;
+    ops += std::string(e["cat"].GetString()) == "cpu_op";
+    kernels += std::string(e["cat"].GetString()) == "kernel";
+  }
+  EXPECT_EQ(ops, 26618u);
+  EXPECT_EQ(kernels, 5638u);
+  const std::string folder = info["location"].GetString();
+  struct stat st;
+  EXPECT_EQ(stat((folder + "/summary.json").c_str(), &st), 0);
+  EXPECT_EQ(stat((folder + "/manifest.json").c_str(), &st), 0);
+  // The summary is the analysis of that trace.
+  EXPECT_GT(std::stoull(info["summary"]["events"].GetString()), 30000u);
+  EXPECT_GT(info["summary"]["top_kernels"].Size(), 0u);
+
+  // The process got the options asked for, and keeps no copy of the trace in its /tmp.
+  std::string config = ReadFileOrEmpty(out_);
+  EXPECT_THAT(config, HasSubstr("PROFILE_REPORT_INPUT_SHAPES=true"));
+  EXPECT_THAT(config, HasSubstr("ACTIVITIES_WARMUP_PERIOD_SECS=0"));
+  const std::string id = info["capture_id"].GetString();
+  EXPECT_NE(
+      stat(absl::StrCat("/proc/", pid, "/root/tmp/profd-", id, "_", pid, ".json").c_str(), &st), 0);
+}
+
+TEST_F(KinetoCaptureTest, ABusyKinetoIsRefusedWithTheReason) {
+  const pid_t pid = StartPyTorch({"--busy"});
+  RunResult r = profd_.Profctl({"capture", "--pid", std::to_string(pid), "--duration", "500ms"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("a torch.profiler session"));
+}
+
+TEST_F(KinetoCaptureTest, ALinkPlantedWhereTheTraceGoesIsRefused) {
+  // The process tries to make profd (root) copy a file it cannot read into the capture.
+  const std::string secret = dir_.File("secret");
+  {
+    FILE* f = std::fopen(secret.c_str(), "w");
+    std::fputs("root only", f);
+    std::fclose(f);
+  }
+  chmod(secret.c_str(), 0600);
+  const pid_t pid = StartPyTorch({"--link-to", secret});
+  RunResult r =
+      profd_.Profctl({"--json", "capture", "--pid", std::to_string(pid), "--duration", "300ms"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.out + r.err, HasSubstr("symbolic link"));
+}
+
+TEST_F(KinetoCaptureTest, APathThatTheProcessDoesNotOfferSaysWhatToDo) {
+  const pid_t pid = StartPyTorch();
+  RunResult r = profd_.Profctl(
+      {"capture", "--pid", std::to_string(pid), "--duration", "300ms", "--via", "cupti"});
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.err, HasSubstr("has no profd agent (it is known from Kineto's polls only)"));
+  RunResult bad = profd_.Profctl(
+      {"capture", "--pid", std::to_string(pid), "--duration", "300ms", "--via", "banana"});
+  EXPECT_EQ(bad.exit_code, 2);
+}
+
+}  // namespace
+}  // namespace profd::testing
