@@ -31,6 +31,7 @@
 #include "daemon/agents/agent_registry.h"
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/capture/capture_targets.h"
+#include "daemon/kineto/kineto_config.h"
 #include "daemon/kineto/kineto_ipc_server.h"
 #include "daemon/log.h"
 #include "daemon/metrics/daemon_metrics.h"
@@ -97,6 +98,9 @@ ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
 ABSL_FLAG(std::string, kineto_socket_dir, "",
           "Folder of the Kineto daemon socket 'dynolog' (default <runtime_dir>/kineto); processes "
           "set KINETO_IPC_SOCKET_DIR to exactly this path; 'none' disables");
+ABSL_FLAG(absl::Duration, kineto_poll_interval, absl::Seconds(1),
+          "How often PyTorch processes poll for captures (written to <runtime_dir>/kineto.conf, "
+          "which they read through KINETO_CONFIG); Kineto's own default is 5s");
 ABSL_FLAG(std::string, kineto_max_trace_bytes, "2GiB",
           "Largest trace profd takes from a process captured through Kineto");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "How often agents send counters");
@@ -526,6 +530,12 @@ int Main(int argc, char** argv) {
     if (absl::Status s = kineto_server->Start(); !s.ok()) {
       LogError(kComponent, "cannot serve Kineto's daemon protocol: %s", s.message());
       return 1;
+    }
+    const std::string base_config = runtime_dir + "/kineto.conf";
+    if (absl::Status s = kineto::WriteKinetoBaseConfig(
+            base_config, absl::GetFlag(FLAGS_kineto_poll_interval));
+        !s.ok()) {
+      LogWarning(kComponent, "%s: processes poll at Kineto's default (5 s)", s.message());
     }
   }
   CaptureTargets targets(&registry, kineto_server.get(), identity.hostname, agent_socket);

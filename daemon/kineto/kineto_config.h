@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 
 namespace profd::kineto {
@@ -28,5 +29,10 @@ std::string KinetoTraceFileAsWritten(const std::string& capture_id, int32_t ns_p
 // options asked for. ACTIVITY_TYPES is left to Kineto: its default is what torch.profiler records
 // with CPU+CUDA, and a name an older Kineto does not know would be refused.
 std::string BuildKinetoConfig(const KinetoTraceRequest& request);
+
+// The base config processes read at start through KINETO_CONFIG (it cannot be set over IPC):
+// how often Kineto polls profd, which bounds how soon a capture starts (docs/KINETO.md). Written
+// world-readable (processes of every user read it) through a temporary file and a rename.
+absl::Status WriteKinetoBaseConfig(const std::string& path, absl::Duration poll_interval);
 
 }  // namespace profd::kineto

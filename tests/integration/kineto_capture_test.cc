@@ -73,6 +73,12 @@ TEST_F(KinetoCaptureTest, AgentsSaysWhichPathEachProcessOffers) {
   rapidjson::Document status = profd_.ProfctlJson({"status"});
   EXPECT_EQ(std::string(status["kineto_socket"].GetString()), KinetoDir() + "/dynolog");
   EXPECT_EQ(status["kineto_processes"].GetInt(), 1);
+  // The base config pods read through KINETO_CONFIG: a 1 s poll, readable by every user.
+  const std::string conf = profd_.runtime_dir() + "/kineto.conf";
+  EXPECT_THAT(ReadFileOrEmpty(conf), HasSubstr("ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=1\n"));
+  struct stat st;
+  ASSERT_EQ(stat(conf.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u);
 }
 
 TEST_F(KinetoCaptureTest, CapturesThroughKinetoIntoTheCaptureFolder) {
