@@ -38,8 +38,10 @@ class NameTable {
   uint32_t Intern(std::string_view name);
   const std::string& Name(uint32_t id) const { return names_[id]; }
   size_t size() const { return names_.size(); }
+  uint64_t bytes() const { return bytes_; }  // of the distinct names
 
  private:
+  uint64_t bytes_ = 0;
   std::vector<std::string> names_;
   absl::flat_hash_map<std::string, uint32_t> ids_;
 };

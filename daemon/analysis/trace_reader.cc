@@ -360,7 +360,8 @@ std::optional<int64_t> InRange(std::optional<int64_t> v, int64_t lo, int64_t hi)
 // The SAX handler: a small state machine over the few places of the document we read.
 class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, TraceHandler> {
  public:
-  TraceHandler(Trace* trace, uint16_t file) : trace_(trace), file_(file) {}
+  TraceHandler(Trace* trace, uint16_t file, const ReadLimits& limits)
+      : trace_(trace), file_(file), limits_(limits) {}
 
   bool StartObject() {
     if (!Deeper()) return false;
@@ -399,7 +400,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     if (skip_ > 0) return --skip_, true;
     switch (level_) {
       case Level::kEvent:
-        FinishEvent();
+        if (!FinishEvent()) return false;
         level_ = Level::kEvents;
         break;
       case Level::kArgs:
@@ -597,8 +598,12 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   uint64_t events() const { return events_; }
   uint64_t invalid_events() const { return invalid_events_; }
   bool too_deep() const { return depth_ > kMaxJsonDepth; }
-  // Why the file as a whole cannot be read, found by the handler (empty if it can).
+  // Why the file as a whole cannot be read, found by the handler (OK if it can): the code, what
+  // was found ("baseTimeNanoseconds 1e+300 is not ...") and what to do, apart, so that the
+  // caller can put the byte offset between them.
+  absl::StatusCode error_code() const { return error_code_; }
   const std::string& error() const { return error_; }
+  const std::string& error_advice() const { return error_advice_; }
   bool saw_profd() const { return saw_profd_; }
   bool has_base_time() const { return has_base_time_; }
   int64_t base_time_ns() const { return base_time_ns_; }
@@ -724,6 +729,12 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     } else {
       ev_.invalid = true;
     }
+  }
+
+  void Fail(absl::StatusCode code, std::string what, std::string advice) {
+    error_code_ = code;
+    error_ = std::move(what);
+    error_advice_ = std::move(advice);
   }
 
   bool Deeper() {
@@ -862,9 +873,11 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
             base_time_ns_ = *base;
             has_base_time_ = true;
           } else {
-            error_ = absl::StrCat("baseTimeNanoseconds ", v.d,
-                                  " is not a Unix time in ns (expected an integer from 0 to ",
-                                  kMaxTimeNs, ")");
+            Fail(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("baseTimeNanoseconds ", v.d,
+                              " is not a Unix time in ns (expected an integer from 0 to ",
+                              kMaxTimeNs, ")"),
+                 "Fix or remove that field (profd and torch.profiler write Unix ns).");
             return false;
           }
         }
@@ -876,19 +889,36 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     return true;
   }
 
-  void FinishEvent() {
-    if (ev_.ph != 'X' || !ev_.has_ts) return;
+  // False stops the parse (a limit was reached; error_ says which).
+  bool FinishEvent() {
+    if (ev_.ph != 'X' || !ev_.has_ts) return true;
     // ts and dur are µs (doubles): NaN, Inf, a negative duration or a time past the model's
     // limits cannot be placed on a timeline.
     std::optional<int64_t> start = ScaledRound(ev_.ts, 1000.0, kMinTimeNs, kMaxTimeNs);
     std::optional<int64_t> dur = ScaledRound(ev_.dur, 1000.0, 0, kMaxDurationNs);
     if (!start || !dur || (ev_.invalid && ev_.cat != Cat::kOther)) {
       ++invalid_events_;
-      return;
+      return true;
     }
     if (*start < start_ns_) start_ns_ = *start;
     if (*start + *dur > end_ns_) end_ns_ = *start + *dur;
+    if (ev_.cat == Cat::kOther) return true;
+    if (trace_->gpu.size() + trace_->host.size() >= limits_.max_events) {
+      Fail(absl::StatusCode::kResourceExhausted,
+           absl::StrCat("more than ", limits_.max_events,
+                        " GPU and CUDA API events, the most one analysis holds"),
+           "Analyse a shorter capture, or fewer files at once.");
+      return false;
+    }
+    if (trace_->names.bytes() + ev_.name.size() > limits_.max_name_bytes) {
+      Fail(absl::StatusCode::kResourceExhausted,
+           absl::StrCat("more than ", limits_.max_name_bytes,
+                        " bytes of distinct kernel and API names, the most one analysis holds"),
+           "A real trace has a few thousand names: this one is corrupt or generated.");
+      return false;
+    }
     StoreEvent(*start, *dur);
+    return true;
   }
 
   void StoreEvent(int64_t start, int64_t dur) {
@@ -944,6 +974,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
 
   Trace* trace_;
   uint16_t file_;
+  const ReadLimits limits_;
   Level level_ = Level::kRoot;
   Field key_ = Field::kNone;
   Field array_key_ = Field::kNone;
@@ -951,7 +982,9 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   int skip_ = 0;
   int depth_ = 0;
   bool dev_invalid_ = false;
+  absl::StatusCode error_code_ = absl::StatusCode::kOk;
   std::string error_;
+  std::string error_advice_;
   uint64_t invalid_events_ = 0;
   bool events_in_root_array_ = false;
   bool saw_events_ = false;
@@ -965,13 +998,14 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   DeviceProperties dev_;
 };
 
-absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) {
+absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
+                   const ReadLimits& limits) {
   if (trace->files.size() >= 0xffff) {
     return absl::InvalidArgumentError("more than 65535 trace files in one analysis");
   }
   uint16_t file = static_cast<uint16_t>(trace->files.size());
   size_t gpu_before = trace->gpu.size(), host_before = trace->host.size();
-  TraceHandler handler(trace, file);
+  TraceHandler handler(trace, file, limits);
   rapidjson::Reader reader;
   rapidjson::ParseResult result;
   size_t bytes = 0;
@@ -992,10 +1026,10 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) 
         ". A Chrome trace-event file nests about 6 levels; this is not a trace (or a corrupt "
         "one)."));
   }
-  if (!handler.error().empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(label, ": ", handler.error(), " at byte ", result.Offset(),
-                     ". Fix or remove that field (profd and torch.profiler write Unix ns)."));
+  if (handler.error_code() != absl::StatusCode::kOk) {
+    return absl::Status(handler.error_code(),
+                        absl::StrCat(label, ": ", handler.error(), " at byte ", result.Offset(),
+                                     ". ", handler.error_advice()));
   }
   if (result.IsError()) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -1077,7 +1111,7 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) 
 
 }  // namespace
 
-absl::Status ReadTraceFile(const std::string& path, Trace* trace) {
+absl::Status ReadTraceFile(const std::string& path, Trace* trace, const ReadLimits& limits) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
     return absl::NotFoundError(absl::StrCat("cannot open trace ", path, ": ", std::strerror(errno),
@@ -1085,18 +1119,20 @@ absl::Status ReadTraceFile(const std::string& path, Trace* trace) {
   }
   gzbuffer(f, 1 << 20);
   GzFileSource source(f);
-  return Parse(&source, path, trace);
+  return Parse(&source, path, trace, limits);
 }
 
-absl::Status ReadTraceBuffer(std::string_view data, const std::string& label, Trace* trace) {
+absl::Status ReadTraceBuffer(std::string_view data, const std::string& label, Trace* trace,
+                             const ReadLimits& limits) {
   MemorySource source(data);
-  return Parse(&source, label, trace);
+  return Parse(&source, label, trace, limits);
 }
 
-absl::StatusOr<Trace> ReadTraceFiles(const std::vector<std::string>& paths) {
+absl::StatusOr<Trace> ReadTraceFiles(const std::vector<std::string>& paths,
+                                     const ReadLimits& limits) {
   Trace trace;
   for (const std::string& path : paths) {
-    absl::Status s = ReadTraceFile(path, &trace);
+    absl::Status s = ReadTraceFile(path, &trace, limits);
     if (!s.ok()) return s;
   }
   return trace;

@@ -243,6 +243,34 @@ TEST(HostileTraceTest, BaseTimeThatIsNoTimeIsAnError) {
   EXPECT_THAT(s.message(), HasSubstr("baseTimeNanoseconds -5 is not a Unix time"));
 }
 
+TEST(HostileTraceTest, WhatATraceMayMakeUsHoldIsBounded) {
+  // A small gzip file inflates to gigabytes of JSON; profd analyses imports in its own memory.
+  std::vector<std::string> events;
+  for (int i = 0; i < 20; ++i) events.push_back(Kernel(absl::StrCat(i), "1"));
+  Trace t;
+  ReadLimits limits;
+  limits.max_events = 10;
+  absl::Status s = ReadTraceBuffer(Events(events), "many.json", &t, limits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("many.json: more than 10 GPU and CUDA API events, the most "
+                                     "one analysis holds at byte "));
+  EXPECT_THAT(s.message(), HasSubstr("Analyse a shorter capture, or fewer files at once."));
+  EXPECT_LE(t.gpu.size(), 10u);
+
+  events.clear();
+  for (int i = 0; i < 20; ++i) {
+    events.push_back(absl::StrCat(R"({"ph":"X","cat":"kernel","name":")", std::string(100, 'a' + i),
+                                  R"(","ts":0,"dur":1})"));
+  }
+  Trace names;
+  limits = ReadLimits();
+  limits.max_name_bytes = 1000;
+  s = ReadTraceBuffer(Events(events), "names.json", &names, limits);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(s.message(), HasSubstr("more than 1000 bytes of distinct kernel and API names"));
+  EXPECT_LE(names.names.bytes(), 1000u);
+}
+
 TEST(HostileTraceTest, FilesACenturyApartDropWhatLeavesTheClock) {
   // The second file's base is 2^62 ns after the first's: its events shift past the model's limit.
   Trace t;
