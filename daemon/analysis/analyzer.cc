@@ -169,9 +169,9 @@ struct KernelAcc {
 }  // namespace
 
 Report Analyze(const Trace& input, const AnalysisOptions& options) {
-  bool ok = input.window_start_ns > input.window_end_ns ||
-            (input.window_start_ns >= kMinTimeNs &&
-             input.window_end_ns <= kMaxTimeNs + kMaxDurationNs);
+  bool ok =
+      input.window_start_ns > input.window_end_ns ||
+      (input.window_start_ns >= kMinTimeNs && input.window_end_ns <= kMaxTimeNs + kMaxDurationNs);
   for (const GpuActivity& a : input.gpu) ok = ok && GpuActivityOk(input, a);
   for (const HostCall& c : input.host) ok = ok && HostCallOk(input, c);
   uint64_t dropped = 0;
@@ -190,7 +190,7 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
   if (dropped > 0) {
     r.notes.push_back(absl::StrCat(
         dropped,
-        " events skipped: impossible numbers (a time that is NaN, infinite or beyond 1900..2116, "
+        " events skipped: impossible numbers (a time that is NaN, infinite or beyond 1897..2116, "
         "a negative or longer than 36-year duration, a negative size, an id that does not fit). "
         "The report covers the other events; the trace file is corrupt or was not written by a "
         "profiler."));
@@ -443,8 +443,8 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
   }
   if (r.impossible_launches > 0) {
     r.notes.push_back(absl::StrCat(
-        r.impossible_launches,
-        " kernel launches have a launch configuration no GPU can run (", impossible_example,
+        r.impossible_launches, " kernel launches have a launch configuration no GPU can run (",
+        impossible_example,
         "): no occupancy is estimated for them. The trace is corrupt or was edited."));
   }
   r.distinct_kernels = kernel_acc.size();

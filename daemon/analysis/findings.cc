@@ -25,8 +25,8 @@ void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* ou
     f.id = "gpu_idle";
     f.severity = g.busy_ratio < o.idle_busy_below / 2 ? "critical" : "warning";
     f.value = g.busy_ratio;
-    int64_t idle = SaturatingAdd(SaturatingAdd(g.idle.host_wait_ns, g.idle.kernel_wait_ns),
-                                 g.idle.other_ns);
+    int64_t idle =
+        SaturatingAdd(SaturatingAdd(g.idle.host_wait_ns, g.idle.kernel_wait_ns), g.idle.other_ns);
     // host wait >= half of idle, without doubling a time that may be near INT64_MAX.
     bool host_bound = idle > 0 && g.idle.host_wait_ns >= idle - g.idle.host_wait_ns;
     f.title =

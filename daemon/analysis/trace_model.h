@@ -15,7 +15,7 @@
 namespace profd::analysis {
 
 // What a trace may say. Times are ns on the trace's clock (Unix time for our captures and for
-// Kineto): starts within [kMinTimeNs, kMaxTimeNs] (1900..2116 as Unix time) and durations up to
+// Kineto): starts within [kMinTimeNs, kMaxTimeNs] (1897..2116 as Unix time) and durations up to
 // kMaxDurationNs (36 years), so that any end, gap or window (a difference of two such times) fits
 // in int64. Events outside are impossible (a corrupt or hostile file): they are skipped and
 // counted, never rounded into the report.
@@ -128,7 +128,7 @@ struct InputFile {
   // GPU and CUDA API events skipped because a number in them is impossible (NaN or infinite
   // time, a start beyond kMinTimeNs..kMaxTimeNs, a negative or over-long duration).
   uint64_t invalid_events = 0;
-  int32_t host_pid = -1;    // the process that issued most CUDA calls in this file
+  int32_t host_pid = -1;  // the process that issued most CUDA calls in this file
 };
 
 struct Trace {

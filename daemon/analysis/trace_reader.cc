@@ -134,11 +134,13 @@ class PrefetchStream {
   typedef char Ch;
 
   explicit PrefetchStream(ChunkSource* source) : source_(source) {
-    for (int i = 0; i < kChunks; ++i) {
-      buffers_[i].reset(new char[kChunkBytes + 1]);
-      free_.push_back(i);
-    }
-    reader_ = std::thread([this] { ReadAhead(); });
+    for (int i = 0; i < kChunks; ++i) free_.push_back(i);
+    // The first chunk is read here: a trace that fits in it (most imports, every test and fuzz
+    // input) needs no reader thread and no hand-off between threads. Sources return less than
+    // asked only at the end, so a short first chunk means the next read confirms the end.
+    bool more = ReadNext();
+    if (more && filled_.back().size < kChunkBytes) more = ReadNext();
+    if (more) reader_ = std::thread([this] { ReadAhead(); });
     NextChunk();
   }
   ~PrefetchStream() {
@@ -147,7 +149,7 @@ class PrefetchStream {
       stop_ = true;
     }
     cv_.notify_all();
-    reader_.join();
+    if (reader_.joinable()) reader_.join();
   }
 
   Ch Peek() const { return *cur_; }
@@ -174,24 +176,33 @@ class PrefetchStream {
     size_t size;
   };
 
+  // Reads one chunk into a free slot (one must be free); false at the end or on an error.
+  bool ReadNext() {
+    int slot;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      slot = free_.front();
+      free_.pop_front();
+    }
+    if (!buffers_[slot]) buffers_[slot].reset(new char[kChunkBytes + 1]);
+    absl::StatusOr<size_t> n = source_->Read(buffers_[slot].get(), kChunkBytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!n.ok()) status_ = n.status();
+      filled_.push_back({slot, n.ok() ? *n : 0});
+    }
+    cv_.notify_all();
+    return n.ok() && *n > 0;
+  }
+
   void ReadAhead() {
     for (;;) {
-      int slot;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [this] { return stop_ || !free_.empty(); });
         if (stop_) return;
-        slot = free_.front();
-        free_.pop_front();
       }
-      absl::StatusOr<size_t> n = source_->Read(buffers_[slot].get(), kChunkBytes);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!n.ok()) status_ = n.status();
-        filled_.push_back({slot, n.ok() ? *n : 0});
-      }
-      cv_.notify_all();
-      if (!n.ok() || *n == 0) return;
+      if (!ReadNext()) return;
     }
   }
 

@@ -48,9 +48,9 @@ void CaptureSummaryBuilder::Add(uint32_t pid, const v1::EventBatch& batch,
     gpu.memcpy_bytes = SaturatingAdd(gpu.memcpy_bytes, m.bytes());
     ++gpu.memcpys;
   }
-  events_ += static_cast<uint64_t>(batch.kernels_size()) + batch.memcpys_size() + batch.memsets_size() +
-             batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +
-             batch.overheads_size() + batch.markers_size();
+  events_ += static_cast<uint64_t>(batch.kernels_size()) + batch.memcpys_size() +
+             batch.memsets_size() + batch.api_calls_size() + batch.syncs_size() +
+             batch.memory_ops_size() + batch.overheads_size() + batch.markers_size();
   dropped_ = SaturatingAdd(dropped_, batch.dropped_records());
 }
 

@@ -145,8 +145,8 @@ void ChromeTraceWriter::AppendTs(uint64_t ns) {
 void ChromeTraceWriter::AppendDur(uint64_t start, uint64_t end) {
   buffer_ += ",\"dur\":";
   uint64_t dur = end > start ? end - start : 0;
-  AppendMicros(buffer_, dur > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX
-                                                               : static_cast<int64_t>(dur));
+  AppendMicros(buffer_,
+               dur > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(dur));
 }
 
 void ChromeTraceWriter::AppendHostEvent(const char* cat, uint64_t start, uint64_t end, uint32_t tid,
@@ -446,17 +446,16 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
         ",\"warpSize\":", d.warp_size(), ",\"regsPerBlock\":", d.max_registers_per_block(),
         ",\"sharedMemPerBlockOptin\":", d.max_shared_memory_per_block(), "}");
   }
-  absl::StrAppend(&buffer_,
-                  "],\"profd\":{\"capture_id\":", StringTable::JsonQuote(process_.capture_id),
-                  ",\"hostname\":", StringTable::JsonQuote(process_.hostname),
-                  ",\"pid\":", process_.pid, ",\"comm\":", StringTable::JsonQuote(process_.comm),
-                  ",\"command_line\":", StringTable::JsonQuote(process_.command_line),
-                  ",\"pod\":", StringTable::JsonQuote(process_.pod_name),
-                  ",\"namespace\":", StringTable::JsonQuote(process_.pod_namespace),
-                  ",\"events\":", events_, ",\"invalid_events\":", invalid_events_,
-                  ",\"dropped_records\":", footer.dropped_records,
-                  ",\"truncated\":", footer.truncated ? "true" : "false",
-                  ",\"error\":", StringTable::JsonQuote(footer.error), "}}\n");
+  absl::StrAppend(
+      &buffer_, "],\"profd\":{\"capture_id\":", StringTable::JsonQuote(process_.capture_id),
+      ",\"hostname\":", StringTable::JsonQuote(process_.hostname), ",\"pid\":", process_.pid,
+      ",\"comm\":", StringTable::JsonQuote(process_.comm),
+      ",\"command_line\":", StringTable::JsonQuote(process_.command_line),
+      ",\"pod\":", StringTable::JsonQuote(process_.pod_name),
+      ",\"namespace\":", StringTable::JsonQuote(process_.pod_namespace), ",\"events\":", events_,
+      ",\"invalid_events\":", invalid_events_, ",\"dropped_records\":", footer.dropped_records,
+      ",\"truncated\":", footer.truncated ? "true" : "false",
+      ",\"error\":", StringTable::JsonQuote(footer.error), "}}\n");
   absl::Status status = flush_error_.ok() ? Flush(true) : flush_error_;
   deflateEnd(&zs_);
   if (std::fclose(file_) != 0 && status.ok()) {

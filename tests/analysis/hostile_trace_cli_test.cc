@@ -44,8 +44,8 @@ constexpr char kImpossibleTimes[] =
 
 RunResult ProfctlReport(const std::string& file) {
   // No profd: a FILE is analysed by profctl itself.
-  return Run({BuildPath("client/profctl"), "--target", "unix:/nonexistent/profd.sock", "report",
-              file});
+  return Run(
+      {BuildPath("client/profctl"), "--target", "unix:/nonexistent/profd.sock", "report", file});
 }
 
 std::string Crash(const RunResult& r) {

@@ -105,9 +105,8 @@ void CapturePipeline::Finish() {
   footer.dropped_records = dropped_;
   Check(writer_->Finish(footer).ok(), "trace writer finishes");
   writer_.reset();
-  v1::CaptureSummary summary =
-      summary_.Build(static_cast<uint64_t>(kBaseTimeNs), static_cast<uint64_t>(kBaseTimeNs) +
-                                                             60'000'000'000ull);
+  v1::CaptureSummary summary = summary_.Build(
+      static_cast<uint64_t>(kBaseTimeNs), static_cast<uint64_t>(kBaseTimeNs) + 60'000'000'000ull);
   for (const v1::GpuSummary& g : summary.gpus()) {
     Check(std::isfinite(g.busy_ratio()) && g.busy_ratio() >= 0 && g.busy_ratio() <= 1,
           "summary busy ratio in [0, 1]");

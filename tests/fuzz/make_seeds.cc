@@ -34,6 +34,20 @@ void Save(const std::string& target, const std::string& name, const std::string&
   std::ofstream(out_dir + "/" + target + "/" + name, std::ios::binary) << bytes;
 }
 
+std::string Gzip(const std::string& data) {
+  z_stream z{};
+  deflateInit2(&z, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+  std::string out(deflateBound(&z, data.size()) + 32, '\0');
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
+  z.avail_in = static_cast<uInt>(data.size());
+  z.next_out = reinterpret_cast<Bytef*>(out.data());
+  z.avail_out = static_cast<uInt>(out.size());
+  deflate(&z, Z_FINISH);
+  out.resize(z.total_out);
+  deflateEnd(&z);
+  return out;
+}
+
 std::string Gunzip(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) throw std::runtime_error("cannot open " + path);
@@ -120,15 +134,16 @@ AgentMessage Hello(const std::vector<profd::v1::DeviceInfo>& devices) {
 
 void TraceReaderSeeds(const std::string& src) {
   namespace t = profd::analysis::testing;
-  for (const char* fixture :
-       {"tests/fixtures/burst_1000_kernels.trace.json.gz", "tests/analysis/fixtures/gpt2_synthetic.json.gz"}) {
+  for (const char* fixture : {"tests/fixtures/burst_1000_kernels.trace.json.gz",
+                              "tests/analysis/fixtures/gpt2_synthetic.json.gz"}) {
     std::string path = src + "/" + fixture;
     std::string json = Gunzip(path);
     std::string name = fs::path(fixture).stem().stem().string();
-    Save("trace_reader", name + ".slice.json", Slice(json, 40));
-    std::ifstream in(path, std::ios::binary);
-    Save("trace_reader", name + ".json.gz",
-         std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()));
+    std::string slice = Slice(json, 40);
+    Save("trace_reader", name + ".slice.json", slice);
+    // The gzip path with a valid stream to mutate. (Not the whole fixture: megabytes of JSON
+    // per run would slow fuzzing a hundredfold; ctest reads the full fixtures elsewhere.)
+    Save("trace_reader", name + ".slice.json.gz", Gzip(slice));
   }
   // Every category the reader knows, as torch.profiler writes them.
   t::KinetoTraceBuilder b;
@@ -143,14 +158,18 @@ void TraceReaderSeeds(const std::string& src) {
   Save("trace_reader", "kineto_small.json", b.Json());
   Save("trace_reader", "kineto_events_last.json", b.Json(/*events_last=*/true));
   // Inputs that crashed profd or printed garbage (tests/analysis/hostile_trace_test.cc).
-  Save("trace_reader", "huge_block.json",
-       R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":0,"dur":1,"args":{"grid":[1,1,1],"block":[65536,65536,32]}}]})");
-  Save("trace_reader", "deep.json", std::string(R"({"traceEvents":[{"ph":"X","args":)") +
-                                        std::string(200, '[') + std::string(200, ']') + "}]}");
-  Save("trace_reader", "nan_times.json",
-       R"({"baseTimeNanoseconds":1764000000000000000,"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":NaN,"dur":-Infinity,"args":{"correlation":1099511627776}},{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":"stream 99999999999999999999","tid":1e300,"ts":1e300,"dur":5}]})");
-  Save("trace_reader", "bare_array.json",
-       R"j([{"ph":"X","cat":"Kernel","name":"k","pid":0,"tid":"stream 7","ts":1.5,"dur":2.25},{"ph":"X","cat":"Memcpy","name":"Memcpy DtoH (Device -> Pageable)","ts":5,"dur":1,"args":{"bytes":1024,"copy kind":2,"src kind":3,"dst kind":1}},])j");
+  Save(
+      "trace_reader", "huge_block.json",
+      R"({"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":0,"dur":1,"args":{"grid":[1,1,1],"block":[65536,65536,32]}}]})");
+  Save("trace_reader", "deep.json",
+       std::string(R"({"traceEvents":[{"ph":"X","args":)") + std::string(200, '[') +
+           std::string(200, ']') + "}]}");
+  Save(
+      "trace_reader", "nan_times.json",
+      R"({"baseTimeNanoseconds":1764000000000000000,"traceEvents":[{"ph":"X","cat":"kernel","name":"k","ts":NaN,"dur":-Infinity,"args":{"correlation":1099511627776}},{"ph":"X","cat":"cuda_runtime","name":"cudaLaunchKernel","pid":"stream 99999999999999999999","tid":1e300,"ts":1e300,"dur":5}]})");
+  Save(
+      "trace_reader", "bare_array.json",
+      R"j([{"ph":"X","cat":"Kernel","name":"k","pid":0,"tid":"stream 7","ts":1.5,"dur":2.25},{"ph":"X","cat":"Memcpy","name":"Memcpy DtoH (Device -> Pageable)","ts":5,"dur":1,"args":{"bytes":1024,"copy kind":2,"src kind":3,"dst kind":1}},])j");
 }
 
 void BatchSeeds(const std::string& src) {
@@ -172,7 +191,7 @@ void BatchSeeds(const std::string& src) {
   };
   def(0xFFFFFFFFu, "_ZN7cutlass6KernelINS_4gemmEEEvT_");
   def(50'000'000u, "x");
-  def(1, std::string("bad \xff\xfe utf-8 \x1b[31m\n", 19));
+  def(1, "control \x1b[31m\n\xc2\x9b and U+FFFF \xef\xbf\xbf");
   auto* k = hostile.add_kernels();
   k->set_name_id(0xFFFFFFFFu);
   k->set_start_ns(UINT64_MAX - 10);

@@ -105,10 +105,10 @@ TEST(StringTableTest, LongStringsAreCutAndLongManglingIsNotDemangled) {
 TEST(StringTableTest, QuotedIsValidJsonForAnyBytes) {
   std::string bytes;
   for (int c = 0; c < 256; ++c) bytes += static_cast<char>(c);
-  bytes += "\xE2\x82\xAC";      // € (valid)
-  bytes += "\xF0\x9F\x98";      // truncated 4-byte sequence
-  bytes += "\xED\xA0\x80";      // a UTF-16 surrogate, not allowed in UTF-8
-  bytes += "\xC0\xAF";          // overlong '/'
+  bytes += "\xE2\x82\xAC";  // € (valid)
+  bytes += "\xF0\x9F\x98";  // truncated 4-byte sequence
+  bytes += "\xED\xA0\x80";  // a UTF-16 surrogate, not allowed in UTF-8
+  bytes += "\xC0\xAF";      // overlong '/'
   std::string quoted = StringTable::JsonQuote(bytes);
   std::string doc = "[" + quoted + "]";
   rapidjson::Document d;
@@ -117,7 +117,7 @@ TEST(StringTableTest, QuotedIsValidJsonForAnyBytes) {
                                   << d.GetErrorOffset() << " in " << quoted;
   std::string back(d[0].GetString(), d[0].GetStringLength());  // it starts with a NUL
   EXPECT_THAT(back, HasSubstr("\xE2\x82\xAC"));
-  EXPECT_THAT(back, HasSubstr("\xEF\xBF\xBD"));  // U+FFFD for what was not UTF-8
+  EXPECT_THAT(back, HasSubstr("\xEF\xBF\xBD"));        // U+FFFD for what was not UTF-8
   EXPECT_EQ(back.substr(0, 32), bytes.substr(0, 32));  // control characters round-trip
 }
 
