@@ -26,8 +26,10 @@ cmake --build "$BUILD_DIR" -j "$(nproc)"
 reports="$(pwd)/$BUILD_DIR/sanitizer-reports"
 rm -rf "$reports"
 mkdir -p "$reports"
+supp="$(pwd)/tests/sanitizers"  # third-party code only, each entry says why
 export ASAN_OPTIONS="log_path=$reports/asan:detect_leaks=1:strict_string_checks=1"
-export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1:suppressions=$(pwd)/tests/sanitizers/ubsan.supp"
+export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="log_path=$reports/ubsan:print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
 
 status=0
 ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 --timeout 900 || status=$?
