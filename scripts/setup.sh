@@ -19,6 +19,8 @@ packages=(
   chromium               # tests: headless Chromium renders the HTML report (profctl report --html)
   patchelf               # relocatable tarball
   clang-format
+  clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan+UBSan (clang's runtimes)
+  llvm-14                # llvm-symbolizer: sanitizer reports with file:line
 )
 
 missing=()

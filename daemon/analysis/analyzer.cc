@@ -12,6 +12,7 @@
 #include "daemon/analysis/findings.h"
 #include "daemon/analysis/occupancy.h"
 #include "daemon/analysis/trace_reader.h"
+#include "daemon/checked_math.h"
 
 namespace profd::analysis {
 namespace {
@@ -57,7 +58,7 @@ DurationStats StatsOf(std::vector<int64_t>& d) {
   s.count = d.size();
   s.min_ns = d.front();
   s.max_ns = d.back();
-  for (int64_t v : d) s.total_ns += v;
+  for (int64_t v : d) s.total_ns = SaturatingAdd(s.total_ns, v);
   s.avg_ns = static_cast<double>(s.total_ns) / s.count;
   size_t n = d.size();
   s.median_ns = n % 2 == 1
@@ -126,6 +127,37 @@ std::string ConfigText(const LaunchConfig& c) {
                          c.shared_memory_bytes);
 }
 
+// Whether everything Analyze reads of the trace is within the model's limits (trace_model.h):
+// times, and ids that index the trace's tables. TraceReader only produces such traces; a Trace
+// built by other code is checked here so that no caller can make the arithmetic overflow.
+bool GpuActivityOk(const Trace& t, const GpuActivity& a) {
+  return TimeWithinLimits(a.start_ns, a.dur_ns) && a.name < t.names.size() &&
+         a.launch_config < t.launch_configs.size();
+}
+bool HostCallOk(const Trace& t, const HostCall& c) {
+  return TimeWithinLimits(c.start_ns, c.dur_ns) && c.name < t.names.size();
+}
+
+// The trace without the events that fail those checks; *dropped counts them.
+Trace WithinLimits(const Trace& trace, uint64_t* dropped) {
+  Trace t = trace;
+  auto gpu_bad = [&](const GpuActivity& a) { return !GpuActivityOk(trace, a); };
+  auto host_bad = [&](const HostCall& c) { return !HostCallOk(trace, c); };
+  auto g = std::remove_if(t.gpu.begin(), t.gpu.end(), gpu_bad);
+  auto h = std::remove_if(t.host.begin(), t.host.end(), host_bad);
+  *dropped = static_cast<uint64_t>((t.gpu.end() - g) + (t.host.end() - h));
+  t.gpu.erase(g, t.gpu.end());
+  t.host.erase(h, t.host.end());
+  auto clamp = [](int64_t v) {
+    return std::clamp<int64_t>(v, kMinTimeNs, kMaxTimeNs + kMaxDurationNs);
+  };
+  if (t.window_start_ns <= t.window_end_ns) {
+    t.window_start_ns = clamp(t.window_start_ns);
+    t.window_end_ns = clamp(t.window_end_ns);
+  }
+  return t;
+}
+
 struct KernelAcc {
   std::vector<int64_t> durations;
   double occupancy_time = 0;  // sum of est. occupancy x duration over known launches
@@ -136,12 +168,32 @@ struct KernelAcc {
 
 }  // namespace
 
-Report Analyze(const Trace& trace, const AnalysisOptions& options) {
+Report Analyze(const Trace& input, const AnalysisOptions& options) {
+  bool ok =
+      input.window_start_ns > input.window_end_ns ||
+      (input.window_start_ns >= kMinTimeNs && input.window_end_ns <= kMaxTimeNs + kMaxDurationNs);
+  for (const GpuActivity& a : input.gpu) ok = ok && GpuActivityOk(input, a);
+  for (const HostCall& c : input.host) ok = ok && HostCallOk(input, c);
+  uint64_t dropped = 0;
+  Trace checked;
+  if (!ok) checked = WithinLimits(input, &dropped);
+  const Trace& trace = ok ? input : checked;
+
   Report r;
   r.options = options;
   for (const InputFile& f : trace.files) {
     r.inputs.push_back({f.path, f.format, f.gzip, f.bytes_read, f.events});
-    r.events += f.events;
+    r.events = SaturatingAdd(r.events, f.events);
+    dropped = SaturatingAdd(dropped, f.invalid_events);
+  }
+  r.invalid_events = dropped;
+  if (dropped > 0) {
+    r.notes.push_back(absl::StrCat(
+        dropped,
+        " events skipped: impossible numbers (a time that is NaN, infinite or beyond 1897..2116, "
+        "a negative or longer than 36-year duration, a negative size, an id that does not fit). "
+        "The report covers the other events; the trace file is corrupt or was not written by a "
+        "profiler."));
   }
   const int64_t ws = trace.window_end_ns >= trace.window_start_ns ? trace.window_start_ns : 0;
   const int64_t we = trace.window_end_ns >= trace.window_start_ns ? trace.window_end_ns : 0;
@@ -175,8 +227,17 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
 
   // Device properties: from the trace, or assumed.
   std::map<int32_t, DeviceProperties> props;
-  for (const DeviceProperties& d : trace.devices) props.emplace(d.id, d);
   std::map<int32_t, bool> assumed;
+  for (const DeviceProperties& d : trace.devices) {
+    std::string problem = DevicePropertiesProblem(d);
+    if (problem.empty()) {
+      props.emplace(d.id, d);
+    } else if (props.emplace(d.id, DefaultDeviceProperties(d.id)).second) {
+      assumed[d.id] = true;
+      r.notes.push_back(absl::StrCat("deviceProperties of device ", d.id, " are impossible (",
+                                     problem, "): they are ignored."));
+    }
+  }
   for (const GpuActivity& a : trace.gpu) {
     if (!props.count(a.device)) {
       props.emplace(a.device, DefaultDeviceProperties(a.device));
@@ -299,14 +360,15 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
       q.device = g.device;
       q.stream = stream;
       q.kernels = stream_kernels[stream];
-      int depth = 0;
+      int64_t depth = 0;
       double area = 0;
       int64_t last = events.front().first;
       for (const auto& [t, delta] : events) {
         area += static_cast<double>(depth) * (t - last);
         last = t;
         depth += delta;
-        q.max_depth = std::max<uint32_t>(q.max_depth, static_cast<uint32_t>(std::max(depth, 0)));
+        q.max_depth = std::max<uint32_t>(
+            q.max_depth, static_cast<uint32_t>(std::clamp<int64_t>(depth, 0, UINT32_MAX)));
       }
       q.avg_depth = window > 0 ? area / window : 0;
       r.queues.push_back(q);
@@ -341,27 +403,49 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
 
   // Kernel summary (cuda_gpu_kern_sum) with occupancy.
   absl::flat_hash_map<uint32_t, KernelAcc> kernel_acc;
-  std::map<std::pair<uint32_t, int32_t>, std::pair<bool, OccupancyEstimate>> occ_cache;
+  struct Occupancy {
+    bool known = false;
+    bool impossible = false;  // no GPU could run the configuration: counted, not estimated
+    OccupancyEstimate estimate;
+  };
+  std::map<std::pair<uint32_t, int32_t>, Occupancy> occ_cache;
+  std::string impossible_example;
   for (const GpuActivity& a : trace.gpu) {
     if (a.type != GpuActivity::Type::kKernel) continue;
     KernelAcc& acc = kernel_acc[a.name];
     acc.durations.push_back(a.dur_ns);
     ++r.kernel_count;
-    r.kernel_time_ns += a.dur_ns;
+    r.kernel_time_ns = SaturatingAdd(r.kernel_time_ns, a.dur_ns);
     if (a.launch_config == 0) continue;
     ++acc.configs[a.launch_config];
     auto key = std::make_pair(a.launch_config, a.device);
     auto it = occ_cache.find(key);
     if (it == occ_cache.end()) {
-      OccupancyEstimate e;
-      bool ok = EstimateOccupancy(trace.launch_configs[a.launch_config], props[a.device], &e);
-      it = occ_cache.emplace(key, std::make_pair(ok, e)).first;
+      Occupancy o;
+      const LaunchConfig& config = trace.launch_configs[a.launch_config];
+      o.known = EstimateOccupancy(config, props[a.device], &o.estimate);
+      if (!o.known) {
+        std::string problem = LaunchConfigProblem(config, props[a.device]);
+        o.impossible = !problem.empty();
+        if (o.impossible && impossible_example.empty()) {
+          impossible_example =
+              absl::StrCat("e.g. ", trace.names.Name(a.name).substr(0, 80), ": ", problem);
+        }
+      }
+      it = occ_cache.emplace(key, o).first;
     }
-    if (it->second.first) {
-      acc.occupancy_time += it->second.second.achieved_estimate * a.dur_ns;
-      acc.theoretical_time += it->second.second.theoretical * a.dur_ns;
+    if (it->second.impossible) ++r.impossible_launches;
+    if (it->second.known) {
+      acc.occupancy_time += it->second.estimate.achieved_estimate * a.dur_ns;
+      acc.theoretical_time += it->second.estimate.theoretical * a.dur_ns;
       acc.known_time += a.dur_ns;
     }
+  }
+  if (r.impossible_launches > 0) {
+    r.notes.push_back(absl::StrCat(
+        r.impossible_launches, " kernel launches have a launch configuration no GPU can run (",
+        impossible_example,
+        "): no occupancy is estimated for them. The trace is corrupt or was edited."));
   }
   r.distinct_kernels = kernel_acc.size();
   std::vector<KernelRow> kernel_rows;
@@ -383,8 +467,8 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
       const LaunchConfig& c = trace.launch_configs[top->first];
       k.launch_config = ConfigText(c);
       for (const auto& [key, value] : occ_cache) {
-        if (key.first == top->first && value.first) {
-          k.occupancy_limiter = value.second.limiter;
+        if (key.first == top->first && value.known) {
+          k.occupancy_limiter = value.estimate.limiter;
           break;
         }
       }
@@ -416,7 +500,7 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
       s.kind = name;
       s.source = "activity";
       ++s.count;
-      s.total_ns += c.dur_ns;
+      s.total_ns = SaturatingAdd(s.total_ns, c.dur_ns);
       s.max_ns = std::max(s.max_ns, c.dur_ns);
       if (name != "Stream Wait Event") {
         activity_sync_by_thread[{c.pid, c.tid}].push_back({c.start_ns, c.end_ns()});
@@ -424,11 +508,11 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
       continue;
     }
     api_durations[c.name].push_back(c.dur_ns);
-    r.api_time_ns += c.dur_ns;
+    r.api_time_ns = SaturatingAdd(r.api_time_ns, c.dur_ns);
     ProcessRow& p = processes[c.pid];
     p.pid = c.pid;
     ++p.api_calls;
-    p.api_ns += c.dur_ns;
+    p.api_ns = SaturatingAdd(p.api_ns, c.dur_ns);
     const bool blocking = IsBlockingApi(name);
     if (blocking || pageable_copy_call.contains(&c)) {
       std::string kind(StripVersion(name));
@@ -437,7 +521,7 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
       s.kind = kind;
       s.source = "api";
       ++s.count;
-      s.total_ns += c.dur_ns;
+      s.total_ns = SaturatingAdd(s.total_ns, c.dur_ns);
       s.max_ns = std::max(s.max_ns, c.dur_ns);
       api_sync_by_thread[{c.pid, c.tid}].push_back({c.start_ns, c.end_ns()});
     }
@@ -450,7 +534,7 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
               [](const Interval& a, const Interval& b) { return a.start < b.start; });
     ProcessRow& p = processes[thread.first];
     p.pid = thread.first;
-    p.sync_ns += UnionLength(intervals);
+    p.sync_ns = SaturatingAdd(p.sync_ns, UnionLength(intervals));
   }
   for (const GpuRow& g : r.gpus) {
     ProcessRow& p = processes[g.pid];
@@ -492,8 +576,8 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options) {
     c.kind = key.first;
     c.memory = key.second;
     ++c.count;
-    c.bytes += a.bytes;
-    c.total_ns += a.dur_ns;
+    c.bytes = SaturatingAdd(c.bytes, a.bytes);
+    c.total_ns = SaturatingAdd(c.total_ns, a.dur_ns);
   }
   for (auto& [key, c] : copies) {
     c.bandwidth_gbps = c.total_ns > 0 ? static_cast<double>(c.bytes) / c.total_ns : 0;

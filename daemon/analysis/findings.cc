@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/analysis/format.h"
+#include "daemon/checked_math.h"
 
 namespace profd::analysis {
 namespace {
@@ -24,8 +25,10 @@ void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* ou
     f.id = "gpu_idle";
     f.severity = g.busy_ratio < o.idle_busy_below / 2 ? "critical" : "warning";
     f.value = g.busy_ratio;
-    int64_t idle = g.idle.host_wait_ns + g.idle.kernel_wait_ns + g.idle.other_ns;
-    bool host_bound = idle > 0 && g.idle.host_wait_ns * 2 >= idle;
+    int64_t idle =
+        SaturatingAdd(SaturatingAdd(g.idle.host_wait_ns, g.idle.kernel_wait_ns), g.idle.other_ns);
+    // host wait >= half of idle, without doubling a time that may be near INT64_MAX.
+    bool host_bound = idle > 0 && g.idle.host_wait_ns >= idle - g.idle.host_wait_ns;
     f.title =
         absl::StrCat(GpuLabel(g), " is mostly idle: kernels ran ", FormatPercent(g.busy_ratio),
                      " of the time", host_bound ? " (CPU- or input-bound)" : "");
@@ -112,14 +115,14 @@ void Copies(const Report& r, const AnalysisOptions& o, std::vector<Finding>* out
   int64_t pageable_ns = 0;
   for (const CopyRow& c : r.copies) {
     if (c.kind == "HtoD" || c.kind == "DtoH" || c.kind == "HtoH") {
-      host_copy_ns += c.total_ns;
-      host_copy_bytes += c.bytes;
-      host_copies += c.count;
+      host_copy_ns = SaturatingAdd(host_copy_ns, c.total_ns);
+      host_copy_bytes = SaturatingAdd(host_copy_bytes, c.bytes);
+      host_copies = SaturatingAdd(host_copies, c.count);
     }
     if (c.memory == "Pageable") {
-      pageable += c.count;
-      pageable_bytes += c.bytes;
-      pageable_ns += c.total_ns;
+      pageable = SaturatingAdd(pageable, c.count);
+      pageable_bytes = SaturatingAdd(pageable_bytes, c.bytes);
+      pageable_ns = SaturatingAdd(pageable_ns, c.total_ns);
     }
   }
   auto table = [&](Finding* f, bool pageable_only) {

@@ -6,7 +6,10 @@
 
 namespace profd::analysis {
 
+// A value that is not a number prints as "-", never as "nan" or "inf": the analysis rejects
+// impossible input, so this only guards a renderer against a Report built by other code.
 std::string FormatDuration(double ns) {
+  if (!std::isfinite(ns)) return "-";
   double a = std::fabs(ns);
   if (a < 1e3) return absl::StrFormat("%.0f ns", ns);
   if (a < 1e6) return absl::StrFormat("%.1f µs", ns / 1e3);
@@ -15,13 +18,17 @@ std::string FormatDuration(double ns) {
 }
 
 std::string FormatBytes(double bytes) {
+  if (!std::isfinite(bytes)) return "-";
   if (bytes < 1024) return absl::StrFormat("%.0f B", bytes);
   if (bytes < 1024.0 * 1024) return absl::StrFormat("%.1f KiB", bytes / 1024);
   if (bytes < 1024.0 * 1024 * 1024) return absl::StrFormat("%.1f MiB", bytes / (1024.0 * 1024));
   return absl::StrFormat("%.2f GiB", bytes / (1024.0 * 1024 * 1024));
 }
 
-std::string FormatPercent(double ratio) { return absl::StrFormat("%.1f%%", ratio * 100); }
+std::string FormatPercent(double ratio) {
+  if (!std::isfinite(ratio)) return "-";
+  return absl::StrFormat("%.1f%%", ratio * 100);
+}
 
 std::string FormatCount(uint64_t n) {
   std::string digits = std::to_string(n);
@@ -33,7 +40,27 @@ std::string FormatCount(uint64_t n) {
   return out;
 }
 
+std::string Printable(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (size_t i = 0; i < text.size(); ++i) {
+    unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c < 0x20 || c == 0x7f) {
+      out += absl::StrFormat("\\x%02x", c);
+    } else if (c == 0xC2 && i + 1 < text.size() &&
+               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
+               static_cast<unsigned char>(text[i + 1]) <= 0x9F) {
+      // U+0080..U+009F in UTF-8: C1 controls, e.g. U+009B (CSI) on some terminals.
+      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(text[++i]));
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out;
+}
+
 std::string FormatRate(double per_s) {
+  if (!std::isfinite(per_s)) return "-";
   if (per_s >= 1e6) return absl::StrFormat("%.2fM/s", per_s / 1e6);
   if (per_s >= 1e3) return absl::StrFormat("%.1fk/s", per_s / 1e3);
   return absl::StrFormat("%.0f/s", per_s);

@@ -118,10 +118,11 @@ std::string BusyPlot(const Report& r) {
   for (int t = 0; t <= 4; ++t) {
     double x = left + t * width / 4.0;
     const char* anchor = t == 0 ? "start" : t == 4 ? "end" : "middle";
-    absl::StrAppend(&svg, absl::StrFormat("<text x=\"%.1f\" y=\"%d\" text-anchor=\"%s\">%s"
-                                          "</text>",
-                                          x, top + height + 18, anchor,
-                                          Esc(FormatDuration(r.window_ns * t / 4.0))));
+    absl::StrAppend(
+        &svg, absl::StrFormat("<text x=\"%.1f\" y=\"%d\" text-anchor=\"%s\">%s"
+                              "</text>",
+                              x, top + height + 18, anchor,
+                              Esc(FormatDuration(static_cast<double>(r.window_ns) * t / 4.0))));
   }
   for (size_t gi = 0; gi < r.gpus.size(); ++gi) {
     const GpuRow& g = r.gpus[gi];

@@ -20,8 +20,18 @@ struct OccupancyEstimate {
   std::string limiter;                // "warps", "registers", "shared memory", "blocks", "grid"
 };
 
-// Fails (returns false) when the launch configuration is unknown.
+// Fails (returns false) when the launch configuration is unknown, or impossible on the device
+// (LaunchConfigProblem says why). Device properties that DevicePropertiesProblem rejects are
+// replaced by the assumed H100/H200 ones.
 bool EstimateOccupancy(const LaunchConfig& config, const DeviceProperties& device,
                        OccupancyEstimate* out);
+
+// Why no GPU could run this launch on the device ("block [65536,65536,32] has 137438953472
+// threads, the device allows 1024 per block"), or "" when it could (or is unknown).
+std::string LaunchConfigProblem(const LaunchConfig& config, const DeviceProperties& device);
+
+// Why these device properties cannot be a GPU's (a warp of 0 threads, more threads per block
+// than per SM...), or "" when they are plausible. Zero means "not given" and is not a problem.
+std::string DevicePropertiesProblem(const DeviceProperties& device);
 
 }  // namespace profd::analysis

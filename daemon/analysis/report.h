@@ -176,6 +176,8 @@ struct Report {
   int64_t window_start_ns = 0;
   int64_t window_ns = 0;
   uint64_t events = 0;
+  uint64_t invalid_events = 0;       // skipped: impossible times, sizes or ids (see notes)
+  uint64_t impossible_launches = 0;  // kernels whose launch configuration no GPU can run
   uint64_t kernel_count = 0;
   int64_t kernel_time_ns = 0;
   uint64_t distinct_kernels = 0;

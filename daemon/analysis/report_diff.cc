@@ -34,7 +34,8 @@ std::string Value(double v, const std::string& unit) {
   if (unit == "ns") return FormatDuration(v);
   if (unit == "ratio") return FormatPercent(v);
   if (unit == "per_s") return FormatRate(v);
-  return FormatCount(static_cast<uint64_t>(std::llround(v)));
+  // Counts come as doubles; out of uint64's range (a corrupt report) they print at its limit.
+  return FormatCount(static_cast<uint64_t>(std::clamp(std::round(v), 0.0, 1.8e19)));
 }
 
 }  // namespace
@@ -53,9 +54,9 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
   metric("launch delay p90", double(a.launch_delay_p90_ns), double(b.launch_delay_p90_ns), "ns");
   metric("launch delay p99", double(a.launch_delay_p99_ns), double(b.launch_delay_p99_ns), "ns");
   auto sum_sync = [](const Report& r) {
-    int64_t s = 0;
-    for (const ProcessRow& p : r.processes) s += p.sync_ns;
-    return double(s);
+    double s = 0;  // in double: the sum of per-process totals may pass INT64_MAX
+    for (const ProcessRow& p : r.processes) s += double(p.sync_ns);
+    return s;
   };
   metric("host blocked in sync", sum_sync(a), sum_sync(b), "ns");
   std::map<int32_t, std::pair<const GpuRow*, const GpuRow*>> gpus;  // by device

@@ -63,6 +63,8 @@ void Write(W& w, const Report& r) {
   I64(w, "window_start_ns", r.window_start_ns);
   I64(w, "window_ns", r.window_ns);
   U64(w, "events", r.events);
+  U64(w, "invalid_events", r.invalid_events);
+  U64(w, "impossible_launches", r.impossible_launches);
   U64(w, "kernel_count", r.kernel_count);
   I64(w, "kernel_time_ns", r.kernel_time_ns);
   U64(w, "distinct_kernels", r.distinct_kernels);

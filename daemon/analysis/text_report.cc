@@ -21,14 +21,15 @@ std::string RenderText(const Report& r) {
   std::string out;
   std::vector<std::string> inputs;
   for (const InputSummary& in : r.inputs) {
-    inputs.push_back(absl::StrCat(in.path, " (", in.format, in.gzip ? ", gzip" : "", ")"));
+    inputs.push_back(
+        absl::StrCat(Printable(in.path), " (", in.format, in.gzip ? ", gzip" : "", ")"));
   }
   absl::StrAppend(&out, "Trace: ", absl::StrJoin(inputs, ", "), "\n");
   absl::StrAppend(&out, "Window: ", Ns(r.window_ns), ", ", FormatCount(r.events), " events, ",
                   FormatCount(r.kernel_count), " kernels (", FormatCount(r.distinct_kernels),
                   " distinct), kernel time ", Ns(r.kernel_time_ns), "\n");
   for (const DeviceSummary& d : r.devices) {
-    absl::StrAppend(&out, "GPU ", d.id, ": ", d.name,
+    absl::StrAppend(&out, "GPU ", d.id, ": ", Printable(d.name),
                     d.num_sms ? absl::StrCat(", ", d.num_sms, " SMs") : "",
                     d.assumed ? " (not in the trace)" : "", "\n");
   }
@@ -41,9 +42,9 @@ std::string RenderText(const Report& r) {
     const Finding& f = r.findings[i];
     std::string sev = f.severity;
     std::transform(sev.begin(), sev.end(), sev.begin(), ::toupper);
-    absl::StrAppend(&out, "  ", i + 1, ". [", sev, "] ", f.title, "\n");
+    absl::StrAppend(&out, "  ", i + 1, ". [", sev, "] ", Printable(f.title), "\n");
     absl::StrAppend(&out, "     rule: ", f.threshold, "\n");
-    for (const std::string& e : f.evidence) absl::StrAppend(&out, "     - ", e, "\n");
+    for (const std::string& e : f.evidence) absl::StrAppend(&out, "     - ", Printable(e), "\n");
     for (const std::string& a : f.advice) absl::StrAppend(&out, "     > ", a, "\n");
   }
 
@@ -127,7 +128,7 @@ std::string RenderText(const Report& r) {
   }
   if (!r.notes.empty()) {
     absl::StrAppend(&out, "\nNOTES\n");
-    for (const std::string& n : r.notes) absl::StrAppend(&out, "  - ", n, "\n");
+    for (const std::string& n : r.notes) absl::StrAppend(&out, "  - ", Printable(n), "\n");
   }
   return out;
 }

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "daemon/analysis/format.h"
+
 namespace profd::analysis {
 namespace {
 
@@ -41,7 +43,7 @@ TextTable::TextTable(std::vector<std::string> headers, size_t max_cell_width)
 
 void TextTable::AddRow(std::vector<std::string> cells) {
   cells.resize(headers_.size());
-  for (std::string& c : cells) c = Cut(c, max_cell_width_);
+  for (std::string& c : cells) c = Cut(Printable(c), max_cell_width_);
   rows_.push_back(std::move(cells));
 }
 

@@ -9,6 +9,7 @@ uint32_t NameTable::Intern(std::string_view name) {
   if (it != ids_.end()) return it->second;
   uint32_t id = static_cast<uint32_t>(names_.size());
   names_.emplace_back(name);
+  bytes_ += name.size();
   ids_.emplace(names_.back(), id);
   return id;
 }

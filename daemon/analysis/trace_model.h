@@ -10,8 +10,27 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "daemon/checked_math.h"
 
 namespace profd::analysis {
+
+// What a trace may say. Times are ns on the trace's clock (Unix time for our captures and for
+// Kineto): starts within [kMinTimeNs, kMaxTimeNs] (1897..2116 as Unix time) and durations up to
+// kMaxDurationNs (36 years), so that any end, gap or window (a difference of two such times) fits
+// in int64. Events outside are impossible (a corrupt or hostile file): they are skipped and
+// counted, never rounded into the report.
+inline constexpr int64_t kMinTimeNs = -(int64_t{1} << 61);
+inline constexpr int64_t kMaxTimeNs = int64_t{1} << 62;
+inline constexpr int64_t kMaxDurationNs = int64_t{1} << 60;
+// Correlation ids are CUPTI's 32-bit ids (Kineto: 64-bit, small in practice); files are kept apart
+// by adding file << kCorrelationBits, so larger ids would collide across files.
+inline constexpr int kCorrelationBits = 40;
+inline constexpr int64_t kMaxCorrelation = (int64_t{1} << kCorrelationBits) - 1;
+
+inline bool TimeWithinLimits(int64_t start_ns, int64_t dur_ns) {
+  return start_ns >= kMinTimeNs && start_ns <= kMaxTimeNs && dur_ns >= 0 &&
+         dur_ns <= kMaxDurationNs;
+}
 
 // Interns strings (kernel and API names repeat millions of times) into dense ids.
 class NameTable {
@@ -19,8 +38,10 @@ class NameTable {
   uint32_t Intern(std::string_view name);
   const std::string& Name(uint32_t id) const { return names_[id]; }
   size_t size() const { return names_.size(); }
+  uint64_t bytes() const { return bytes_; }  // of the distinct names
 
  private:
+  uint64_t bytes_ = 0;
   std::vector<std::string> names_;
   absl::flat_hash_map<std::string, uint32_t> ids_;
 };
@@ -33,8 +54,11 @@ struct LaunchConfig {
   uint32_t registers_per_thread = 0;
   uint32_t shared_memory_bytes = 0;  // static + dynamic per block
   bool operator==(const LaunchConfig& o) const;
-  uint64_t Blocks() const { return uint64_t{grid[0]} * grid[1] * grid[2]; }
-  uint64_t ThreadsPerBlock() const { return uint64_t{block[0]} * block[1] * block[2]; }
+  // Saturating: three 32-bit dimensions from a file can multiply past 2^64.
+  uint64_t Blocks() const { return SaturatingMul(SaturatingMul(grid[0], grid[1]), grid[2]); }
+  uint64_t ThreadsPerBlock() const {
+    return SaturatingMul(SaturatingMul(block[0], block[1]), block[2]);
+  }
   bool Known() const { return Blocks() > 0 && ThreadsPerBlock() > 0; }
 };
 
@@ -101,7 +125,10 @@ struct InputFile {
   bool gzip = false;
   uint64_t bytes_read = 0;  // uncompressed JSON bytes
   uint64_t events = 0;      // trace events seen, all kinds
-  int32_t host_pid = -1;    // the process that issued most CUDA calls in this file
+  // GPU and CUDA API events skipped because a number in them is impossible (NaN or infinite
+  // time, a start beyond kMinTimeNs..kMaxTimeNs, a negative or over-long duration).
+  uint64_t invalid_events = 0;
+  int32_t host_pid = -1;  // the process that issued most CUDA calls in this file
 };
 
 struct Trace {

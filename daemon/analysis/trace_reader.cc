@@ -2,15 +2,19 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+#include <climits>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/checked_math.h"
 #include "rapidjson/error/en.h"
 #include "rapidjson/reader.h"
 
@@ -19,6 +23,10 @@ namespace {
 
 constexpr size_t kChunkBytes = 1 << 20;
 constexpr int kChunks = 4;
+// A trace-event file nests 5 or 6 levels (root, traceEvents, event, args, an array in args).
+// RapidJSON's reader recurses once per level, so an unbounded depth is a stack overflow: a
+// 100,000-deep document crashed profd's gRPC thread. Far deeper than any real trace.
+constexpr int kMaxJsonDepth = 64;
 
 // Produces the uncompressed JSON bytes, chunk by chunk. Called on the prefetch thread only.
 class ChunkSource {
@@ -52,7 +60,9 @@ class GzFileSource : public ChunkSource {
   bool gzip_ = false;
 };
 
-// A buffer in memory: inflated when it starts with the gzip magic, copied otherwise.
+// A buffer in memory: inflated when it starts with the gzip magic, copied otherwise. Reads what
+// zlib's gzread (the file path) reads: concatenated members, trailing garbage after a member
+// ignored, a member cut short an error.
 class MemorySource : public ChunkSource {
  public:
   explicit MemorySource(std::string_view data) : data_(data) {
@@ -60,13 +70,13 @@ class MemorySource : public ChunkSource {
             static_cast<unsigned char>(data[1]) == 0x8b;
     if (gzip_) {
       std::memset(&z_, 0, sizeof(z_));
-      inflateInit2(&z_, 15 + 32);
+      z_ok_ = data.size() <= UINT_MAX && inflateInit2(&z_, 15 + 32) == Z_OK;
       z_.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data.data()));
-      z_.avail_in = static_cast<uInt>(data.size());
+      z_.avail_in = static_cast<uInt>(std::min<size_t>(data.size(), UINT_MAX));
     }
   }
   ~MemorySource() override {
-    if (gzip_) inflateEnd(&z_);
+    if (gzip_ && z_ok_) inflateEnd(&z_);
   }
   absl::StatusOr<size_t> Read(char* buf, size_t cap) override {
     if (!gzip_) {
@@ -75,12 +85,28 @@ class MemorySource : public ChunkSource {
       pos_ += n;
       return n;
     }
+    if (!z_ok_) {
+      return absl::ResourceExhaustedError(
+          "cannot decompress: zlib could not start (or the buffer is over 4 GiB)");
+    }
     z_.next_out = reinterpret_cast<Bytef*>(buf);
     z_.avail_out = static_cast<uInt>(cap);
-    while (z_.avail_out > 0 && z_.avail_in > 0) {
+    while (z_.avail_out > 0 && !done_) {
+      if (!in_member_) {
+        if (z_.avail_in >= 2 && z_.next_in[0] == 0x1f && z_.next_in[1] == 0x8b) {
+          inflateReset(&z_);  // the next of concatenated gzip members
+          in_member_ = true;
+        } else {
+          done_ = true;  // the end, or trailing bytes that are not gzip: ignored, as gzread does
+          break;
+        }
+      }
+      if (z_.avail_in == 0) {
+        return absl::DataLossError("cannot decompress: unexpected end of file (is it truncated?)");
+      }
       int rc = inflate(&z_, Z_NO_FLUSH);
       if (rc == Z_STREAM_END) {
-        inflateReset(&z_);  // concatenated gzip members
+        in_member_ = false;
       } else if (rc != Z_OK) {
         return absl::DataLossError(
             absl::StrCat("cannot decompress: ", z_.msg ? z_.msg : "zlib error"));
@@ -94,6 +120,9 @@ class MemorySource : public ChunkSource {
   std::string_view data_;
   size_t pos_ = 0;
   bool gzip_ = false;
+  bool z_ok_ = false;
+  bool in_member_ = false;
+  bool done_ = false;
   z_stream z_;
 };
 
@@ -105,11 +134,13 @@ class PrefetchStream {
   typedef char Ch;
 
   explicit PrefetchStream(ChunkSource* source) : source_(source) {
-    for (int i = 0; i < kChunks; ++i) {
-      buffers_[i].reset(new char[kChunkBytes + 1]);
-      free_.push_back(i);
-    }
-    reader_ = std::thread([this] { ReadAhead(); });
+    for (int i = 0; i < kChunks; ++i) free_.push_back(i);
+    // The first chunk is read here: a trace that fits in it (most imports, every test and fuzz
+    // input) needs no reader thread and no hand-off between threads. Sources return less than
+    // asked only at the end, so a short first chunk means the next read confirms the end.
+    bool more = ReadNext();
+    if (more && filled_.back().size < kChunkBytes) more = ReadNext();
+    if (more) reader_ = std::thread([this] { ReadAhead(); });
     NextChunk();
   }
   ~PrefetchStream() {
@@ -118,7 +149,7 @@ class PrefetchStream {
       stop_ = true;
     }
     cv_.notify_all();
-    reader_.join();
+    if (reader_.joinable()) reader_.join();
   }
 
   Ch Peek() const { return *cur_; }
@@ -145,24 +176,33 @@ class PrefetchStream {
     size_t size;
   };
 
+  // Reads one chunk into a free slot (one must be free); false at the end or on an error.
+  bool ReadNext() {
+    int slot;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      slot = free_.front();
+      free_.pop_front();
+    }
+    if (!buffers_[slot]) buffers_[slot].reset(new char[kChunkBytes + 1]);
+    absl::StatusOr<size_t> n = source_->Read(buffers_[slot].get(), kChunkBytes);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!n.ok()) status_ = n.status();
+      filled_.push_back({slot, n.ok() ? *n : 0});
+    }
+    cv_.notify_all();
+    return n.ok() && *n > 0;
+  }
+
   void ReadAhead() {
     for (;;) {
-      int slot;
       {
         std::unique_lock<std::mutex> lock(mu_);
         cv_.wait(lock, [this] { return stop_ || !free_.empty(); });
         if (stop_) return;
-        slot = free_.front();
-        free_.pop_front();
       }
-      absl::StatusOr<size_t> n = source_->Read(buffers_[slot].get(), kChunkBytes);
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (!n.ok()) status_ = n.status();
-        filled_.push_back({slot, n.ok() ? *n : 0});
-      }
-      cv_.notify_all();
-      if (!n.ok() || *n == 0) return;
+      if (!ReadNext()) return;
     }
   }
 
@@ -316,14 +356,26 @@ void ParseCopyName(std::string_view name, GpuActivity* a) {
   }
 }
 
-int64_t ToNs(double us) { return std::llround(us * 1000.0); }
+// A JSON number as the handler sees it: the double, and the integer when it is one that fits.
+struct JsonNumber {
+  double d;
+  std::optional<int64_t> i;
+};
+
+// v when it lies in [lo, hi].
+std::optional<int64_t> InRange(std::optional<int64_t> v, int64_t lo, int64_t hi) {
+  if (!v || *v < lo || *v > hi) return std::nullopt;
+  return v;
+}
 
 // The SAX handler: a small state machine over the few places of the document we read.
 class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, TraceHandler> {
  public:
-  TraceHandler(Trace* trace, uint16_t file) : trace_(trace), file_(file) {}
+  TraceHandler(Trace* trace, uint16_t file, const ReadLimits& limits)
+      : trace_(trace), file_(file), limits_(limits) {}
 
   bool StartObject() {
+    if (!Deeper()) return false;
     if (skip_ > 0) return ++skip_, true;
     switch (level_) {
       case Level::kRoot:
@@ -355,17 +407,19 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     return true;
   }
   bool EndObject(rapidjson::SizeType) {
+    --depth_;
     if (skip_ > 0) return --skip_, true;
     switch (level_) {
       case Level::kEvent:
-        FinishEvent();
+        if (!FinishEvent()) return false;
         level_ = Level::kEvents;
         break;
       case Level::kArgs:
         level_ = Level::kEvent;
         break;
       case Level::kDevice:
-        trace_->devices.push_back(dev_);
+        if (!dev_invalid_) trace_->devices.push_back(dev_);
+        dev_invalid_ = false;
         level_ = Level::kDevices;
         break;
       case Level::kTop:
@@ -378,6 +432,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     return true;
   }
   bool StartArray() {
+    if (!Deeper()) return false;
     if (skip_ > 0) return ++skip_, true;
     switch (level_) {
       case Level::kRoot:
@@ -409,6 +464,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     return true;
   }
   bool EndArray(rapidjson::SizeType) {
+    --depth_;
     if (skip_ > 0) return --skip_, true;
     switch (level_) {
       case Level::kEvents:
@@ -506,10 +562,10 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
           ev_.name.assign(s, n);
           break;
         case Field::kPid:
-          ev_.pid = ParseIntPrefix(s, n);
+          SetInt32(&ev_.pid, ParseIntPrefix(s, n));
           break;
         case Field::kTid:
-          ev_.tid = ParseIntPrefix(s, n);
+          SetInt32(&ev_.tid, ParseIntPrefix(s, n));
           break;
         default:
           break;
@@ -536,27 +592,29 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     return true;
   }
 
-  bool Int(int i) { return Number(i, i); }
-  bool Uint(unsigned u) { return Number(u, u); }
-  bool Int64(int64_t i) { return Number(static_cast<double>(i), i); }
+  bool Int(int i) { return Number({static_cast<double>(i), i}); }
+  bool Uint(unsigned u) { return Number({static_cast<double>(u), u}); }
+  bool Int64(int64_t i) { return Number({static_cast<double>(i), i}); }
   bool Uint64(uint64_t u) {
-    if (skip_ == 0 && level_ == Level::kTop && key_ == Field::kBaseTime) {
-      base_time_ns_ = static_cast<int64_t>(u);
-      has_base_time_ = true;
-      key_ = Field::kNone;
-      return true;
-    }
-    return Number(static_cast<double>(u), static_cast<int64_t>(u));
+    std::optional<int64_t> i;
+    if (u <= static_cast<uint64_t>(INT64_MAX)) i = static_cast<int64_t>(u);
+    return Number({static_cast<double>(u), i});
   }
-  bool Double(double d) {
-    return Number(d, std::isfinite(d) && std::fabs(d) < 9e18 ? static_cast<int64_t>(d) : 0);
-  }
+  bool Double(double d) { return Number({d, ExactInt64(d)}); }
   bool Null() { return Scalar(); }
   bool Bool(bool) { return Scalar(); }
   bool RawNumber(const char*, rapidjson::SizeType, bool) { return Scalar(); }
   bool Default() { return Scalar(); }
 
   uint64_t events() const { return events_; }
+  uint64_t invalid_events() const { return invalid_events_; }
+  bool too_deep() const { return depth_ > kMaxJsonDepth; }
+  // Why the file as a whole cannot be read, found by the handler (OK if it can): the code, what
+  // was found ("baseTimeNanoseconds 1e+300 is not ...") and what to do, apart, so that the
+  // caller can put the byte offset between them.
+  absl::StatusCode error_code() const { return error_code_; }
+  const std::string& error() const { return error_; }
+  const std::string& error_advice() const { return error_advice_; }
   bool saw_profd() const { return saw_profd_; }
   bool has_base_time() const { return has_base_time_; }
   int64_t base_time_ns() const { return base_time_ns_; }
@@ -609,11 +667,13 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     char ph = 0;
     Cat cat = Cat::kOther;
     std::string name;
-    int64_t pid = 0, tid = 0;
+    int32_t pid = 0, tid = 0;
     double ts = 0, dur = 0;
     bool has_ts = false;
+    // A number in it is impossible (a negative size, a device id of 2^40...): skipped, counted.
+    bool invalid = false;
     int64_t correlation = -1;
-    int64_t device = -1, stream = -1;
+    int32_t device = -1, stream = -1;
     LaunchConfig config;
     uint64_t bytes = 0;
     CopyKind copy_kind = CopyKind::kUnknown;
@@ -653,13 +713,44 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     return Field::kNone;
   }
 
-  // "stream 7" or "7": PyTorch traces sometimes name their tids.
-  static int64_t ParseIntPrefix(const char* s, size_t n) {
+  // "stream 7" or "7": PyTorch traces sometimes name their tids. nullopt past int64.
+  static std::optional<int64_t> ParseIntPrefix(const char* s, size_t n) {
     size_t i = 0;
     while (i < n && (s[i] < '0' || s[i] > '9')) ++i;
     int64_t v = 0;
-    for (; i < n && s[i] >= '0' && s[i] <= '9'; ++i) v = v * 10 + (s[i] - '0');
+    for (; i < n && s[i] >= '0' && s[i] <= '9'; ++i) {
+      if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, s[i] - '0', &v)) {
+        return std::nullopt;
+      }
+    }
     return v;
+  }
+
+  // Stores v when it fits the model's 32-bit field; otherwise the event is impossible.
+  void SetInt32(int32_t* field, std::optional<int64_t> v, int64_t lo = INT32_MIN) {
+    if (std::optional<int64_t> ok = InRange(v, lo, INT32_MAX)) {
+      *field = static_cast<int32_t>(*ok);
+    } else {
+      ev_.invalid = true;
+    }
+  }
+  void SetUint32(uint32_t* field, std::optional<int64_t> v) {
+    if (std::optional<int64_t> ok = InRange(v, 0, UINT32_MAX)) {
+      *field = static_cast<uint32_t>(*ok);
+    } else {
+      ev_.invalid = true;
+    }
+  }
+
+  void Fail(absl::StatusCode code, std::string what, std::string advice) {
+    error_code_ = code;
+    error_ = std::move(what);
+    error_advice_ = std::move(advice);
+  }
+
+  bool Deeper() {
+    // Returning false stops the parser before it recurses again (kParseErrorTermination).
+    return ++depth_ <= kMaxJsonDepth;
   }
 
   bool Scalar() {
@@ -667,23 +758,24 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     return true;
   }
 
-  bool Number(double d, int64_t i) {
+  bool Number(JsonNumber v) {
     if (skip_ > 0) return true;
+    const std::optional<int64_t>& i = v.i;
     switch (level_) {
       case Level::kEvent:
         switch (key_) {
           case Field::kPid:
-            ev_.pid = i;
+            SetInt32(&ev_.pid, i);
             break;
           case Field::kTid:
-            ev_.tid = i;
+            SetInt32(&ev_.tid, i);
             break;
           case Field::kTs:
-            ev_.ts = d;
+            ev_.ts = v.d;
             ev_.has_ts = true;
             break;
           case Field::kDur:
-            ev_.dur = d;
+            ev_.dur = v.d;
             break;
           default:
             break;
@@ -692,31 +784,43 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
       case Level::kArgs:
         switch (key_) {
           case Field::kCorrelation:
-            ev_.correlation = i;
+            // Negative: "none" in some exporters. Above 2^40: not a CUPTI id.
+            if (i && *i < 0) {
+              ev_.correlation = -1;
+            } else if (std::optional<int64_t> c = InRange(i, 0, kMaxCorrelation)) {
+              ev_.correlation = *c;
+            } else {
+              ev_.invalid = true;
+            }
             break;
           case Field::kDevice:
-            ev_.device = i;
+            // Negative: not given (the pid names the GPU row then, as in Kineto).
+            SetInt32(&ev_.device, i && *i < 0 ? std::optional<int64_t>(-1) : i, -1);
             break;
           case Field::kStream:
-            ev_.stream = i;
+            SetInt32(&ev_.stream, i && *i < 0 ? std::optional<int64_t>(-1) : i, -1);
             break;
           case Field::kRegisters:
-            ev_.config.registers_per_thread = static_cast<uint32_t>(i);
+            SetUint32(&ev_.config.registers_per_thread, i);
             break;
           case Field::kSharedMemory:
-            ev_.config.shared_memory_bytes = static_cast<uint32_t>(i);
+            SetUint32(&ev_.config.shared_memory_bytes, i);
             break;
           case Field::kBytes:
-            ev_.bytes = static_cast<uint64_t>(i);
+            if (i && *i >= 0) {
+              ev_.bytes = static_cast<uint64_t>(*i);
+            } else {
+              ev_.invalid = true;
+            }
             break;
           case Field::kCopyKind:
-            ev_.copy_kind = CopyKindFromCupti(i);
+            ev_.copy_kind = CopyKindFromCupti(i.value_or(0));
             break;
           case Field::kSrcKind:
-            ev_.src_kind = MemoryKindFromCupti(i);
+            ev_.src_kind = MemoryKindFromCupti(i.value_or(0));
             break;
           case Field::kDstKind:
-            ev_.dst_kind = MemoryKindFromCupti(i);
+            ev_.dst_kind = MemoryKindFromCupti(i.value_or(0));
             break;
           default:
             break;
@@ -725,42 +829,49 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
       case Level::kArgArray:
         if (array_index_ < 3) {
           uint32_t* dims = array_key_ == Field::kGrid ? ev_.config.grid : ev_.config.block;
-          dims[array_index_] = static_cast<uint32_t>(i);
+          SetUint32(&dims[array_index_], i);
+          ++array_index_;
         }
-        ++array_index_;
         return true;  // the key stays: more elements follow
       case Level::kDevice: {
-        uint32_t u = static_cast<uint32_t>(i);
+        // A property that is not a count (negative, fractional, past 2^32) is left unset: the
+        // analysis then uses its default for that device and says so.
+        std::optional<int64_t> u = InRange(i, 0, UINT32_MAX);
+        uint32_t value = u ? static_cast<uint32_t>(*u) : 0;
         switch (key_) {
           case Field::kDevId:
-            dev_.id = static_cast<int32_t>(i);
+            if (std::optional<int64_t> id = InRange(i, 0, INT32_MAX)) {
+              dev_.id = static_cast<int32_t>(*id);
+            } else {
+              dev_invalid_ = true;
+            }
             break;
           case Field::kNumSms:
-            dev_.num_sms = u;
+            dev_.num_sms = value;
             break;
           case Field::kMaxThreadsPerSm:
-            dev_.max_threads_per_sm = u;
+            dev_.max_threads_per_sm = value;
             break;
           case Field::kMaxThreadsPerBlock:
-            dev_.max_threads_per_block = u;
+            dev_.max_threads_per_block = value;
             break;
           case Field::kRegsPerSm:
-            dev_.regs_per_sm = u;
+            dev_.regs_per_sm = value;
             break;
           case Field::kSmemPerSm:
-            dev_.shared_memory_per_sm = u;
+            dev_.shared_memory_per_sm = value;
             break;
           case Field::kMaxBlocksPerSm:
-            dev_.max_blocks_per_sm = u;
+            dev_.max_blocks_per_sm = value;
             break;
           case Field::kWarpSize:
-            dev_.warp_size = u;
+            dev_.warp_size = value;
             break;
           case Field::kMajor:
-            dev_.compute_major = static_cast<int32_t>(i);
+            dev_.compute_major = static_cast<int32_t>(InRange(i, 0, 1000).value_or(0));
             break;
           case Field::kMinor:
-            dev_.compute_minor = static_cast<int32_t>(i);
+            dev_.compute_minor = static_cast<int32_t>(InRange(i, 0, 1000).value_or(0));
             break;
           default:
             break;
@@ -769,8 +880,17 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
       }
       case Level::kTop:
         if (key_ == Field::kBaseTime) {
-          base_time_ns_ = i;
-          has_base_time_ = true;
+          if (std::optional<int64_t> base = InRange(i, 0, kMaxTimeNs)) {
+            base_time_ns_ = *base;
+            has_base_time_ = true;
+          } else {
+            Fail(absl::StatusCode::kInvalidArgument,
+                 absl::StrCat("baseTimeNanoseconds ", v.d,
+                              " is not a Unix time in ns (expected an integer from 0 to ",
+                              kMaxTimeNs, ")"),
+                 "Fix or remove that field (profd and torch.profiler write Unix ns).");
+            return false;
+          }
         }
         break;
       default:
@@ -780,12 +900,39 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     return true;
   }
 
-  void FinishEvent() {
-    if (ev_.ph != 'X' || !ev_.has_ts) return;
-    int64_t start = ToNs(ev_.ts);
-    int64_t dur = ev_.dur > 0 ? ToNs(ev_.dur) : 0;
-    if (start < start_ns_) start_ns_ = start;
-    if (start + dur > end_ns_) end_ns_ = start + dur;
+  // False stops the parse (a limit was reached; error_ says which).
+  bool FinishEvent() {
+    if (ev_.ph != 'X' || !ev_.has_ts) return true;
+    // ts and dur are µs (doubles): NaN, Inf, a negative duration or a time past the model's
+    // limits cannot be placed on a timeline.
+    std::optional<int64_t> start = ScaledRound(ev_.ts, 1000.0, kMinTimeNs, kMaxTimeNs);
+    std::optional<int64_t> dur = ScaledRound(ev_.dur, 1000.0, 0, kMaxDurationNs);
+    if (!start || !dur || (ev_.invalid && ev_.cat != Cat::kOther)) {
+      ++invalid_events_;
+      return true;
+    }
+    if (*start < start_ns_) start_ns_ = *start;
+    if (*start + *dur > end_ns_) end_ns_ = *start + *dur;
+    if (ev_.cat == Cat::kOther) return true;
+    if (trace_->gpu.size() + trace_->host.size() >= limits_.max_events) {
+      Fail(absl::StatusCode::kResourceExhausted,
+           absl::StrCat("more than ", limits_.max_events,
+                        " GPU and CUDA API events, the most one analysis holds"),
+           "Analyse a shorter capture, or fewer files at once.");
+      return false;
+    }
+    if (trace_->names.bytes() + ev_.name.size() > limits_.max_name_bytes) {
+      Fail(absl::StatusCode::kResourceExhausted,
+           absl::StrCat("more than ", limits_.max_name_bytes,
+                        " bytes of distinct kernel and API names, the most one analysis holds"),
+           "A real trace has a few thousand names: this one is corrupt or generated.");
+      return false;
+    }
+    StoreEvent(*start, *dur);
+    return true;
+  }
+
+  void StoreEvent(int64_t start, int64_t dur) {
     switch (ev_.cat) {
       case Cat::kKernel:
       case Cat::kMemcpy:
@@ -838,11 +985,18 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
 
   Trace* trace_;
   uint16_t file_;
+  const ReadLimits limits_;
   Level level_ = Level::kRoot;
   Field key_ = Field::kNone;
   Field array_key_ = Field::kNone;
   int array_index_ = 0;
   int skip_ = 0;
+  int depth_ = 0;
+  bool dev_invalid_ = false;
+  absl::StatusCode error_code_ = absl::StatusCode::kOk;
+  std::string error_;
+  std::string error_advice_;
+  uint64_t invalid_events_ = 0;
   bool events_in_root_array_ = false;
   bool saw_events_ = false;
   bool saw_profd_ = false;
@@ -855,13 +1009,14 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   DeviceProperties dev_;
 };
 
-absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) {
+absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
+                   const ReadLimits& limits) {
   if (trace->files.size() >= 0xffff) {
     return absl::InvalidArgumentError("more than 65535 trace files in one analysis");
   }
   uint16_t file = static_cast<uint16_t>(trace->files.size());
   size_t gpu_before = trace->gpu.size(), host_before = trace->host.size();
-  TraceHandler handler(trace, file);
+  TraceHandler handler(trace, file, limits);
   rapidjson::Reader reader;
   rapidjson::ParseResult result;
   size_t bytes = 0;
@@ -876,6 +1031,17 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) 
   if (!source_status.ok()) {
     return absl::Status(source_status.code(), absl::StrCat(label, ": ", source_status.message()));
   }
+  if (handler.too_deep()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        label, ": JSON nested deeper than ", kMaxJsonDepth, " levels at byte ", result.Offset(),
+        ". A Chrome trace-event file nests about 6 levels; this is not a trace (or a corrupt "
+        "one)."));
+  }
+  if (handler.error_code() != absl::StatusCode::kOk) {
+    return absl::Status(handler.error_code(),
+                        absl::StrCat(label, ": ", handler.error(), " at byte ", result.Offset(),
+                                     ". ", handler.error_advice()));
+  }
   if (result.IsError()) {
     return absl::InvalidArgumentError(absl::StrCat(
         label, ": not a valid JSON trace: ", rapidjson::GetParseError_En(result.Code()),
@@ -889,7 +1055,10 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) 
         ": no \"traceEvents\" array found. Expected Chrome trace-event JSON as written by "
         "profd or torch.profiler's export_chrome_trace."));
   }
+  uint64_t invalid = handler.invalid_events();
   // Align this file's clock with the first file's (our writer stores ts relative to its base).
+  // Both bases lie in [0, kMaxTimeNs], so the shift fits; a shifted event can still leave the
+  // model's range (a base a century off): those are dropped like any impossible time.
   int64_t shift = 0;
   if (handler.has_base_time()) {
     if (!trace->has_base_time) {
@@ -900,11 +1069,24 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) 
     }
   }
   if (shift != 0) {
-    for (size_t i = gpu_before; i < trace->gpu.size(); ++i) trace->gpu[i].start_ns += shift;
-    for (size_t i = host_before; i < trace->host.size(); ++i) trace->host[i].start_ns += shift;
+    auto shifted_out = [&](auto& event) {
+      event.start_ns += shift;  // |start| <= 2^62 and |shift| <= 2^62: no overflow
+      return !TimeWithinLimits(event.start_ns, event.dur_ns);
+    };
+    auto drop = [&](auto& events, size_t first) {
+      auto it = std::remove_if(events.begin() + first, events.end(), shifted_out);
+      invalid += static_cast<uint64_t>(events.end() - it);
+      events.erase(it, events.end());
+    };
+    drop(trace->gpu, gpu_before);
+    drop(trace->host, host_before);
   }
   if (handler.start_ns() <= handler.end_ns()) {
-    trace->Cover(handler.start_ns() + shift, handler.end_ns() + shift);
+    auto clamp = [](int64_t t) {
+      return std::clamp<int64_t>(t, kMinTimeNs, kMaxTimeNs + kMaxDurationNs);
+    };
+    trace->Cover(clamp(SaturatingAdd(handler.start_ns(), shift)),
+                 clamp(SaturatingAdd(handler.end_ns(), shift)));
   }
   // Correlation ids are per process: keep files apart.
   if (file > 0) {
@@ -922,6 +1104,7 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) 
   f.gzip = source->gzip();
   f.bytes_read = bytes;
   f.events = handler.events();
+  f.invalid_events = invalid;
   absl::flat_hash_map<int32_t, uint64_t> calls_per_pid;
   for (size_t i = host_before; i < trace->host.size(); ++i) {
     if (trace->host[i].type != HostCall::Type::kSync) ++calls_per_pid[trace->host[i].pid];
@@ -939,7 +1122,7 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace) 
 
 }  // namespace
 
-absl::Status ReadTraceFile(const std::string& path, Trace* trace) {
+absl::Status ReadTraceFile(const std::string& path, Trace* trace, const ReadLimits& limits) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
     return absl::NotFoundError(absl::StrCat("cannot open trace ", path, ": ", std::strerror(errno),
@@ -947,18 +1130,20 @@ absl::Status ReadTraceFile(const std::string& path, Trace* trace) {
   }
   gzbuffer(f, 1 << 20);
   GzFileSource source(f);
-  return Parse(&source, path, trace);
+  return Parse(&source, path, trace, limits);
 }
 
-absl::Status ReadTraceBuffer(std::string_view data, const std::string& label, Trace* trace) {
+absl::Status ReadTraceBuffer(std::string_view data, const std::string& label, Trace* trace,
+                             const ReadLimits& limits) {
   MemorySource source(data);
-  return Parse(&source, label, trace);
+  return Parse(&source, label, trace, limits);
 }
 
-absl::StatusOr<Trace> ReadTraceFiles(const std::vector<std::string>& paths) {
+absl::StatusOr<Trace> ReadTraceFiles(const std::vector<std::string>& paths,
+                                     const ReadLimits& limits) {
   Trace trace;
   for (const std::string& path : paths) {
-    absl::Status s = ReadTraceFile(path, &trace);
+    absl::Status s = ReadTraceFile(path, &trace, limits);
     if (!s.ok()) return s;
   }
   return trace;

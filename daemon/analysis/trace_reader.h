@@ -14,16 +14,27 @@
 
 namespace profd::analysis {
 
+// What one Trace may hold, whatever its input says: a small gzip file can inflate to gigabytes
+// of JSON, and profd analyses imports in its own memory. The defaults are far above real traces
+// (a 1 GB JSON trace has ~4 M events, a model a few thousand distinct names); reading stops
+// with RESOURCE_EXHAUSTED past them.
+struct ReadLimits {
+  uint64_t max_events = 25'000'000;  // GPU activities + CUDA API calls kept: ~1.5 GB
+  uint64_t max_name_bytes = 256 << 20;
+};
+
 // Adds the events of one file to *trace. Errors name the file, the byte offset and what the
 // parser expected.
-absl::Status ReadTraceFile(const std::string& path, Trace* trace);
+absl::Status ReadTraceFile(const std::string& path, Trace* trace, const ReadLimits& limits = {});
 
 // The same for a trace already in memory (gzip or plain, detected from the content); label
 // names it in errors and in Trace::files.
-absl::Status ReadTraceBuffer(std::string_view data, const std::string& label, Trace* trace);
+absl::Status ReadTraceBuffer(std::string_view data, const std::string& label, Trace* trace,
+                             const ReadLimits& limits = {});
 
 // All files of one capture (one per process) into one Trace, their clocks aligned through each
-// file's baseTimeNanoseconds.
-absl::StatusOr<Trace> ReadTraceFiles(const std::vector<std::string>& paths);
+// file's baseTimeNanoseconds. The limits hold for all files together.
+absl::StatusOr<Trace> ReadTraceFiles(const std::vector<std::string>& paths,
+                                     const ReadLimits& limits = {});
 
 }  // namespace profd::analysis

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "daemon/checked_math.h"
+#include "daemon/trace/event_limits.h"
+
 namespace profd {
 
 uint64_t CaptureSummaryBuilder::UnionLength(std::vector<std::pair<uint64_t, uint64_t>>& intervals,
@@ -29,24 +32,26 @@ uint64_t CaptureSummaryBuilder::UnionLength(std::vector<std::pair<uint64_t, uint
 void CaptureSummaryBuilder::Add(uint32_t pid, const v1::EventBatch& batch,
                                 const StringTable& names) {
   for (const v1::Kernel& k : batch.kernels()) {
+    // The trace writer skips these too: a kernel of 2^64 - 1 ns is not a kernel.
+    if (!PlausibleInterval(k.start_ns(), k.end_ns())) continue;
     Gpu& gpu = gpus_[{pid, k.device()}];
     gpu.kernels.emplace_back(k.start_ns(), k.end_ns());
     uint64_t d = k.end_ns() > k.start_ns() ? k.end_ns() - k.start_ns() : 0;
     KernelStats& s = kernels_[names.Text(k.name_id())];
     ++s.count;
-    s.total += d;
+    s.total = SaturatingAdd(s.total, d);
     s.min = std::min(s.min, d);
     s.max = std::max(s.max, d);
   }
   for (const v1::Memcpy& m : batch.memcpys()) {
     Gpu& gpu = gpus_[{pid, m.device()}];
-    gpu.memcpy_bytes += m.bytes();
+    gpu.memcpy_bytes = SaturatingAdd(gpu.memcpy_bytes, m.bytes());
     ++gpu.memcpys;
   }
-  events_ += batch.kernels_size() + batch.memcpys_size() + batch.memsets_size() +
-             batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +
-             batch.overheads_size() + batch.markers_size();
-  dropped_ += batch.dropped_records();
+  events_ += static_cast<uint64_t>(batch.kernels_size()) + batch.memcpys_size() +
+             batch.memsets_size() + batch.api_calls_size() + batch.syncs_size() +
+             batch.memory_ops_size() + batch.overheads_size() + batch.markers_size();
+  dropped_ = SaturatingAdd(dropped_, batch.dropped_records());
 }
 
 v1::CaptureSummary CaptureSummaryBuilder::Build(uint64_t window_start_ns, uint64_t window_end_ns,

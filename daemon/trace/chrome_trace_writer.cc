@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/checked_math.h"
+#include "daemon/trace/event_limits.h"
 
 namespace profd {
 namespace {
@@ -54,14 +56,15 @@ void AppendInt(std::string& s, int64_t v) {
   s.append(buf, end);
 }
 
-// µs with three decimals from ns, exact: 1234567 ns -> "1234.567".
+// µs with three decimals from ns, exact: 1234567 ns -> "1234.567". Any int64, INT64_MIN too.
 void AppendMicros(std::string& s, int64_t ns) {
+  uint64_t magnitude = static_cast<uint64_t>(ns);
   if (ns < 0) {
     s += '-';
-    ns = -ns;
+    magnitude = 0 - magnitude;  // unsigned: no overflow for INT64_MIN
   }
-  AppendUint(s, static_cast<uint64_t>(ns) / 1000);
-  uint64_t frac = static_cast<uint64_t>(ns) % 1000;
+  AppendUint(s, magnitude / 1000);
+  uint64_t frac = magnitude % 1000;
   char buf[5] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
                  static_cast<char>('0' + frac % 10), 0};
   s.append(buf, 4);
@@ -134,12 +137,16 @@ void ChromeTraceWriter::Separator() {
 
 void ChromeTraceWriter::AppendTs(uint64_t ns) {
   buffer_ += "\"ts\":";
-  AppendMicros(buffer_, static_cast<int64_t>(ns) - process_.base_time_ns);
+  // Callers pass plausible times (<= 2^62), but the base comes from elsewhere: saturate anyway.
+  int64_t t = ns > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(ns);
+  AppendMicros(buffer_, SaturatingSub(t, process_.base_time_ns));
 }
 
 void ChromeTraceWriter::AppendDur(uint64_t start, uint64_t end) {
   buffer_ += ",\"dur\":";
-  AppendMicros(buffer_, end > start ? static_cast<int64_t>(end - start) : 0);
+  uint64_t dur = end > start ? end - start : 0;
+  AppendMicros(buffer_,
+               dur > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(dur));
 }
 
 void ChromeTraceWriter::AppendHostEvent(const char* cat, uint64_t start, uint64_t end, uint32_t tid,
@@ -201,6 +208,10 @@ void ChromeTraceWriter::AppendFlowEnd(uint32_t correlation, uint32_t device, uin
 
 absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringTable& names) {
   for (const v1::Kernel& k : batch.kernels()) {
+    if (!PlausibleInterval(k.start_ns(), k.end_ns())) {
+      ++invalid_events_;
+      continue;
+    }
     AppendGpuHeader("kernel", names.Quoted(k.name_id()), k.device(), k.stream(), k.start_ns(),
                     k.end_ns());
     std::string& b = buffer_;
@@ -233,6 +244,10 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
     ++events_;
   }
   for (const v1::Memcpy& m : batch.memcpys()) {
+    if (!PlausibleInterval(m.start_ns(), m.end_ns())) {
+      ++invalid_events_;
+      continue;
+    }
     std::string name =
         absl::StrCat("\"Memcpy ", CopyKindName(m.copy_kind()), " (", MemoryKindName(m.src_kind()),
                      " -> ", MemoryKindName(m.dst_kind()), ")\"");
@@ -256,6 +271,10 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
     ++events_;
   }
   for (const v1::Memset& m : batch.memsets()) {
+    if (!PlausibleInterval(m.start_ns(), m.end_ns())) {
+      ++invalid_events_;
+      continue;
+    }
     std::string name = absl::StrCat("\"Memset (", MemoryKindName(m.memory_kind()), ")\"");
     AppendGpuHeader("gpu_memset", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
     std::string& b = buffer_;
@@ -271,6 +290,10 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
     ++events_;
   }
   for (const v1::ApiCall& a : batch.api_calls()) {
+    if (!PlausibleInterval(a.start_ns(), a.end_ns())) {
+      ++invalid_events_;
+      continue;
+    }
     const bool driver = a.domain() == v1::API_DOMAIN_DRIVER;
     AppendHostEvent(driver ? "cuda_driver" : "cuda_runtime", a.start_ns(), a.end_ns(), a.tid(),
                     names.Quoted(a.name_id()));
@@ -303,6 +326,10 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
     ++events_;
   }
   for (const v1::Synchronization& s : batch.syncs()) {
+    if (!PlausibleInterval(s.start_ns(), s.end_ns())) {
+      ++invalid_events_;
+      continue;
+    }
     Separator();
     std::string& b = buffer_;
     b += "{\"ph\":\"X\",\"cat\":\"cuda_sync\",\"name\":\"";
@@ -322,12 +349,20 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
     ++events_;
   }
   for (const v1::Marker& m : batch.markers()) {
+    if (!PlausibleInterval(m.start_ns(), m.end_ns())) {
+      ++invalid_events_;
+      continue;
+    }
     AppendHostEvent("user_annotation", m.start_ns(), m.end_ns(), m.tid(),
                     names.Quoted(m.name_id()));
     buffer_ += "}";
     ++events_;
   }
   for (const v1::MemoryOp& m : batch.memory_ops()) {
+    if (!PlausibleEventTime(m.timestamp_ns())) {
+      ++invalid_events_;
+      continue;
+    }
     Separator();
     std::string& b = buffer_;
     b += "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"gpu_memory\",\"name\":\"[memory]\",\"pid\":";
@@ -345,6 +380,10 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
     ++events_;
   }
   for (const v1::Overhead& o : batch.overheads()) {
+    if (!PlausibleInterval(o.start_ns(), o.end_ns())) {
+      ++invalid_events_;
+      continue;
+    }
     AppendHostEvent("overhead", o.start_ns(), o.end_ns(), o.tid(),
                     absl::StrCat("\"CUPTI overhead: kind ", o.kind(), "\""));
     buffer_ += "}";
@@ -407,16 +446,16 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
         ",\"warpSize\":", d.warp_size(), ",\"regsPerBlock\":", d.max_registers_per_block(),
         ",\"sharedMemPerBlockOptin\":", d.max_shared_memory_per_block(), "}");
   }
-  absl::StrAppend(&buffer_,
-                  "],\"profd\":{\"capture_id\":", StringTable::JsonQuote(process_.capture_id),
-                  ",\"hostname\":", StringTable::JsonQuote(process_.hostname),
-                  ",\"pid\":", process_.pid, ",\"comm\":", StringTable::JsonQuote(process_.comm),
-                  ",\"command_line\":", StringTable::JsonQuote(process_.command_line),
-                  ",\"pod\":", StringTable::JsonQuote(process_.pod_name),
-                  ",\"namespace\":", StringTable::JsonQuote(process_.pod_namespace),
-                  ",\"events\":", events_, ",\"dropped_records\":", footer.dropped_records,
-                  ",\"truncated\":", footer.truncated ? "true" : "false",
-                  ",\"error\":", StringTable::JsonQuote(footer.error), "}}\n");
+  absl::StrAppend(
+      &buffer_, "],\"profd\":{\"capture_id\":", StringTable::JsonQuote(process_.capture_id),
+      ",\"hostname\":", StringTable::JsonQuote(process_.hostname), ",\"pid\":", process_.pid,
+      ",\"comm\":", StringTable::JsonQuote(process_.comm),
+      ",\"command_line\":", StringTable::JsonQuote(process_.command_line),
+      ",\"pod\":", StringTable::JsonQuote(process_.pod_name),
+      ",\"namespace\":", StringTable::JsonQuote(process_.pod_namespace), ",\"events\":", events_,
+      ",\"invalid_events\":", invalid_events_, ",\"dropped_records\":", footer.dropped_records,
+      ",\"truncated\":", footer.truncated ? "true" : "false",
+      ",\"error\":", StringTable::JsonQuote(footer.error), "}}\n");
   absl::Status status = flush_error_.ok() ? Flush(true) : flush_error_;
   deflateEnd(&zs_);
   if (std::fclose(file_) != 0 && status.ok()) {

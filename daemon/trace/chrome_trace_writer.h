@@ -50,6 +50,8 @@ class ChromeTraceWriter {
   absl::Status Finish(const Footer& footer);
 
   uint64_t events() const { return events_; }
+  // Events not written because a timestamp was impossible (event_limits.h).
+  uint64_t invalid_events() const { return invalid_events_; }
   uint64_t compressed_bytes() const { return compressed_bytes_; }
 
  private:
@@ -73,6 +75,7 @@ class ChromeTraceWriter {
   absl::Status flush_error_;  // a failed flush between events, returned by Write/Finish
   bool first_event_ = true;
   uint64_t events_ = 0;
+  uint64_t invalid_events_ = 0;
   uint64_t compressed_bytes_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> gpu_rows_;  // (device, stream) seen
   std::vector<uint32_t> threads_;                        // host threads seen

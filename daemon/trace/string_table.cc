@@ -5,10 +5,43 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
+
 namespace profd {
+namespace {
+
+// Length of the well-formed UTF-8 sequence at s[0..n), or 0 if there is none (RFC 3629: no
+// overlong forms, no surrogates, nothing above U+10FFFF).
+size_t Utf8SequenceLength(const unsigned char* s, size_t n) {
+  unsigned char c = s[0];
+  if (c < 0x80) return 1;
+  size_t len;
+  unsigned char lo = 0x80, hi = 0xBF;  // allowed range of the second byte
+  if (c >= 0xC2 && c <= 0xDF) {
+    len = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    len = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    len = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (n < len || s[1] < lo || s[1] > hi) return 0;
+  for (size_t i = 2; i < len; ++i) {
+    if (s[i] < 0x80 || s[i] > 0xBF) return 0;
+  }
+  return len;
+}
+
+}  // namespace
 
 std::string StringTable::Demangle(const std::string& name) {
   if (name.size() < 2 || name[0] != '_' || name[1] != 'Z') return name;
+  if (name.size() > kMaxDemangleBytes) return name;
   int status = 0;
   char* out = abi::__cxa_demangle(name.c_str(), nullptr, nullptr, &status);
   if (status != 0 || out == nullptr) return name;
@@ -17,60 +50,108 @@ std::string StringTable::Demangle(const std::string& name) {
   return result;
 }
 
-std::string StringTable::JsonQuote(const std::string& text) {
+std::string StringTable::JsonQuote(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 2);
   out += '"';
-  for (unsigned char c : text) {
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  const size_t n = text.size();
+  for (size_t i = 0; i < n;) {
+    unsigned char c = s[i];
     switch (c) {
       case '"':
         out += "\\\"";
-        break;
+        ++i;
+        continue;
       case '\\':
         out += "\\\\";
-        break;
+        ++i;
+        continue;
       case '\n':
         out += "\\n";
-        break;
+        ++i;
+        continue;
       case '\r':
         out += "\\r";
-        break;
+        ++i;
+        continue;
       case '\t':
         out += "\\t";
-        break;
+        ++i;
+        continue;
       default:
-        if (c < 0x20) {
-          char buf[8];
-          std::snprintf(buf, sizeof(buf), "\\u%04x", c);
-          out += buf;
-        } else {
-          out += static_cast<char>(c);
-        }
+        break;
+    }
+    if (c < 0x20 || c == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+      ++i;
+      continue;
+    }
+    size_t len = Utf8SequenceLength(s + i, n - i);
+    if (len == 0) {
+      out += "\\ufffd";
+      ++i;
+    } else {
+      out.append(text.data() + i, len);
+      i += len;
     }
   }
   out += '"';
   return out;
 }
 
+size_t StringTable::Cost(const Entry& e) {
+  // The hash map's slot and the two strings' heap blocks, roughly: what memory it really takes.
+  return sizeof(uint32_t) + sizeof(Entry) + e.text.capacity() + e.quoted.capacity();
+}
+
 void StringTable::Add(const v1::EventBatch& batch) {
   for (const v1::StringDef& def : batch.strings()) {
-    if (def.id() >= text_.size()) {
-      text_.resize(def.id() + 1);
-      quoted_.resize(def.id() + 1, "\"\"");
+    const std::string& value = def.value();
+    Entry e;
+    // Cut before demangling: a cut name is longer than kMaxDemangleBytes and stays mangled.
+    e.text = Demangle(value.size() > kMaxStringBytes ? value.substr(0, kMaxStringBytes) : value);
+    if (e.text.size() > kMaxStringBytes) e.text.resize(kMaxStringBytes);
+    e.quoted = JsonQuote(e.text);
+    e.text.shrink_to_fit();
+    auto it = entries_.find(def.id());
+    size_t old_cost = it == entries_.end() ? 0 : Cost(it->second);
+    size_t new_cost = Cost(e);
+    if (bytes_ - old_cost + new_cost > max_bytes_) {
+      if (rejected_ == 0) first_rejected_id_ = def.id();
+      ++rejected_;
+      continue;
     }
-    text_[def.id()] = Demangle(def.value());
-    quoted_[def.id()] = JsonQuote(text_[def.id()]);
+    bytes_ = bytes_ - old_cost + new_cost;
+    if (it == entries_.end()) {
+      entries_.emplace(def.id(), std::move(e));
+    } else {
+      it->second = std::move(e);
+    }
   }
+}
+
+absl::Status StringTable::status() const {
+  if (rejected_ == 0) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "string table full: ", rejected_, " string(s) not stored (first id ", first_rejected_id_,
+      "), the table holds ", entries_.size(), " strings in ", bytes_, " of ", max_bytes_,
+      " bytes; their events get an empty name. The agent sends far more distinct names than a "
+      "CUDA program has (a unique NVTX text per call?)"));
 }
 
 const std::string& StringTable::Text(uint32_t id) const {
   static const std::string kEmpty;
-  return id < text_.size() ? text_[id] : kEmpty;
+  auto it = entries_.find(id);
+  return it == entries_.end() ? kEmpty : it->second.text;
 }
 
 const std::string& StringTable::Quoted(uint32_t id) const {
   static const std::string kEmpty = "\"\"";
-  return id < quoted_.size() ? quoted_[id] : kEmpty;
+  auto it = entries_.find(id);
+  return it == entries_.end() ? kEmpty : it->second.quoted;
 }
 
 }  // namespace profd

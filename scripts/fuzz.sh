@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Fuzzes what untrusted bytes reach in profd for FUZZ_SECONDS (default 60) per target, with
+# Debian's clang (libFuzzer + ASan + UBSan) in its own build folder, ${FUZZ_BUILD_DIR:-build-fuzz},
+# so the main gcc build is untouched:
+#   trace_reader_fuzzer  a trace file (profctl report; profctl import, analysed inside profd)
+#   event_batch_fuzzer   a capture's event batches -> string table, trace writer, summary, analysis
+#   agent_frame_fuzzer   an agent connection's bytes -> frames, AgentMessage, registry, batches
+# Seeds: tests/fuzz/make_seeds.cc (slices of the fixtures and every input that once crashed
+# profd). Any crash, sanitizer report, leak, timeout or broken check fails the script; the input
+# is kept under build-fuzz/fuzz/artifacts/ with the command that replays it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+FUZZ_SECONDS=${FUZZ_SECONDS:-60}
+targets=(trace_reader event_batch agent_frame)
+
+# Every sanitizer report is fatal, except the checks tests/sanitizers/ubsan.supp lists for
+# third-party headers: those recover so that the suppressions can apply.
+san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
+san+=" -fsanitize-recover=pointer-overflow -fno-omit-frame-pointer"
+if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DPROFD_FUZZ=ON
+fi
+# Only what the fuzz targets link: profd itself is built by scripts/build.sh.
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target make_fuzz_seeds \
+  "${targets[@]/%/_fuzzer}"
+
+work="$(pwd)/$BUILD_DIR/fuzz"
+rm -rf "$work/seeds"
+"$BUILD_DIR/tests/fuzz/make_fuzz_seeds" . "$work/seeds"
+supp="$(pwd)/tests/sanitizers"  # third-party code only, each entry says why
+export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1"
+export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+
+failed=()
+for t in "${targets[@]}"; do
+  bin="$(pwd)/$BUILD_DIR/tests/fuzz/${t}_fuzzer"
+  corpus="$work/corpus/$t"  # grows across local runs; a fresh clone starts from the seeds
+  artifacts="$work/artifacts/$t"
+  mkdir -p "$corpus" "$artifacts"
+  # Inputs up to 32 KiB: room for a few hundred events or batches of real shape, and small enough
+  # for thousands of runs a second.
+  args=(-max_total_time="$FUZZ_SECONDS" -timeout=30 -rss_limit_mb=2048 -max_len=32768
+        -print_final_stats=1 -artifact_prefix="$artifacts/")
+  dict="tests/fuzz/$t.dict"
+  [ -f "$dict" ] && args+=(-dict="$dict")
+  log="$work/$t.log"
+  echo "fuzz: $t for ${FUZZ_SECONDS}s"
+  if "$bin" "${args[@]}" "$corpus" "$work/seeds/$t" >"$log" 2>&1; then
+    grep -E "^stat::number_of_executed_units|^stat::new_units_added|^Done" "$log" | sed "s/^/  /" || true
+  else
+    echo "fuzz: $t FAILED; the end of its log ($log):" >&2
+    tail -n 60 "$log" >&2
+    for a in "$artifacts"/*; do
+      [ -e "$a" ] && echo "fuzz: replay with: $bin $a" >&2
+    done
+    failed+=("$t")
+  fi
+done
+if ((${#failed[@]})); then
+  echo "fuzz: findings in: ${failed[*]}" >&2
+  exit 1
+fi
+echo "fuzz: ok (${targets[*]}, ${FUZZ_SECONDS}s each, no finding)"
