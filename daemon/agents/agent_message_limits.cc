@@ -302,7 +302,24 @@ absl::Status CheckCaptureStatus(const v1::CaptureStatus& status, const AgentMess
       !s.ok()) {
     return s;
   }
-  return CheckText("capture_status.message", status.message(), limits.max_status_message_bytes);
+  if (absl::Status s =
+          CheckText("capture_status.message", status.message(), limits.max_status_message_bytes);
+      !s.ok()) {
+    return s;
+  }
+  // CLOCK_REALTIME nanoseconds: profd subtracts and compares them as int64 (start latency, the
+  // capture window); a time past 2^62 ns (year 2116) is no clock's.
+  constexpr uint64_t kMaxRealtimeNs = uint64_t{1} << 62;
+  for (const auto& [name, value] :
+       {std::pair{"enabled_realtime_ns", status.enabled_realtime_ns()},
+        std::pair{"disabled_realtime_ns", status.disabled_realtime_ns()}}) {
+    if (value >= kMaxRealtimeNs) {
+      return AgentViolationError(AgentViolation::kInvalidField,
+                                 absl::StrCat("capture_status.", name, " is ", value,
+                                              ": not a CLOCK_REALTIME time (over 2^62 ns)"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint32_t> CheckEventBatch(absl::string_view batch, const AgentMessageLimits& limits,

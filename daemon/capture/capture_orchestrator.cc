@@ -496,7 +496,13 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   void WriteBatch(int i, const v1::EventBatch& batch, absl::string_view bytes) {
     v1::ProcessCapture& p = P(i);
     Process& proc = processes_[i];
+    const uint64_t rejected_before = proc.names.rejected();
     proc.names.Add(batch);
+    if (proc.names.rejected() != rejected_before) {
+      // Once per batch that had refused names; their events are written with an empty name.
+      LogWarning(kComponent, "capture %s pid %u: %s", info_.capture_id(), p.pid(),
+                 proc.names.status().message());
+    }
     if (batch.devices_size() > 0)
       proc.devices.assign(batch.devices().begin(), batch.devices().end());
     if (proc.writer == nullptr && write_error_.empty()) {
@@ -545,7 +551,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
                  batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +
                  batch.overheads_size() + batch.markers_size();
     p.set_events(p.events() + n);
-    proc.dropped_from_batches += batch.dropped_records();
+    // Saturating: the count comes from the agent.
+    proc.dropped_from_batches = batch.dropped_records() > UINT64_MAX - proc.dropped_from_batches
+                                    ? UINT64_MAX
+                                    : proc.dropped_from_batches + batch.dropped_records();
     p.set_dropped_records(proc.dropped_from_batches);
   }
 
