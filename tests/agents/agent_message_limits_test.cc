@@ -186,6 +186,18 @@ TEST(AgentMessageLimitsTest, CaptureStatusTextIsBounded) {
                   "capture_status.message is 4097 bytes, over the limit of 4096");
 }
 
+// profd subtracts these as int64 (start latency): 2^63 from an agent was a signed overflow.
+TEST(AgentMessageLimitsTest, CaptureStatusTimesAreRealtimeClockTimes) {
+  v1::AgentMessage m;
+  m.mutable_capture_status()->set_capture_id("20261130T120000Z-node-17-0123abcd");
+  m.mutable_capture_status()->set_enabled_realtime_ns(1796056307535806320u);
+  m.mutable_capture_status()->set_disabled_realtime_ns(1796056308535806320u);
+  EXPECT_TRUE(Check(Frame(m)).ok());
+  m.mutable_capture_status()->set_enabled_realtime_ns(uint64_t{1} << 63);
+  ExpectViolation(Check(Frame(m)), AgentViolation::kInvalidField,
+                  "capture_status.enabled_realtime_ns is 9223372036854775808");
+}
+
 TEST(AgentMessageLimitsTest, RecordedBatchesOfARealCapturePass) {
   std::vector<v1::EventBatch> batches = testing::ReadRecordedBatches(
       testing::SourcePath("tests/fixtures/burst_1000_kernels.batches.pb"));
