@@ -121,6 +121,15 @@ absl::Status CaptureTargets::Choose(const v1::CaptureRequest& request,
     default:
       target->path = has_kineto ? v1::CAPTURE_PATH_KINETO : v1::CAPTURE_PATH_CUPTI;
   }
+  // Kineto's own handover from a synchronous torch.profiler session to an on-demand trace has
+  // crashed a process on the GPU host (docs/KINETO.md): never start one while the agent sees a
+  // session tracing.
+  if (target->path == v1::CAPTURE_PATH_KINETO && target->info.cupti_sharing().other_tracing()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pid ", pid, ": ", target->info.cupti_sharing().other_tracer(),
+        " is tracing in this process right now, and profd does not start Kineto's on-demand "
+        "trace over a torch.profiler session: capture again when it ends"));
+  }
   if (target->path == v1::CAPTURE_PATH_KINETO && target->info.kineto().busy()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "pid ", pid,
