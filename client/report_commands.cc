@@ -130,6 +130,7 @@ int RunReport(const GlobalOptions& g, const ReportFlags& f) {
   analysis::AnalysisOptions options;
   options.top_kernels = f.top;
   options.top_apis = f.top;
+  options.top_operators = f.top;
   analysis::Report report;
   int rc = Analyze(g, f.inputs, options, &report);
   if (rc != kExitOk) return rc;
@@ -155,6 +156,8 @@ int RunDiff(const GlobalOptions& g, const DiffFlags& f) {
   analysis::AnalysisOptions options;
   options.top_kernels = 1 << 30;  // every kernel, so none is missing from one side
   options.top_apis = 1 << 30;
+  options.top_operators = 1 << 30;
+  options.operator_kernels = 0;  // the diff compares operator totals, not their kernels
   analysis::Report a, b;
   int rc = Analyze(g, {f.a}, options, &a);
   if (rc == kExitOk) rc = Analyze(g, {f.b}, options, &b);
@@ -174,8 +177,9 @@ void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   auto rf = std::make_shared<ReportFlags>();
   CLI::App* report = app.add_subcommand(
       "report",
-      "Bottleneck report of a trace: GPU busy/idle, top kernels, CUDA API, copies, syncs, "
-      "findings with advice. Reads profd and PyTorch profiler traces (.json or .json.gz); "
+      "Bottleneck report of a trace: GPU busy/idle, operators (torch.profiler's key_averages), "
+      "top kernels, CUDA API, copies, syncs, findings with advice. Reads profd and PyTorch "
+      "profiler traces (.json or .json.gz); "
       "no profd needed for a file");
   report
       ->add_option("trace", rf->inputs,
@@ -183,14 +187,14 @@ void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
       ->required();
   report->add_flag("--json", rf->json, "Print the report as JSON");
   report->add_option("--html", rf->html, "Also write a self-contained HTML report here");
-  report->add_option("--top", rf->top, "Rows in the kernel and API tables (default 20)");
+  report->add_option("--top", rf->top, "Rows in the operator, kernel and API tables (default 20)");
   report->callback([&g, rc, rf] { *rc = RunReport(g, *rf); });
 
   auto df = std::make_shared<DiffFlags>();
   CLI::App* diff = app.add_subcommand(
       "diff",
-      "Compare two traces (before/after an optimisation): the change per kernel, API "
-      "and copy kind");
+      "Compare two traces (before/after an optimisation): the change per operator, kernel, "
+      "API and copy kind");
   diff->add_option("before", df->a, "Trace file or capture id (A)")->required();
   diff->add_option("after", df->b, "Trace file or capture id (B)")->required();
   diff->add_flag("--json", df->json, "Print the comparison as JSON");

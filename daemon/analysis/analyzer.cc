@@ -11,6 +11,7 @@
 #include "daemon/analysis/analysis.h"
 #include "daemon/analysis/findings.h"
 #include "daemon/analysis/occupancy.h"
+#include "daemon/analysis/operator_table.h"
 #include "daemon/analysis/trace_reader.h"
 #include "daemon/checked_math.h"
 
@@ -137,17 +138,23 @@ bool GpuActivityOk(const Trace& t, const GpuActivity& a) {
 bool HostCallOk(const Trace& t, const HostCall& c) {
   return TimeWithinLimits(c.start_ns, c.dur_ns) && c.name < t.names.size();
 }
+bool CpuOpOk(const Trace& t, const CpuOp& o) {
+  return TimeWithinLimits(o.start_ns, o.dur_ns) && o.name < t.names.size();
+}
 
 // The trace without the events that fail those checks; *dropped counts them.
 Trace WithinLimits(const Trace& trace, uint64_t* dropped) {
   Trace t = trace;
   auto gpu_bad = [&](const GpuActivity& a) { return !GpuActivityOk(trace, a); };
   auto host_bad = [&](const HostCall& c) { return !HostCallOk(trace, c); };
+  auto op_bad = [&](const CpuOp& o) { return !CpuOpOk(trace, o); };
   auto g = std::remove_if(t.gpu.begin(), t.gpu.end(), gpu_bad);
   auto h = std::remove_if(t.host.begin(), t.host.end(), host_bad);
-  *dropped = static_cast<uint64_t>((t.gpu.end() - g) + (t.host.end() - h));
+  auto o = std::remove_if(t.ops.begin(), t.ops.end(), op_bad);
+  *dropped = static_cast<uint64_t>((t.gpu.end() - g) + (t.host.end() - h) + (t.ops.end() - o));
   t.gpu.erase(g, t.gpu.end());
   t.host.erase(h, t.host.end());
+  t.ops.erase(o, t.ops.end());
   auto clamp = [](int64_t v) {
     return std::clamp<int64_t>(v, kMinTimeNs, kMaxTimeNs + kMaxDurationNs);
   };
@@ -164,6 +171,7 @@ struct KernelAcc {
   double theoretical_time = 0;
   double known_time = 0;
   absl::flat_hash_map<uint32_t, uint64_t> configs;
+  absl::flat_hash_map<uint32_t, OperatorLaunches> launchers;  // by operator row
 };
 
 }  // namespace
@@ -174,6 +182,7 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
       (input.window_start_ns >= kMinTimeNs && input.window_end_ns <= kMaxTimeNs + kMaxDurationNs);
   for (const GpuActivity& a : input.gpu) ok = ok && GpuActivityOk(input, a);
   for (const HostCall& c : input.host) ok = ok && HostCallOk(input, c);
+  for (const CpuOp& o : input.ops) ok = ok && CpuOpOk(input, o);
   uint64_t dropped = 0;
   Trace checked;
   if (!ok) checked = WithinLimits(input, &dropped);
@@ -219,6 +228,27 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
     auto it = launch_of.find(a.correlation);
     return it == launch_of.end() ? nullptr : &trace.host[it->second];
   };
+  // The operator table, and which operator launched each GPU activity (for the kernel table and
+  // the findings).
+  OperatorAnalysis operators = AnalyzeOperators(trace, launch_of, options);
+  auto launcher_of = [&](uint32_t gpu_index) {
+    return gpu_index < operators.launched_by.size() ? operators.launched_by[gpu_index]
+                                                    : OperatorAnalysis::kNoOperator;
+  };
+  // The top 3 of a count per operator row, as named OperatorLaunches.
+  auto top_launchers = [&](const absl::flat_hash_map<uint32_t, OperatorLaunches>& by_row) {
+    std::vector<OperatorLaunches> out;
+    for (const auto& [row, l] : by_row) {
+      out.push_back(l);
+      out.back().name = operators.rows[row].name;
+    }
+    std::sort(out.begin(), out.end(), [](const OperatorLaunches& a, const OperatorLaunches& b) {
+      return std::tie(b.kernels, b.total_ns, a.name) < std::tie(a.kernels, a.total_ns, b.name);
+    });
+    if (out.size() > 3) out.resize(3);
+    return out;
+  };
+
   auto pid_of = [&](const GpuActivity& a) -> int32_t {
     if (const HostCall* l = launch_for(a)) return l->pid;
     int32_t pid = a.file < trace.files.size() ? trace.files[a.file].host_pid : -1;
@@ -277,6 +307,7 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
     std::vector<int64_t> durations, delays;
     std::map<int32_t, std::vector<std::pair<int64_t, int>>> queue_events;  // by stream
     std::map<int32_t, uint64_t> stream_kernels;
+    absl::flat_hash_map<uint32_t, OperatorLaunches> short_by_operator;
     for (uint32_t i : idx) {
       const GpuActivity& a = trace.gpu[i];
       all.push_back({a.start_ns, a.end_ns()});
@@ -284,6 +315,12 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
       if (a.type == GpuActivity::Type::kMemset) ++g.memsets;
       if (a.type != GpuActivity::Type::kKernel) continue;
       ++g.kernels;
+      if (a.dur_ns < options.launch_bound_median_kernel_ns &&
+          launcher_of(i) != OperatorAnalysis::kNoOperator) {
+        OperatorLaunches& l = short_by_operator[launcher_of(i)];
+        ++l.kernels;
+        l.total_ns = SaturatingAdd(l.total_ns, a.dur_ns);
+      }
       ++stream_kernels[a.stream];
       kernels.push_back({a.start_ns, a.end_ns()});
       durations.push_back(a.dur_ns);
@@ -298,6 +335,7 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
       queue_events[a.stream].push_back({l->start_ns, +1});
       queue_events[a.stream].push_back({a.end_ns(), -1});
     }
+    g.short_kernel_operators = top_launchers(short_by_operator);
     g.busy_ns = UnionLength(kernels);
     int64_t all_ns = UnionLength(all);
     g.copy_only_ns = all_ns - g.busy_ns;
@@ -410,10 +448,16 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
   };
   std::map<std::pair<uint32_t, int32_t>, Occupancy> occ_cache;
   std::string impossible_example;
-  for (const GpuActivity& a : trace.gpu) {
+  for (uint32_t i = 0; i < trace.gpu.size(); ++i) {
+    const GpuActivity& a = trace.gpu[i];
     if (a.type != GpuActivity::Type::kKernel) continue;
     KernelAcc& acc = kernel_acc[a.name];
     acc.durations.push_back(a.dur_ns);
+    if (launcher_of(i) != OperatorAnalysis::kNoOperator) {
+      OperatorLaunches& l = acc.launchers[launcher_of(i)];
+      ++l.kernels;
+      l.total_ns = SaturatingAdd(l.total_ns, a.dur_ns);
+    }
     ++r.kernel_count;
     r.kernel_time_ns = SaturatingAdd(r.kernel_time_ns, a.dur_ns);
     if (a.launch_config == 0) continue;
@@ -453,6 +497,7 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
     KernelRow k;
     k.name = trace.names.Name(name);
     k.stats = StatsOf(acc.durations);
+    k.operators = top_launchers(acc.launchers);
     k.time_ratio =
         r.kernel_time_ns > 0 ? static_cast<double>(k.stats.total_ns) / r.kernel_time_ns : 0;
     if (acc.known_time > 0) {
@@ -591,6 +636,11 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
     kernel_rows.resize(std::max(0, options.top_kernels));
   }
   r.top_kernels = std::move(kernel_rows);
+  r.operator_summary = operators.summary;
+  r.operators = std::move(operators.rows);
+  if (r.operators.size() > static_cast<size_t>(std::max(0, options.top_operators))) {
+    r.operators.resize(std::max(0, options.top_operators));
+  }
   return r;
 }
 

@@ -1,6 +1,7 @@
 #include "daemon/analysis/findings.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,6 +17,16 @@ std::string GpuLabel(const GpuRow& g) {
 
 std::string Short(const std::string& name, size_t max = 70) {
   return name.size() <= max ? name : name.substr(0, max - 3) + "...";
+}
+
+// "aten::addmm (72), aten::mm (3)": who launched a kernel's instances.
+std::string Launchers(const std::vector<OperatorLaunches>& ops) {
+  std::string out;
+  for (const OperatorLaunches& l : ops) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", Short(l.name, 50), " (", FormatCount(l.kernels),
+                    ")");
+  }
+  return out;
 }
 
 void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* out) {
@@ -92,6 +103,15 @@ void LaunchBound(const Report& r, const AnalysisOptions& o, std::vector<Finding>
                                         "that queued them"));
       f.evidence.push_back(absl::StrCat("launch delay p50 ", FormatDuration(g.launch_delay_p50_ns),
                                         ", p90 ", FormatDuration(g.launch_delay_p90_ns)));
+    }
+    // Which operators launch the short kernels: where fusion or a CUDA Graph pays off first.
+    double window_s = r.window_ns / 1e9;
+    for (const OperatorLaunches& l : g.short_kernel_operators) {
+      f.evidence.push_back(absl::StrCat(
+          Short(l.name, 60), ": ",
+          FormatCount(static_cast<uint64_t>(std::llround(window_s > 0 ? l.kernels / window_s : 0))),
+          " launches/s of kernels < ", FormatDuration(o.launch_bound_median_kernel_ns), " (",
+          FormatCount(l.kernels), " kernels, ", FormatDuration(l.total_ns), ")"));
     }
     f.evidence.push_back(absl::StrCat("kernel-wait gaps (< ", FormatDuration(o.kernel_wait_gap_ns),
                                       " between queued kernels) ",
@@ -229,7 +249,8 @@ void Dominant(const Report& r, const std::vector<KernelRow>& kernels, const Anal
     const KernelRow& k = kernels[i];
     f.evidence.push_back(absl::StrCat(
         Short(k.name), ": ", FormatCount(k.stats.count), " x ", FormatDuration(k.stats.avg_ns),
-        " = ", FormatDuration(k.stats.total_ns), " (", FormatPercent(k.time_ratio), ")"));
+        " = ", FormatDuration(k.stats.total_ns), " (", FormatPercent(k.time_ratio), ")",
+        k.operators.empty() ? "" : absl::StrCat(", launched by ", Launchers(k.operators))));
     if (k.stats.count >= 100 && k.stats.avg_ns < 20'000) many_calls = true;
   }
   f.advice.push_back(

@@ -1,6 +1,7 @@
 // RenderHtml: one self-contained page (inline CSS and SVG, no scripts, no fonts or CDNs) so the
 // report opens from a file on a host with no network. Plot elements carry stable ids
-// (plot-gpu-busy, plot-idle, plot-top-kernels, plot-launch-delay, plot-copies).
+// (plot-gpu-busy, plot-idle, plot-top-operators, plot-top-kernels, plot-launch-delay,
+// plot-copies).
 #include <algorithm>
 #include <cmath>
 
@@ -67,7 +68,7 @@ padding:1px 6px;border-radius:3px;color:#fff;margin-right:6px;background:#999}
 .plot h4{margin:0 0 4px;font-size:13px;color:#3a4354}svg text{font-size:11px;fill:#3a4354}
 .legend span{display:inline-block;margin-right:12px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-.notes li{color:#5a6475}
+.notes li{color:#5a6475}tr.sub td{color:#5a6475;font-size:12px;border-bottom:none}
 )css";
 
 // A horizontal bar chart: label on the left, bar, value text on the right.
@@ -263,9 +264,56 @@ std::string RenderHtml(const Report& r, const std::string& title) {
   }
   absl::StrAppend(&h, "</table>");
 
-  // Top kernels: chart (count x avg = total) and the nsys-style table.
   std::vector<std::string> labels, texts;
   std::vector<double> values;
+  // Operators: torch.profiler's key_averages table sorted by CUDA total, each row's kernels under
+  // it (the page's answer to the seeds' first question: which operator takes the GPU time).
+  if (!r.operators.empty()) {
+    const OperatorSummary& s = r.operator_summary;
+    for (size_t i = 0; i < r.operators.size() && i < 12; ++i) {
+      const OperatorRow& o = r.operators[i];
+      labels.push_back(o.name);
+      values.push_back(double(o.cuda_total_ns));
+      texts.push_back(
+          absl::StrCat(FormatDuration(o.cuda_total_ns), ", ", FormatCount(o.calls), " calls"));
+    }
+    absl::StrAppend(&h,
+                    "<h2 id=\"operators\">Operators</h2><div class=\"plot\"><h4>CUDA total per "
+                    "operator (torch.profiler key_averages, sort_by=\"cuda_time_total\")</h4>",
+                    BarChart("plot-top-operators", labels, values, texts, "#29a36a"), "</div>");
+    auto share = [](int64_t part, int64_t total) {
+      return total > 0 ? FormatPercent(double(part) / total) : std::string("-");
+    };
+    absl::StrAppend(&h, "<table id=\"operator-table\">",
+                    Th({"CUDA total", "Self CUDA", "Self CUDA %", "CUDA avg", "Calls",
+                        "Kernels/call", "CPU total", "Self CPU", "Self CPU %", "Name"}));
+    for (const OperatorRow& o : r.operators) {
+      h += Td({FormatDuration(o.cuda_total_ns), FormatDuration(o.self_cuda_ns),
+               share(o.self_cuda_ns, s.self_cuda_total_ns), FormatDuration(o.cuda_per_call_ns),
+               FormatCount(o.calls), absl::StrFormat("%.2f", o.kernels_per_call),
+               FormatDuration(o.cpu_total_ns), FormatDuration(o.self_cpu_ns),
+               share(o.self_cpu_ns, s.self_cpu_total_ns),
+               o.user_annotation ? o.name + " (record_function)" : o.name},
+              9);
+      for (const OperatorKernel& k : o.kernels) {
+        std::string row = Td({FormatDuration(k.total_ns), "", "",
+                              FormatDuration(k.count ? double(k.total_ns) / k.count : 0),
+                              FormatCount(k.count), "", "", "", "", "↳ " + k.name},
+                             9);
+        h += "<tr class=\"sub\"" + row.substr(3);
+      }
+    }
+    absl::StrAppend(&h, "</table><p class=\"meta\">Self CPU time total ",
+                    Esc(FormatDuration(s.self_cpu_total_ns)), " · self CUDA time total ",
+                    Esc(FormatDuration(s.self_cuda_total_ns)), " · ",
+                    FormatCount(s.device_events_attributed), " of ", FormatCount(s.device_events),
+                    " GPU activities launched by an operator</p>");
+    labels.clear();
+    values.clear();
+    texts.clear();
+  }
+
+  // Top kernels: chart (count x avg = total) and the nsys-style table.
   for (size_t i = 0; i < r.top_kernels.size() && i < 12; ++i) {
     const KernelRow& k = r.top_kernels[i];
     labels.push_back(k.name);

@@ -42,6 +42,9 @@ struct AnalysisOptions {
 
   int top_kernels = 20;
   int top_apis = 20;
+  // Rows of the operator table, and kernels listed under each of them.
+  int top_operators = 20;
+  int operator_kernels = 5;
   int timeline_bins = 120;
 };
 
@@ -54,6 +57,13 @@ struct DurationStats {
   double avg_ns = 0;
   double median_ns = 0;
   double stddev_ns = 0;
+};
+
+// Kernels counted by the CPU operator that launched them (the innermost one, by External id).
+struct OperatorLaunches {
+  std::string name;  // aten::addmm
+  uint64_t kernels = 0;
+  int64_t total_ns = 0;
 };
 
 struct IdleBreakdown {
@@ -84,6 +94,9 @@ struct GpuRow {
   int64_t launch_delay_p90_ns = 0;
   int64_t launch_delay_p99_ns = 0;
   std::vector<double> busy_timeline;  // kernel busy share per bin of window / timeline_bins
+  // Kernels shorter than launch_bound_median_kernel_ns by the operator that launched them, most
+  // first (top 3); empty when the trace has no CPU operators.
+  std::vector<OperatorLaunches> short_kernel_operators;
 };
 
 struct ProcessRow {
@@ -104,6 +117,47 @@ struct KernelRow {
   double theoretical_occupancy = -1;
   std::string occupancy_limiter;  // of its most used launch configuration
   std::string launch_config;      // "grid [x,y,z] block [x,y,z] regs R smem S"
+  // The operators that launched its instances, most first (top 3); empty without CPU operators.
+  std::vector<OperatorLaunches> operators;
+};
+
+// A GPU activity under an operator row: what makes up the row's CUDA total.
+struct OperatorKernel {
+  std::string name;
+  uint64_t count = 0;  // instances, once per enclosing call of the operator
+  int64_t total_ns = 0;
+};
+
+// One row of torch.profiler's key_averages(): every call of one operator name (cpu_op), or of one
+// record_function label (user_annotation), with torch's definitions (docs/ANALYSIS.md).
+struct OperatorRow {
+  std::string name;
+  bool user_annotation = false;
+  uint64_t calls = 0;
+  int64_t self_cpu_ns = 0;    // own duration - direct CPU children's (operators, CUDA API calls)
+  int64_t cpu_total_ns = 0;   // own duration
+  int64_t self_cuda_ns = 0;   // GPU activities launched by the operator itself
+  int64_t cuda_total_ns = 0;  // self + operators inside it
+  uint64_t device_events_self = 0;
+  uint64_t device_events = 0;           // kernels, copies, memsets in cuda_total
+  double kernels_per_call = 0;          // device_events / calls
+  double cuda_per_call_ns = 0;          // cuda_total / calls
+  double cpu_per_call_ns = 0;           // cpu_total / calls
+  std::vector<OperatorKernel> kernels;  // most time first, at most operator_kernels
+  uint64_t distinct_kernels = 0;        // under this row, before the cut
+};
+
+struct OperatorSummary {
+  uint64_t instances = 0;  // operator and user annotation events in the tables
+  uint64_t distinct = 0;   // rows before the top_operators cut
+  // torch's "Self CPU time total": self time of every CPU event, CUDA API calls included.
+  int64_t self_cpu_total_ns = 0;
+  // torch's "Self CUDA time total": every GPU activity's time.
+  int64_t self_cuda_total_ns = 0;
+  uint64_t device_events = 0;
+  uint64_t device_events_attributed = 0;  // launched by some operator
+  uint64_t attributed_by_launch_call =
+      0;  // of those: no External id, found through the launch call
 };
 
 struct ApiRow {
@@ -190,6 +244,8 @@ struct Report {
   std::vector<CopyRow> copies;
   std::vector<SyncRow> syncs;
   std::vector<StreamQueueRow> queues;
+  std::vector<OperatorRow> operators;  // by CUDA total; empty when the trace has no cpu_op
+  OperatorSummary operator_summary;
   std::vector<HistogramBin> launch_delay_histogram;
   int64_t launch_delay_p50_ns = 0;
   int64_t launch_delay_p90_ns = 0;

@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/checked_math.h"
 #include "rapidjson/prettywriter.h"
 #include "rapidjson/stringbuffer.h"
 
@@ -38,7 +39,15 @@ std::string Value(double v, const std::string& unit) {
   return FormatCount(static_cast<uint64_t>(std::clamp(std::round(v), 0.0, 1.8e19)));
 }
 
+std::string OperatorName(const OperatorRow& o) {
+  return o.user_annotation ? o.name + " (record_function)" : o.name;
+}
+
 }  // namespace
+
+int64_t OperatorDeltaRow::cuda_delta_ns() const {
+  return SaturatingSub(cuda_total_b_ns, cuda_total_a_ns);
+}
 
 ReportDiff DiffReports(const Report& a, const Report& b) {
   ReportDiff d;
@@ -120,6 +129,36 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
     r.total_b_ns = c.total_ns;
     r.avg_b_ns = c.count ? double(c.total_ns) / c.count : 0;
   }
+  std::map<std::string, OperatorDeltaRow> operators;
+  for (const OperatorRow& o : a.operators) {
+    OperatorDeltaRow& r = operators[OperatorName(o)];
+    r.name = OperatorName(o);
+    r.calls_a = o.calls;
+    r.cuda_total_a_ns = o.cuda_total_ns;
+    r.self_cuda_a_ns = o.self_cuda_ns;
+    r.cpu_total_a_ns = o.cpu_total_ns;
+    r.self_cpu_a_ns = o.self_cpu_ns;
+  }
+  for (const OperatorRow& o : b.operators) {
+    OperatorDeltaRow& r = operators[OperatorName(o)];
+    r.name = OperatorName(o);
+    r.calls_b = o.calls;
+    r.cuda_total_b_ns = o.cuda_total_ns;
+    r.self_cuda_b_ns = o.self_cuda_ns;
+    r.cpu_total_b_ns = o.cpu_total_ns;
+    r.self_cpu_b_ns = o.self_cpu_ns;
+  }
+  for (auto& [n, r] : operators) d.operators.push_back(r);
+  std::sort(d.operators.begin(), d.operators.end(),
+            [](const OperatorDeltaRow& x, const OperatorDeltaRow& y) {
+              int64_t cx = std::max(x.cuda_total_a_ns, x.cuda_total_b_ns);
+              int64_t cy = std::max(y.cuda_total_a_ns, y.cuda_total_b_ns);
+              if (cx != cy) return cx > cy;
+              int64_t px = std::max(x.cpu_total_a_ns, x.cpu_total_b_ns);
+              int64_t py = std::max(y.cpu_total_a_ns, y.cpu_total_b_ns);
+              if (px != py) return px > py;
+              return x.name < y.name;
+            });
   for (auto& [n, r] : kernels) d.kernels.push_back(r);
   for (auto& [n, r] : apis) d.apis.push_back(r);
   for (auto& [n, r] : copies) d.copies.push_back(r);
@@ -160,6 +199,25 @@ std::string RenderDiffText(const ReportDiff& d, const std::string& label_a,
     out += t.empty() ? "  (none)\n" : t.Render();
     if (v.size() > max_rows) absl::StrAppend(&out, "  … ", v.size() - max_rows, " more\n");
   };
+  if (!d.operators.empty()) {
+    absl::StrAppend(&out, "\nOPERATORS (torch.profiler key_averages, by CUDA total)\n");
+    TextTable t({"CUDA A>", "CUDA B>", "DELTA>", "CHANGE>", "CALLS A>", "CALLS B>", "CPU A>",
+                 "CPU B>", "SELF CPU A>", "SELF CPU B>", "NAME"});
+    for (size_t i = 0; i < d.operators.size() && i < max_rows; ++i) {
+      const OperatorDeltaRow& r = d.operators[i];
+      int64_t delta = r.cuda_delta_ns();
+      t.AddRow({FormatDuration(r.cuda_total_a_ns), FormatDuration(r.cuda_total_b_ns),
+                (delta > 0 ? "+" : "") + FormatDuration(delta),
+                Change(r.cuda_total_a_ns, r.cuda_total_b_ns), FormatCount(r.calls_a),
+                FormatCount(r.calls_b), FormatDuration(r.cpu_total_a_ns),
+                FormatDuration(r.cpu_total_b_ns), FormatDuration(r.self_cpu_a_ns),
+                FormatDuration(r.self_cpu_b_ns), r.name});
+    }
+    out += t.Render();
+    if (d.operators.size() > max_rows) {
+      absl::StrAppend(&out, "  … ", d.operators.size() - max_rows, " more\n");
+    }
+  }
   rows("KERNELS", d.kernels, "INSTANCES");
   rows("CUDA API", d.apis, "CALLS");
   rows("COPIES AND MEMSETS", d.copies, "COUNT");
@@ -223,6 +281,37 @@ std::string DiffToJson(const ReportDiff& d, const std::string& label_a,
     }
     w.EndArray();
   };
+  w.Key("operators");
+  w.StartArray();
+  for (const OperatorDeltaRow& r : d.operators) {
+    w.StartObject();
+    w.Key("name");
+    w.String(r.name.c_str());
+    w.Key("calls_a");
+    w.Uint64(r.calls_a);
+    w.Key("calls_b");
+    w.Uint64(r.calls_b);
+    w.Key("cuda_total_a_ns");
+    w.Int64(r.cuda_total_a_ns);
+    w.Key("cuda_total_b_ns");
+    w.Int64(r.cuda_total_b_ns);
+    w.Key("cuda_delta_ns");
+    w.Int64(r.cuda_delta_ns());
+    w.Key("self_cuda_a_ns");
+    w.Int64(r.self_cuda_a_ns);
+    w.Key("self_cuda_b_ns");
+    w.Int64(r.self_cuda_b_ns);
+    w.Key("cpu_total_a_ns");
+    w.Int64(r.cpu_total_a_ns);
+    w.Key("cpu_total_b_ns");
+    w.Int64(r.cpu_total_b_ns);
+    w.Key("self_cpu_a_ns");
+    w.Int64(r.self_cpu_a_ns);
+    w.Key("self_cpu_b_ns");
+    w.Int64(r.self_cpu_b_ns);
+    w.EndObject();
+  }
+  w.EndArray();
   rows("kernels", d.kernels);
   rows("cuda_api", d.apis);
   rows("copies", d.copies);

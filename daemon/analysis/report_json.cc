@@ -44,6 +44,66 @@ void Stats(W& w, const DurationStats& s) {
 }
 
 template <typename W>
+void Launchers(W& w, const char* key, const std::vector<OperatorLaunches>& ops) {
+  w.Key(key);
+  w.StartArray();
+  for (const OperatorLaunches& l : ops) {
+    w.StartObject();
+    Str(w, "name", l.name);
+    U64(w, "kernels", l.kernels);
+    I64(w, "total_ns", l.total_ns);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+template <typename W>
+void Operators(W& w, const Report& r) {
+  const OperatorSummary& s = r.operator_summary;
+  w.Key("operator_summary");
+  w.StartObject();
+  U64(w, "instances", s.instances);
+  U64(w, "distinct", s.distinct);
+  I64(w, "self_cpu_total_ns", s.self_cpu_total_ns);
+  I64(w, "self_cuda_total_ns", s.self_cuda_total_ns);
+  U64(w, "device_events", s.device_events);
+  U64(w, "device_events_attributed", s.device_events_attributed);
+  U64(w, "attributed_by_launch_call", s.attributed_by_launch_call);
+  w.EndObject();
+  w.Key("operators");
+  w.StartArray();
+  for (const OperatorRow& o : r.operators) {
+    w.StartObject();
+    Str(w, "name", o.name);
+    w.Key("user_annotation");
+    w.Bool(o.user_annotation);
+    U64(w, "calls", o.calls);
+    I64(w, "self_cpu_ns", o.self_cpu_ns);
+    I64(w, "cpu_total_ns", o.cpu_total_ns);
+    I64(w, "self_cuda_ns", o.self_cuda_ns);
+    I64(w, "cuda_total_ns", o.cuda_total_ns);
+    Dbl(w, "cpu_per_call_ns", o.cpu_per_call_ns);
+    Dbl(w, "cuda_per_call_ns", o.cuda_per_call_ns);
+    U64(w, "device_events_self", o.device_events_self);
+    U64(w, "device_events", o.device_events);
+    Dbl(w, "kernels_per_call", o.kernels_per_call);
+    U64(w, "distinct_kernels", o.distinct_kernels);
+    w.Key("kernels");
+    w.StartArray();
+    for (const OperatorKernel& k : o.kernels) {
+      w.StartObject();
+      Str(w, "name", k.name);
+      U64(w, "count", k.count);
+      I64(w, "total_ns", k.total_ns);
+      w.EndObject();
+    }
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+template <typename W>
 void Write(W& w, const Report& r) {
   w.StartObject();
   I64(w, "schema_version", 1);
@@ -138,6 +198,7 @@ void Write(W& w, const Report& r) {
     w.StartArray();
     for (double v : g.busy_timeline) w.Double(v);
     w.EndArray();
+    Launchers(w, "short_kernel_operators", g.short_kernel_operators);
     w.EndObject();
   }
   w.EndArray();
@@ -171,9 +232,12 @@ void Write(W& w, const Report& r) {
     Dbl(w, "theoretical_occupancy", k.theoretical_occupancy);
     Str(w, "occupancy_limiter", k.occupancy_limiter);
     Str(w, "launch_config", k.launch_config);
+    Launchers(w, "operators", k.operators);
     w.EndObject();
   }
   w.EndArray();
+
+  Operators(w, r);
 
   w.Key("cuda_api");
   w.StartArray();

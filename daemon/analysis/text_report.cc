@@ -14,6 +14,56 @@ namespace {
 
 std::string Ns(double ns) { return FormatDuration(ns); }
 std::string Occ(double v) { return v < 0 ? "-" : absl::StrFormat("%.0f%%", v * 100); }
+std::string Share(int64_t part, int64_t total) {
+  return total > 0 ? FormatPercent(static_cast<double>(part) / total) : "-";
+}
+
+// torch.profiler's key_averages().table(sort_by="cuda_time_total"), with the kernels that make up
+// each row's CUDA total under it.
+void RenderOperators(const Report& r, std::string* out) {
+  const OperatorSummary& s = r.operator_summary;
+  if (r.operators.empty()) {
+    // Only worth a line where a user would look for the table: GPU work without operators (our
+    // CUPTI captures).
+    if (r.kernel_count > 0) {
+      absl::StrAppend(out,
+                      "\nOPERATORS: none (the trace has no PyTorch CPU operators; torch.profiler "
+                      "and Kineto traces have them)\n");
+    }
+    return;
+  }
+  absl::StrAppend(out, "\nOPERATORS (torch.profiler key_averages, sort_by=\"cuda_time_total\"; ",
+                  "the kernels of each under it)\n");
+  TextTable t({"CUDA total>", "Self CUDA>", "Self CUDA %>", "CUDA avg>", "Calls>", "Kernels/call>",
+               "CPU total>", "Self CPU>", "Self CPU %>", "Name"});
+  constexpr size_t kKernelsShown = 3;
+  for (const OperatorRow& o : r.operators) {
+    t.AddRow({Ns(o.cuda_total_ns), Ns(o.self_cuda_ns), Share(o.self_cuda_ns, s.self_cuda_total_ns),
+              Ns(o.cuda_per_call_ns), FormatCount(o.calls),
+              absl::StrFormat("%.2f", o.kernels_per_call), Ns(o.cpu_total_ns), Ns(o.self_cpu_ns),
+              Share(o.self_cpu_ns, s.self_cpu_total_ns),
+              o.user_annotation ? absl::StrCat(o.name, " (record_function)") : o.name});
+    for (size_t i = 0; i < o.kernels.size() && i < kKernelsShown; ++i) {
+      const OperatorKernel& k = o.kernels[i];
+      t.AddRow({Ns(k.total_ns), "", "", Ns(k.count ? double(k.total_ns) / k.count : 0),
+                FormatCount(k.count), "", "", "", "", absl::StrCat("  > ", k.name)});
+    }
+    uint64_t more = o.distinct_kernels - std::min(o.kernels.size(), kKernelsShown);
+    if (more > 0) {
+      t.AddRow({"", "", "", "", "", "", "", "", "",
+                absl::StrCat("  > ", more, more == 1 ? " more kernel" : " more kernels")});
+    }
+  }
+  *out += t.Render();
+  absl::StrAppend(out, "  Self CPU time total: ", Ns(s.self_cpu_total_ns),
+                  "; self CUDA time total: ", Ns(s.self_cuda_total_ns), "; ",
+                  FormatCount(s.device_events_attributed), " of ", FormatCount(s.device_events),
+                  " GPU activities launched by an operator");
+  if (s.distinct > r.operators.size()) {
+    absl::StrAppend(out, "; ", s.distinct - r.operators.size(), " more operators (--top)");
+  }
+  absl::StrAppend(out, "\n");
+}
 
 }  // namespace
 
@@ -75,6 +125,8 @@ std::string RenderText(const Report& r) {
     }
     out += procs.Render();
   }
+
+  RenderOperators(r, &out);
 
   absl::StrAppend(&out, "\nTOP KERNELS (cuda_gpu_kern_sum)\n");
   TextTable k({"Time %>", "Total Time>", "Instances>", "Avg>", "Med>", "Min>", "Max>", "StdDev>",

@@ -1,7 +1,8 @@
 // The in-memory trace the analysis works on: only the GPU-side activity (kernels, copies,
-// memsets), the CUDA API calls on the host and the device properties, in columns small enough
-// that a 1 GB JSON trace fits in a few hundred MB. Filled by TraceReader from our captures or
-// from PyTorch profiler / Kineto JSON, or directly by a pipeline that already holds the events.
+// memsets), the CUDA API calls on the host, PyTorch's CPU operators and the device properties, in
+// columns small enough that a 1 GB JSON trace fits in a few hundred MB. Filled by TraceReader from
+// our captures or from PyTorch profiler / Kineto JSON, or directly by a pipeline that already holds
+// the events.
 #pragma once
 
 #include <cstdint>
@@ -79,6 +80,9 @@ struct GpuActivity {
   uint32_t launch_config = 0;  // index into Trace::launch_configs (0 = unknown)
   int32_t device = 0;
   int32_t stream = 0;
+  // The CPU operator that launched it ("External id" in Kineto traces), offset per file like
+  // correlation; -1 when the trace does not say (our CUPTI captures).
+  int64_t external_id = -1;
   uint16_t file = 0;  // which input file it came from
   Type type = Type::kKernel;
   CopyKind copy_kind = CopyKind::kUnknown;
@@ -98,6 +102,24 @@ struct HostCall {
   int32_t tid = 0;
   uint16_t file = 0;
   Type type = Type::kRuntime;
+  int64_t end_ns() const { return start_ns + dur_ns; }
+};
+
+// A PyTorch CPU operator (Kineto "cpu_op", e.g. aten::addmm), a record_function range
+// ("user_annotation", e.g. ProfilerStep#3), or the profiler's own overhead on a host thread
+// ("overhead", e.g. Activity Buffer Request). Kept per instance because operators nest by time on
+// their thread and kernels name the one that launched them by External id; the operator table
+// (operator_table.h) is built from these.
+struct CpuOp {
+  enum class Kind : uint8_t { kOperator, kUserAnnotation, kOverhead };
+  int64_t start_ns = 0;
+  int64_t dur_ns = 0;
+  int64_t external_id = -1;  // offset per file like correlation ids; -1: none
+  uint32_t name = 0;         // NameTable id; ProfilerStep#N is interned as ProfilerStep*
+  int32_t pid = 0;
+  int32_t tid = 0;
+  uint16_t file = 0;
+  Kind kind = Kind::kOperator;
   int64_t end_ns() const { return start_ns + dur_ns; }
 };
 
@@ -136,6 +158,7 @@ struct Trace {
   std::vector<LaunchConfig> launch_configs{LaunchConfig{}};  // [0] = unknown
   std::vector<GpuActivity> gpu;
   std::vector<HostCall> host;
+  std::vector<CpuOp> ops;
   std::vector<DeviceProperties> devices;
   std::vector<InputFile> files;
   // Start and end of everything in the trace (any complete event, CPU operators included).

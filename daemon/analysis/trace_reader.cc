@@ -356,6 +356,28 @@ void ParseCopyName(std::string_view name, GpuActivity* a) {
   }
 }
 
+// Operators torch.profiler drops before building its tables (torch/autograd/profiler_util.py,
+// _filter_name): the profiler's own record_function plumbing and autograd bookkeeping. Dropped
+// here too so that they neither get a row nor take CPU time from the operator around them.
+bool IsFilteredOperator(std::string_view name) {
+  static constexpr std::string_view kFiltered[] = {"[memory]",
+                                                   "[OutOfMemory]",
+                                                   "profiler::_record_function_enter",
+                                                   "profiler::_record_function_enter_new",
+                                                   "profiler::_record_function_exit",
+                                                   "aten::is_leaf",
+                                                   "aten::output_nr",
+                                                   "aten::_version"};
+  return std::find(std::begin(kFiltered), std::end(kFiltered), name) != std::end(kFiltered);
+}
+
+// The name an operator is tabled under: torch folds every "ProfilerStep#N" into one
+// "ProfilerStep*" row (_rewrite_name with_wildcard).
+std::string_view OperatorKey(std::string_view name) {
+  constexpr std::string_view kStep = "ProfilerStep#";
+  return name.substr(0, kStep.size()) == kStep ? std::string_view("ProfilerStep*") : name;
+}
+
 // A JSON number as the handler sees it: the double, and the integer when it is one that fits.
 struct JsonNumber {
   double d;
@@ -518,6 +540,8 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
       case Level::kArgs:
         if (Is(s, n, "correlation"))
           key_ = Field::kCorrelation;
+        else if (Is(s, n, "External id"))
+          key_ = Field::kExternalId;
         else if (Is(s, n, "device"))
           key_ = Field::kDevice;
         else if (Is(s, n, "stream"))
@@ -639,6 +663,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     kDur,
     kArgs,
     kCorrelation,
+    kExternalId,
     kDevice,
     kStream,
     kGrid,
@@ -661,7 +686,18 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     kMajor,
     kMinor,
   };
-  enum class Cat : uint8_t { kOther, kKernel, kMemcpy, kMemset, kRuntime, kDriver, kSync };
+  enum class Cat : uint8_t {
+    kOther,
+    kKernel,
+    kMemcpy,
+    kMemset,
+    kRuntime,
+    kDriver,
+    kSync,
+    kCpuOp,
+    kUserAnnotation,
+    kOverhead
+  };
 
   struct Event {
     char ph = 0;
@@ -673,6 +709,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     // A number in it is impossible (a negative size, a device id of 2^40...): skipped, counted.
     bool invalid = false;
     int64_t correlation = -1;
+    int64_t external_id = -1;
     int32_t device = -1, stream = -1;
     LaunchConfig config;
     uint64_t bytes = 0;
@@ -687,6 +724,9 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     if (IEquals(s, n, "cuda_runtime") || IEquals(s, n, "runtime")) return Cat::kRuntime;
     if (IEquals(s, n, "cuda_driver") || IEquals(s, n, "driver")) return Cat::kDriver;
     if (IEquals(s, n, "cuda_sync")) return Cat::kSync;
+    if (IEquals(s, n, "cpu_op") || IEquals(s, n, "operator")) return Cat::kCpuOp;
+    if (IEquals(s, n, "user_annotation")) return Cat::kUserAnnotation;
+    if (IEquals(s, n, "overhead")) return Cat::kOverhead;
     return Cat::kOther;
   }
 
@@ -792,6 +832,12 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
             } else {
               ev_.invalid = true;
             }
+            break;
+          case Field::kExternalId:
+            // Kineto's link from a kernel or API call to the CPU operator that issued it. One
+            // that does not fit (negative, past 2^40, fractional) is dropped, not the event: the
+            // event is still good for everything else in the report.
+            ev_.external_id = InRange(i, 0, kMaxCorrelation).value_or(-1);
             break;
           case Field::kDevice:
             // Negative: not given (the pid names the GPU row then, as in Kineto).
@@ -914,18 +960,21 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     if (*start < start_ns_) start_ns_ = *start;
     if (*start + *dur > end_ns_) end_ns_ = *start + *dur;
     if (ev_.cat == Cat::kOther) return true;
-    if (trace_->gpu.size() + trace_->host.size() >= limits_.max_events) {
+    if (ev_.cat == Cat::kCpuOp && IsFilteredOperator(ev_.name)) return true;
+    if (trace_->gpu.size() + trace_->host.size() + trace_->ops.size() >= limits_.max_events) {
       Fail(absl::StatusCode::kResourceExhausted,
            absl::StrCat("more than ", limits_.max_events,
                         " GPU and CUDA API events, the most one analysis holds"),
-           "Analyse a shorter capture, or fewer files at once.");
+           "Analyse a shorter capture, or fewer files at once. (PyTorch's CPU operators count "
+           "as events here too.)");
       return false;
     }
     if (trace_->names.bytes() + ev_.name.size() > limits_.max_name_bytes) {
       Fail(absl::StatusCode::kResourceExhausted,
            absl::StrCat("more than ", limits_.max_name_bytes,
                         " bytes of distinct kernel and API names, the most one analysis holds"),
-           "A real trace has a few thousand names: this one is corrupt or generated.");
+           "A real trace has a few thousand names (kernels, API calls, operators): this one is "
+           "corrupt or generated.");
       return false;
     }
     StoreEvent(*start, *dur);
@@ -945,6 +994,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         a.name = trace_->names.Intern(ev_.name);
         a.device = static_cast<int32_t>(ev_.device >= 0 ? ev_.device : ev_.pid);
         a.stream = static_cast<int32_t>(ev_.stream >= 0 ? ev_.stream : ev_.tid);
+        a.external_id = ev_.external_id;
         a.file = file_;
         if (ev_.cat == Cat::kKernel) {
           a.type = GpuActivity::Type::kKernel;
@@ -976,6 +1026,23 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
                  : ev_.cat == Cat::kDriver ? HostCall::Type::kDriver
                                            : HostCall::Type::kSync;
         trace_->host.push_back(c);
+        break;
+      }
+      case Cat::kCpuOp:
+      case Cat::kUserAnnotation:
+      case Cat::kOverhead: {
+        CpuOp op;
+        op.start_ns = start;
+        op.dur_ns = dur;
+        op.external_id = ev_.external_id;
+        op.name = trace_->names.Intern(OperatorKey(ev_.name));
+        op.pid = ev_.pid;
+        op.tid = ev_.tid;
+        op.file = file_;
+        op.kind = ev_.cat == Cat::kCpuOp            ? CpuOp::Kind::kOperator
+                  : ev_.cat == Cat::kUserAnnotation ? CpuOp::Kind::kUserAnnotation
+                                                    : CpuOp::Kind::kOverhead;
+        trace_->ops.push_back(op);
         break;
       }
       case Cat::kOther:
@@ -1015,7 +1082,8 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
     return absl::InvalidArgumentError("more than 65535 trace files in one analysis");
   }
   uint16_t file = static_cast<uint16_t>(trace->files.size());
-  size_t gpu_before = trace->gpu.size(), host_before = trace->host.size();
+  size_t gpu_before = trace->gpu.size(), host_before = trace->host.size(),
+         ops_before = trace->ops.size();
   TraceHandler handler(trace, file, limits);
   rapidjson::Reader reader;
   rapidjson::ParseResult result;
@@ -1080,6 +1148,7 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
     };
     drop(trace->gpu, gpu_before);
     drop(trace->host, host_before);
+    drop(trace->ops, ops_before);
   }
   if (handler.start_ns() <= handler.end_ns()) {
     auto clamp = [](int64_t t) {
@@ -1088,11 +1157,15 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
     trace->Cover(clamp(SaturatingAdd(handler.start_ns(), shift)),
                  clamp(SaturatingAdd(handler.end_ns(), shift)));
   }
-  // Correlation ids are per process: keep files apart.
+  // Correlation and External ids are per process: keep files apart.
   if (file > 0) {
     int64_t offset = static_cast<int64_t>(file) << 40;
     for (size_t i = gpu_before; i < trace->gpu.size(); ++i) {
       if (trace->gpu[i].correlation >= 0) trace->gpu[i].correlation += offset;
+      if (trace->gpu[i].external_id >= 0) trace->gpu[i].external_id += offset;
+    }
+    for (size_t i = ops_before; i < trace->ops.size(); ++i) {
+      if (trace->ops[i].external_id >= 0) trace->ops[i].external_id += offset;
     }
     for (size_t i = host_before; i < trace->host.size(); ++i) {
       if (trace->host[i].correlation >= 0) trace->host[i].correlation += offset;

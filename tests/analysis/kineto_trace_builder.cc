@@ -43,12 +43,23 @@ int64_t KinetoTraceBuilder::Launch(const std::string& kernel, double api_ts_us, 
 }
 
 void KinetoTraceBuilder::Kernel(const std::string& name, double ts_us, double dur_us, int device,
-                                int stream, const KernelShape& shape, int64_t correlation) {
+                                int stream, const KernelShape& shape, int64_t correlation,
+                                int64_t external_id) {
   std::string corr = correlation >= 0 ? absl::StrCat(",\"correlation\":", correlation) : "";
+  if (external_id >= 0) absl::StrAppend(&corr, ",\"External id\":", external_id);
   events_.push_back(absl::StrFormat(
       "{\"ph\":\"X\",\"cat\":\"kernel\",\"name\":%s,\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
       "\"dur\":%.3f,\"args\":{\"queued\":0,\"device\":%d,\"context\":1,\"stream\":%d%s%s}}",
       Quote(name), device, stream, ts_us, dur_us, device, stream, corr, Shape(shape)));
+}
+
+int64_t KinetoTraceBuilder::OperatorLaunch(const std::string& kernel, int64_t external_id,
+                                           double api_ts_us, double api_dur_us, double ts_us,
+                                           double dur_us, int pid, int tid) {
+  int64_t corr = next_correlation_++;
+  Runtime("cudaLaunchKernel", api_ts_us, api_dur_us, corr, pid, tid, external_id);
+  Kernel(kernel, ts_us, dur_us, 0, 7, {}, corr, external_id);
+  return corr;
 }
 
 int64_t KinetoTraceBuilder::Copy(const std::string& kind, const std::string& src,
@@ -75,12 +86,13 @@ void KinetoTraceBuilder::Memset(double ts_us, double dur_us, uint64_t bytes, int
 }
 
 void KinetoTraceBuilder::Runtime(const std::string& name, double ts_us, double dur_us,
-                                 int64_t correlation, int pid, int tid) {
+                                 int64_t correlation, int pid, int tid, int64_t external_id) {
   if (correlation < 0) correlation = next_correlation_++;
+  std::string ext = external_id >= 0 ? absl::StrCat(",\"External id\":", external_id) : "";
   events_.push_back(absl::StrFormat(
       "{\"ph\":\"X\",\"cat\":\"cuda_runtime\",\"name\":%s,\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
-      "\"dur\":%.3f,\"args\":{\"cbid\":211,\"correlation\":%d}}",
-      Quote(name), pid, tid, ts_us, dur_us, correlation));
+      "\"dur\":%.3f,\"args\":{\"cbid\":211,\"correlation\":%d%s}}",
+      Quote(name), pid, tid, ts_us, dur_us, correlation, ext));
 }
 
 void KinetoTraceBuilder::SyncRecord(const std::string& name, double ts_us, double dur_us, int pid) {
@@ -91,11 +103,27 @@ void KinetoTraceBuilder::SyncRecord(const std::string& name, double ts_us, doubl
 }
 
 void KinetoTraceBuilder::CpuOp(const std::string& name, double ts_us, double dur_us, int pid,
-                               int tid) {
+                               int tid, int64_t external_id) {
   events_.push_back(absl::StrFormat(
       "{\"ph\":\"X\",\"cat\":\"cpu_op\",\"name\":%s,\"pid\":%d,\"tid\":%d,\"ts\":%.3f,"
-      "\"dur\":%.3f,\"args\":{\"External id\":1}}",
-      Quote(name), pid, tid, ts_us, dur_us));
+      "\"dur\":%.3f,\"args\":{\"External id\":%d,\"Record function id\":0}}",
+      Quote(name), pid, tid, ts_us, dur_us, external_id));
+}
+
+void KinetoTraceBuilder::UserAnnotation(const std::string& name, double ts_us, double dur_us,
+                                        int pid, int tid, int64_t external_id) {
+  std::string ext = external_id >= 0 ? absl::StrCat("\"External id\":", external_id) : "";
+  events_.push_back(
+      absl::StrFormat("{\"ph\":\"X\",\"cat\":\"user_annotation\",\"name\":%s,\"pid\":%d,\"tid\":%d,"
+                      "\"ts\":%.3f,\"dur\":%.3f,\"args\":{%s}}",
+                      Quote(name), pid, tid, ts_us, dur_us, ext));
+}
+
+void KinetoTraceBuilder::Overhead(const std::string& name, double ts_us, double dur_us) {
+  events_.push_back(absl::StrFormat(
+      "{\"ph\":\"X\",\"cat\":\"overhead\",\"name\":%s,\"pid\":-1,\"tid\":0,\"ts\":%.3f,"
+      "\"dur\":%.3f}",
+      Quote(name), ts_us, dur_us));
 }
 
 void KinetoTraceBuilder::DeviceProperties(int id, int num_sms) {

@@ -26,18 +26,30 @@ class KinetoTraceBuilder {
   int64_t Launch(const std::string& kernel, double api_ts_us, double api_dur_us, double ts_us,
                  double dur_us, int device = 0, int stream = 7, const KernelShape& shape = {},
                  int pid = 100, int tid = 100);
-  // A kernel with no launch call (GPU-only traces, graph replays).
+  // A kernel with no launch call (GPU-only traces, graph replays). external_id >= 0 names the
+  // CPU operator that launched it, as torch.profiler's traces do.
   void Kernel(const std::string& name, double ts_us, double dur_us, int device = 0, int stream = 7,
-              const KernelShape& shape = {}, int64_t correlation = -1);
+              const KernelShape& shape = {}, int64_t correlation = -1, int64_t external_id = -1);
+  // What torch.profiler records for a kernel launched inside the CPU operator external_id: the
+  // cudaLaunchKernel and the kernel, both carrying that External id. Returns the correlation id.
+  int64_t OperatorLaunch(const std::string& kernel, int64_t external_id, double api_ts_us,
+                         double api_dur_us, double ts_us, double dur_us, int pid = 100,
+                         int tid = 100);
   // cudaMemcpyAsync (api) + "Memcpy HtoD (Pageable -> Device)" on the GPU.
   int64_t Copy(const std::string& kind, const std::string& src, const std::string& dst,
                double api_ts_us, double api_dur_us, double ts_us, double dur_us, uint64_t bytes,
                int device = 0, int stream = 7, int pid = 100, int tid = 100);
   void Memset(double ts_us, double dur_us, uint64_t bytes, int device = 0, int stream = 7);
   void Runtime(const std::string& name, double ts_us, double dur_us, int64_t correlation = -1,
-               int pid = 100, int tid = 100);
+               int pid = 100, int tid = 100, int64_t external_id = -1);
   void SyncRecord(const std::string& name, double ts_us, double dur_us, int pid = 100);
-  void CpuOp(const std::string& name, double ts_us, double dur_us, int pid = 100, int tid = 100);
+  void CpuOp(const std::string& name, double ts_us, double dur_us, int pid = 100, int tid = 100,
+             int64_t external_id = 1);
+  // A record_function range ("user_annotation"), e.g. ProfilerStep#3.
+  void UserAnnotation(const std::string& name, double ts_us, double dur_us, int pid = 100,
+                      int tid = 100, int64_t external_id = -1);
+  // The profiler's own work ("overhead"), written by Kineto with pid -1 and tid 0.
+  void Overhead(const std::string& name, double ts_us, double dur_us);
   // Adds a deviceProperties entry (H100 SXM numbers unless changed).
   void DeviceProperties(int id = 0, int num_sms = 132);
   // Any raw event object (e.g. with odd types).
