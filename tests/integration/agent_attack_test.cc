@@ -674,7 +674,10 @@ TEST_F(AgentAttackTest, AFloodOfEventBatchesIsThrottledNotBuffered) {
   for (const char* reason : {"over_limit", "flood", "malformed", "frame_too_large"}) {
     EXPECT_EQ(ClosedFor(reason), 0) << reason;
   }
-  ExpectEveryoneStillServed(64);
+  // The flood's own cost is bounded above (48 MiB); by now the capture has ended and its 400,000
+  // events were analysed for summary.json, which today holds them in memory (issue 14 makes that
+  // flat): its peak counts here too.
+  ExpectEveryoneStillServed(96);
 }
 
 }  // namespace
