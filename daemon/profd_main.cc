@@ -532,8 +532,8 @@ int Main(int argc, char** argv) {
       return 1;
     }
     const std::string base_config = runtime_dir + "/kineto.conf";
-    if (absl::Status s = kineto::WriteKinetoBaseConfig(
-            base_config, absl::GetFlag(FLAGS_kineto_poll_interval));
+    if (absl::Status s =
+            kineto::WriteKinetoBaseConfig(base_config, absl::GetFlag(FLAGS_kineto_poll_interval));
         !s.ok()) {
       LogWarning(kComponent, "%s: processes poll at Kineto's default (5 s)", s.message());
     }
