@@ -12,18 +12,7 @@ RT=/tmp/profd-e2e; rm -rf $RT; mkdir -p $RT
 AGENT=$DIST/lib/libprofagent.so
 WORKLOAD=$DIST/share/profd/tests/cuda_workload
 export PROFD_TARGET=unix:$RT/profd.sock PROFD_AGENT_SOCKET=$RT/agent.sock
-say() { echo "$*" | tee -a "$OUT/summary.txt"; }
-wait_line() {  # file pattern seconds
-  for _ in $(seq $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  say "TIMEOUT waiting for '$2' in $1"; return 1
-}
-wait_running() {
-  for _ in $(seq 200); do
-    profctl --json captures --limit 1 | grep -q CAPTURE_PHASE_RUNNING && return 0; sleep 0.02
-  done
-  say "TIMEOUT waiting for a running capture"; return 1
-}
-trace_of() { python3 -c "import json,sys; d=json.load(open('$1')); print(d['files'][0]['path'] if d.get('files') else '')"; }
+source "$(dirname "$0")/gpu_lib.sh"
 
 say "# profd GPU end-to-end, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures --record_batches \

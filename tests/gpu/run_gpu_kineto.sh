@@ -15,17 +15,7 @@ RT=/tmp/profd-kineto; rm -rf $RT; mkdir -p $RT
 AGENT=$DIST/lib/libprofagent.so
 WORKLOAD=$DIST/share/profd/tests/cuda_workload
 export PROFD_TARGET=unix:$RT/profd.sock PROFD_AGENT_SOCKET=$RT/agent.sock
-say() { echo "$*" | tee -a "$OUT/summary.txt"; }
-wait_line() {  # file pattern seconds
-  for _ in $(seq $(($3 * 20))); do grep -q "$2" "$1" 2>/dev/null && return 0; sleep 0.05; done
-  say "TIMEOUT waiting for '$2' in $1"; return 1
-}
-wait_running() {
-  for _ in $(seq 300); do
-    profctl --json captures --limit 1 | grep -q CAPTURE_PHASE_RUNNING && return 0; sleep 0.02
-  done
-  say "TIMEOUT waiting for a running capture"; return 1
-}
+source "$(dirname "$0")/gpu_lib.sh"
 say "# profd through Kineto, $(date -u +%FT%TZ), $(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader)"
 profd --runtime_dir=$RT --capture_dir=$RT/captures --store=file://$RT/store --spool_dir=$RT/spool \
   --metrics_address=none > "$RT/profd.log" 2>&1 &
@@ -44,7 +34,7 @@ C=$!
 wait_running && kill -USR1 $W
 wait $C
 say "burst capture (agent): exit $?"
-t=$(python3 -c "import json; d=json.load(open('$RT/burst.json')); print(d['files'][0]['path'] if d.get('files') else '')")
+t=$(trace_of "$RT/burst.json")
 [ -n "$t" ] && python3 tests/gpu/check_trace.py "$t" profd_test_kernel | tee -a "$OUT/summary.txt"
 kill $W
 fi
