@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "agent/cupti/cupti_library.h"
 #include "agent/interpose/got_patcher.h"
@@ -122,6 +123,10 @@ void CuptiBroker::AtForkChild() {
 void CuptiBroker::ResetForTesting() {
   CuptiBroker* old = g_broker.exchange(new CuptiBroker);
   if (old == nullptr) return;
+  // Kept, not deleted: a fake library may still hold one of its handles. Reachable, so leak
+  // checkers do not count it.
+  static std::vector<CuptiBroker*>* retired = new std::vector<CuptiBroker*>;
+  retired->push_back(old);
   std::lock_guard<std::mutex> lock(old->interpose_mutex_);
   if (old->patcher_ != nullptr) old->patcher_->RestoreAll();
 }
@@ -564,7 +569,13 @@ CUptiResult CUPTIAPI CuptiBroker::Unsubscribe(CUpti_SubscriberHandle handle) {
   // Dispatch stops calling it at once; CUPTI's switches follow as soon as the mutex is free
   // (Kineto unsubscribes from inside a callback, where waiting for it is not an option).
   self->active_mask_.fetch_and(~(1u << index));
-  p->registration.store(nullptr, std::memory_order_release);
+  if (Registration* old =
+          const_cast<Registration*>(p->registration.exchange(nullptr, std::memory_order_acq_rel))) {
+    old->next_retired = self->retired_registrations_.load(std::memory_order_relaxed);
+    while (!self->retired_registrations_.compare_exchange_weak(old->next_retired, old,
+                                                               std::memory_order_release)) {
+    }
+  }
   p->Clear();
   p->state.store(kFree);
   self->deferred_releases_.fetch_add(1);

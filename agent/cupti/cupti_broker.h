@@ -129,6 +129,7 @@ class CuptiBroker {
   struct Registration {
     CUpti_CallbackFunc callback;
     void* userdata;
+    Registration* next_retired = nullptr;
   };
   enum SlotState : int { kFree = 0, kLive = 1, kRetiring = 2 };
   struct Participant {
@@ -207,6 +208,10 @@ class CuptiBroker {
   std::vector<NativeClient> native_clients_;       // subscriber_mutex_
   std::atomic<bool> dirty_{false};                 // a change waits for subscriber_mutex_
   std::atomic<int> deferred_releases_{0};          // unsubscribes made inside a callback
+  // Registrations of unsubscribed clients: a dispatch in flight on another thread may still read
+  // one, so they are kept (a few dozen bytes per unsubscribe), pushed lock-free from wherever
+  // the client unsubscribes, a callback included.
+  std::atomic<Registration*> retired_registrations_{nullptr};
   std::atomic<bool> finalize_noted_{false};
 
   // Activity tracing.
