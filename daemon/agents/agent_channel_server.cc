@@ -38,7 +38,6 @@ constexpr size_t kReadSlice = 1u << 20;
 // Agents cut event batches at ~1 MiB (agent/cupti/cupti_capture.cc) plus one record and its
 // strings: a smaller capture frame would close real agents.
 constexpr uint32_t kMinCaptureFrame = 2u << 20;
-constexpr int kLogLinesPerInterval = 20;
 constexpr absl::Duration kLogInterval = absl::Seconds(10);
 
 std::string FrameOf(const google::protobuf::MessageLite& message) {
