@@ -75,8 +75,8 @@ bool ProcessTerminal(v1::CaptureState state) {
 }
 
 // The capture's summary, from the same analysis as its summary.json: one definition of the
-// window, the events, each GPU's busy share and the kernel table for `profctl capture`, `show`,
-// `report` and summary.json (docs/ANALYSIS.md).
+// window, each GPU's busy share and the kernel table for `profctl capture`, `show`, `report` and
+// summary.json (docs/ANALYSIS.md). Its event count is replaced by the processes' own in Finalize.
 v1::CaptureSummary SummaryOf(const analysis::Report& report, uint64_t dropped_records) {
   v1::CaptureSummary out;
   out.set_window_ns(static_cast<uint64_t>(std::max<int64_t>(report.window_ns, 0)));
@@ -695,6 +695,12 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
             }
           }
         }
+        // The headline count is the processes' own (the records each sent, or each Kineto trace's
+        // events), as the per-process lines under it say; the analysis also counts the flow
+        // events the trace writer adds.
+        uint64_t events = 0;
+        for (const v1::ProcessCapture& p : info_.processes()) events += p.events();
+        info_.mutable_summary()->set_events(events);
         s = analysis::WriteReportJson(*report, folder_ + "/summary.json");
       } else {
         LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
