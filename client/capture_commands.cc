@@ -108,8 +108,11 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
     std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << FormatCount(p.events())
               << " events";
     if (p.start_latency_ns() > 0) {
-      std::cout << ", CUPTI on " << FormatDuration(static_cast<double>(p.start_latency_ns()))
-                << " after the start";
+      // Through Kineto, profd knows when the process took the config; it starts tracing at its
+      // own next ticks (docs/KINETO.md).
+      std::cout << (p.path() == profd::v1::CAPTURE_PATH_KINETO ? ", through Kineto, taken "
+                                                               : ", CUPTI on ")
+                << FormatDuration(static_cast<double>(p.start_latency_ns())) << " after the start";
     }
     if (p.dropped_records() > 0)
       std::cout << ", " << FormatCount(p.dropped_records()) << " DROPPED";
