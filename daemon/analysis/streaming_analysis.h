@@ -1,0 +1,84 @@
+// The bottleneck analysis in one pass over the events, in memory bounded by the number of
+// distinct names, GPUs, streams, threads and histogram buckets — not by the number of events.
+// Every report profd makes comes from here: a capture's summary.json (fed event batch by event
+// batch as they arrive, daemon/capture/capture_analysis.h), an imported trace and `profctl
+// report FILE` (fed from the parsed trace, Analyze in analysis.h).
+//
+//   Trace tables;                               // names, launch configurations, devices, files
+//   StreamingAnalysis analysis(&tables, options);
+//   ... analysis.Add(host_call); analysis.Add(kernel); ...   (any order within the reorder window)
+//   Report report = analysis.Finish();
+//
+// Events are analysed in start order. They may arrive out of order (an agent's batches interleave
+// streams and API calls): each waits in a reorder buffer until the newest start seen is
+// StreamLimits::reorder_window_ns past it. An event arriving after later-starting ones were
+// analysed is "late": it is analysed anyway, counted, and the report says so (its gap and union
+// arithmetic is then approximate). docs/ANALYSIS.md gives the definitions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <queue>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "daemon/analysis/operator_table.h"
+#include "daemon/analysis/report.h"
+#include "daemon/analysis/samples.h"
+#include "daemon/analysis/trace_model.h"
+
+namespace profd::analysis {
+
+struct StreamLimits {
+  // How far out of start order events may arrive and still be analysed in order.
+  int64_t reorder_window_ns = 2'000'000'000;
+  // Events waiting in the reorder buffer; beyond, the oldest are analysed early.
+  size_t max_buffered_events = size_t{1} << 19;
+  // Launch calls remembered by correlation id after the events around them were analysed, so
+  // that GPU work starting up to this long after its launch call is matched to it.
+  int64_t launch_memory_ns = 2'000'000'000;
+  size_t max_launch_calls = size_t{1} << 20;
+  // Durations and delays kept exactly (medians, percentiles); beyond, histograms (samples.h).
+  uint64_t exact_samples = uint64_t{1} << 20;
+  // CPU operators and annotations kept for the operator table (they nest: kept whole).
+  size_t max_cpu_ops = size_t{1} << 20;
+
+  // No reordering limit and nothing forgotten: for a trace already whole in memory.
+  static StreamLimits Unbounded();
+};
+
+class StreamingAnalysis {
+ public:
+  // tables: the names, launch configurations, devices, input files and window of the events,
+  // owned by the caller, who may keep adding to them until Finish.
+  StreamingAnalysis(const Trace* tables, const AnalysisOptions& options,
+                    const StreamLimits& limits = {});
+  ~StreamingAnalysis();
+
+  void Add(const HostCall& call);
+  // launcher: the operator row that launched it, when the caller ran the operator analysis
+  // (Analyze does for traces with CPU operators); else OperatorAnalysis::kNoOperator.
+  void Add(const GpuActivity& activity, uint32_t launcher = OperatorAnalysis::kNoOperator);
+  // A CPU operator or annotation: kept (they nest) for the operator table, up to max_cpu_ops.
+  void Add(const CpuOp& op);
+  // Events the caller found impossible and left out: counted in the report's invalid_events.
+  void AddInvalid(uint64_t events);
+
+  // Analyses what is still buffered and returns the report. operators: the operator analysis
+  // the caller made (its rows name the launchers given to Add); without it, the table is built
+  // from the CPU operators added here.
+  Report Finish(OperatorAnalysis* operators = nullptr);
+
+  // Bounded-memory bookkeeping, for tests and benchmarks.
+  size_t buffered_events() const;
+  size_t remembered_launches() const;
+  uint64_t late_events() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> s_;
+};
+
+}  // namespace profd::analysis
