@@ -90,4 +90,79 @@ DeviceProperties DefaultDeviceProperties(int32_t device) {
   return p;
 }
 
+namespace {
+
+constexpr const char* kCuptiCopyKinds[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
+                                           "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
+constexpr CopyKind kCopyKindOfCupti[] = {
+    CopyKind::kUnknown, CopyKind::kHtoD, CopyKind::kDtoH, CopyKind::kHtoD,
+    CopyKind::kDtoH,    CopyKind::kDtoD, CopyKind::kDtoD, CopyKind::kDtoD,
+    CopyKind::kDtoD,    CopyKind::kHtoH, CopyKind::kPtoP};
+constexpr const char* kCuptiMemoryKinds[] = {"Unknown", "Pageable", "Pinned",        "Device",
+                                             "Array",   "Managed",  "Device Static", "Managed Static"};
+constexpr MemoryKind kMemoryKindOfCupti[] = {MemoryKind::kUnknown, MemoryKind::kPageable,
+                                             MemoryKind::kPinned,  MemoryKind::kDevice,
+                                             MemoryKind::kArray,   MemoryKind::kManaged,
+                                             MemoryKind::kDevice,  MemoryKind::kManaged};
+constexpr int64_t kCopyKinds = sizeof(kCuptiCopyKinds) / sizeof(kCuptiCopyKinds[0]);
+constexpr int64_t kMemoryKinds = sizeof(kCuptiMemoryKinds) / sizeof(kCuptiMemoryKinds[0]);
+
+}  // namespace
+
+const char* CuptiCopyKindName(int64_t kind) {
+  return kind >= 0 && kind < kCopyKinds ? kCuptiCopyKinds[kind] : "Unknown";
+}
+
+const char* CuptiMemoryKindName(int64_t kind) {
+  return kind >= 0 && kind < kMemoryKinds ? kCuptiMemoryKinds[kind] : "Unknown";
+}
+
+CopyKind CopyKindFromCupti(int64_t kind) {
+  return kind >= 0 && kind < kCopyKinds ? kCopyKindOfCupti[kind] : CopyKind::kUnknown;
+}
+
+MemoryKind MemoryKindFromCupti(int64_t kind) {
+  return kind >= 0 && kind < kMemoryKinds ? kMemoryKindOfCupti[kind] : MemoryKind::kUnknown;
+}
+
+CopyKind CopyKindFromText(std::string_view text) {
+  static constexpr std::pair<std::string_view, CopyKind> kLong[] = {
+      {"HostToDevice", CopyKind::kHtoD},
+      {"DeviceToHost", CopyKind::kDtoH},
+      {"DeviceToDevice", CopyKind::kDtoD},
+      {"HostToHost", CopyKind::kHtoH},
+      {"Peer", CopyKind::kPtoP}};
+  for (int64_t k = 1; k < kCopyKinds; ++k) {
+    if (text.find(kCuptiCopyKinds[k]) != text.npos) return kCopyKindOfCupti[k];
+  }
+  for (const auto& [name, kind] : kLong) {
+    if (text.find(name) != text.npos) return kind;
+  }
+  return CopyKind::kUnknown;
+}
+
+MemoryKind MemoryKindFromText(std::string_view text) {
+  for (int64_t k = 1; k < kMemoryKinds; ++k) {
+    std::string_view name = kCuptiMemoryKinds[k];
+    if (text == name) return kMemoryKindOfCupti[k];
+    // Lower case ("pageable") and without the space ("DeviceStatic"), as other tools write them.
+    if (text.size() == name.size() && text[0] == name[0] + ('a' - 'A') &&
+        text.substr(1) == name.substr(1)) {
+      return kMemoryKindOfCupti[k];
+    }
+    const size_t space = name.find(' ');
+    if (space != name.npos && text.size() + 1 == name.size() &&
+        text.substr(0, space) == name.substr(0, space) &&
+        text.substr(space) == name.substr(space + 1)) {
+      return kMemoryKindOfCupti[k];
+    }
+  }
+  return MemoryKind::kUnknown;
+}
+
+std::string_view OperatorKey(std::string_view name) {
+  constexpr std::string_view kStep = "ProfilerStep#";
+  return name.substr(0, kStep.size()) == kStep ? std::string_view("ProfilerStep*") : name;
+}
+
 }  // namespace profd::analysis

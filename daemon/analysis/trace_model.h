@@ -69,6 +69,22 @@ enum class MemoryKind : uint8_t { kUnknown, kPageable, kPinned, kDevice, kArray,
 const char* CopyKindName(CopyKind k);      // "HtoD", ...
 const char* MemoryKindName(MemoryKind k);  // "Pageable", ...
 
+// CUPTI's copy and memory kinds (CUpti_ActivityMemcpyKind, CUpti_ActivityMemoryKind; profd's
+// proto uses the same numbers): their short names as traces write them ("HtoA", "Device
+// Static"), and what the analysis counts them as. CUDA arrays live on the device: HtoA is a
+// host-to-device copy, AtoH device-to-host, AtoA/AtoD/DtoA device-to-device.
+const char* CuptiCopyKindName(int64_t kind);    // "HtoD", "HtoA", ...; "Unknown"
+const char* CuptiMemoryKindName(int64_t kind);  // "Pageable", "Device Static", ...; "Unknown"
+CopyKind CopyKindFromCupti(int64_t kind);
+MemoryKind MemoryKindFromCupti(int64_t kind);
+// From a trace's text: a short name ("HtoA") or a long one ("HostToDevice") anywhere in it.
+CopyKind CopyKindFromText(std::string_view text);
+MemoryKind MemoryKindFromText(std::string_view text);
+
+// The name an operator is tabled under: torch folds every "ProfilerStep#N" into one
+// "ProfilerStep*" row (_rewrite_name with_wildcard).
+std::string_view OperatorKey(std::string_view name);
+
 // A kernel, memcpy or memset as it ran on a GPU.
 struct GpuActivity {
   enum class Type : uint8_t { kKernel, kMemcpy, kMemset };

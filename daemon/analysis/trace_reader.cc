@@ -267,75 +267,6 @@ bool IEquals(const char* s, size_t n, const char* lit) {
   return true;
 }
 
-CopyKind CopyKindFromText(std::string_view s) {
-  if (s.find("HtoD") != s.npos || s.find("HostToDevice") != s.npos) return CopyKind::kHtoD;
-  if (s.find("DtoH") != s.npos || s.find("DeviceToHost") != s.npos) return CopyKind::kDtoH;
-  if (s.find("DtoD") != s.npos || s.find("DeviceToDevice") != s.npos) return CopyKind::kDtoD;
-  if (s.find("HtoH") != s.npos || s.find("HostToHost") != s.npos) return CopyKind::kHtoH;
-  if (s.find("PtoP") != s.npos || s.find("Peer") != s.npos) return CopyKind::kPtoP;
-  // CUDA arrays live on the device.
-  if (s.find("HtoA") != s.npos) return CopyKind::kHtoD;
-  if (s.find("AtoH") != s.npos) return CopyKind::kDtoH;
-  if (s.find("AtoA") != s.npos || s.find("AtoD") != s.npos || s.find("DtoA") != s.npos) {
-    return CopyKind::kDtoD;
-  }
-  return CopyKind::kUnknown;
-}
-
-// CUpti_ActivityMemcpyKind values.
-CopyKind CopyKindFromCupti(int64_t v) {
-  switch (v) {
-    case 1:
-    case 6:
-      return CopyKind::kHtoD;  // HTOD, ATOD-ish host side counted as HtoD
-    case 2:
-    case 4:
-      return CopyKind::kDtoH;
-    case 8:
-    case 5:
-    case 7:
-      return CopyKind::kDtoD;
-    case 9:
-    case 3:
-      return CopyKind::kHtoH;
-    case 10:
-      return CopyKind::kPtoP;
-    default:
-      return CopyKind::kUnknown;
-  }
-}
-
-MemoryKind MemoryKindFromText(std::string_view s) {
-  if (s == "Pageable" || s == "pageable") return MemoryKind::kPageable;
-  if (s == "Pinned" || s == "pinned") return MemoryKind::kPinned;
-  if (s == "Device" || s == "device" || s == "DeviceStatic" || s == "Device Static")
-    return MemoryKind::kDevice;
-  if (s == "Array" || s == "array") return MemoryKind::kArray;
-  if (s == "Managed" || s == "managed" || s == "ManagedStatic" || s == "Managed Static")
-    return MemoryKind::kManaged;
-  return MemoryKind::kUnknown;
-}
-
-// CUpti_ActivityMemoryKind values.
-MemoryKind MemoryKindFromCupti(int64_t v) {
-  switch (v) {
-    case 1:
-      return MemoryKind::kPageable;
-    case 2:
-      return MemoryKind::kPinned;
-    case 3:
-    case 6:
-      return MemoryKind::kDevice;
-    case 4:
-      return MemoryKind::kArray;
-    case 5:
-    case 7:
-      return MemoryKind::kManaged;
-    default:
-      return MemoryKind::kUnknown;
-  }
-}
-
 // "Memcpy HtoD (Pageable -> Device)": the names Kineto and our writer give copies.
 void ParseCopyName(std::string_view name, GpuActivity* a) {
   if (a->copy_kind == CopyKind::kUnknown) a->copy_kind = CopyKindFromText(name);
@@ -369,13 +300,6 @@ bool IsFilteredOperator(std::string_view name) {
                                                    "aten::output_nr",
                                                    "aten::_version"};
   return std::find(std::begin(kFiltered), std::end(kFiltered), name) != std::end(kFiltered);
-}
-
-// The name an operator is tabled under: torch folds every "ProfilerStep#N" into one
-// "ProfilerStep*" row (_rewrite_name with_wildcard).
-std::string_view OperatorKey(std::string_view name) {
-  constexpr std::string_view kStep = "ProfilerStep#";
-  return name.substr(0, kStep.size()) == kStep ? std::string_view("ProfilerStep*") : name;
 }
 
 // A JSON number as the handler sees it: the double, and the integer when it is one that fits.
