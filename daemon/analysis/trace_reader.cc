@@ -555,6 +555,9 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   bool Default() { return Scalar(); }
 
   uint64_t events() const { return events_; }
+  // Complete and instant events: in profd's traces, the records the agent sent (the flow arrows
+  // and row names the trace writer adds are not).
+  uint64_t records() const { return records_; }
   uint64_t invalid_events() const { return invalid_events_; }
   bool too_deep() const { return depth_ > kMaxJsonDepth; }
   // Why the file as a whole cannot be read, found by the handler (OK if it can): the code, what
@@ -872,6 +875,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
 
   // False stops the parse (a limit was reached; error_ says which).
   bool FinishEvent() {
+    if (ev_.ph == 'X' || ev_.ph == 'i') ++records_;
     if (ev_.ph != 'X' || !ev_.has_ts) return true;
     // ts and dur are µs (doubles): NaN, Inf, a negative duration or a time past the model's
     // limits cannot be placed on a timeline.
@@ -994,6 +998,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   bool has_base_time_ = false;
   int64_t base_time_ns_ = 0;
   uint64_t events_ = 0;
+  uint64_t records_ = 0;
   int64_t start_ns_ = INT64_MAX;
   int64_t end_ns_ = INT64_MIN;
   Event ev_;
@@ -1100,7 +1105,8 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
   f.format = handler.saw_profd() ? "profd" : "kineto";
   f.gzip = source->gzip();
   f.bytes_read = bytes;
-  f.events = handler.events();
+  // A profd trace counts what its capture counted; any other trace every event it holds.
+  f.events = handler.saw_profd() ? handler.records() : handler.events();
   f.invalid_events = invalid;
   absl::flat_hash_map<int32_t, uint64_t> calls_per_pid;
   for (size_t i = host_before; i < trace->host.size(); ++i) {

@@ -14,9 +14,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
+#include "daemon/capture/capture_analysis.h"
 #include "daemon/capture/kineto_source.h"
+#include "daemon/checked_math.h"
 #include "daemon/log.h"
-#include "daemon/trace/capture_summary.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/string_table.h"
 #include "google/protobuf/arena.h"
@@ -74,6 +75,12 @@ bool ProcessTerminal(v1::CaptureState state) {
   return state == v1::CAPTURE_STATE_FINISHED || state == v1::CAPTURE_STATE_FAILED;
 }
 
+// The base of a capture's trace times: whole milliseconds before the request, so every event
+// comes after it and ts stays small.
+int64_t BaseTimeNs(const v1::CaptureInfo& info) {
+  return static_cast<int64_t>(info.requested_unix_ns() / 1000000 * 1000000);
+}
+
 // The capture's summary, from the same analysis as its summary.json: one definition of the
 // window, each GPU's busy share and the kernel table for `profctl capture`, `show`, `report` and
 // summary.json (docs/ANALYSIS.md). Its event count is replaced by the processes' own in Finalize.
@@ -120,7 +127,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         info_(std::move(info)),
         targets_(std::move(targets)),
         max_events_(max_events),
-        folder_(std::move(folder)) {
+        folder_(std::move(folder)),
+        analysis_(std::make_unique<CaptureAnalysis>(BaseTimeNs(info_))) {
     for (const Target& t : targets_) {
       v1::ProcessCapture* p = info_.add_processes();
       p->set_pid(t.info.pid());
@@ -222,6 +230,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     std::unique_ptr<ChromeTraceWriter> writer;
     std::vector<v1::DeviceInfo> devices;
     std::string file_name;
+    size_t analysis_index = 0;  // in analysis_, once the trace file exists
     uint64_t dropped_from_batches = 0;
     // Through Kineto: the offer, then the trace file to collect by `kineto_deadline`.
     std::unique_ptr<KinetoSource> kineto;
@@ -364,7 +373,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   // behind, more with every capture (tests/bench/profd_footprint_bench, docs/OVERHEAD.md).
   void ReleaseWorkingState() {
     std::vector<Process>().swap(processes_);
-    summary_ = CaptureSummaryBuilder();
+    analysis_.reset();
     {
       absl::MutexLock lock(&mu_);
       finished_ = true;
@@ -514,9 +523,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       tp.capture_id = info_.capture_id();
       tp.pod_name = targets_[i].info.pod_name();
       tp.pod_namespace = targets_[i].info.pod_namespace();
-      // Whole milliseconds before the request: every event comes after it, and ts stays small.
-      tp.base_time_ns = info_.requested_unix_ns() / 1000000 * 1000000;
+      tp.base_time_ns = BaseTimeNs(info_);
       proc.file_name = absl::StrCat("trace-", p.pid(), ".json.gz");
+      proc.analysis_index = analysis_->AddProcess(p.pid(), folder_ + "/" + proc.file_name);
       std::error_code ec;
       std::filesystem::create_directories(folder_, ec);
       auto writer = ChromeTraceWriter::Create(folder_ + "/" + proc.file_name, tp,
@@ -546,7 +555,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       raw.put(static_cast<char>(n));
       raw << bytes;
     }
-    summary_.Add(p.pid(), batch, proc.names);
+    if (proc.writer) analysis_->AddBatch(proc.analysis_index, batch, proc.names);
     uint64_t n = batch.kernels_size() + batch.memcpys_size() + batch.memsets_size() +
                  batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +
                  batch.overheads_size() + batch.markers_size();
@@ -612,7 +621,6 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   void Finalize() {
     info_.set_phase(v1::CAPTURE_PHASE_FINISHING);
     Publish();
-    uint64_t window_start = UINT64_MAX, window_end = 0;
     std::vector<std::string> errors;
     size_t failed = 0;
     for (size_t i = 0; i < targets_.size(); ++i) {
@@ -622,8 +630,6 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         ++failed;
         errors.push_back(absl::StrCat("pid ", p.pid(), ": ", p.message()));
       }
-      if (p.enabled_unix_ns()) window_start = std::min<uint64_t>(window_start, p.enabled_unix_ns());
-      if (p.disabled_unix_ns()) window_end = std::max<uint64_t>(window_end, p.disabled_unix_ns());
       if (proc.writer) {
         ChromeTraceWriter::Footer footer;
         footer.dropped_records = p.dropped_records();
@@ -656,8 +662,11 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         file->set_sha256(Sha256Hex(path));
       }
     }
-    if (window_start == UINT64_MAX) window_start = window_end;
-    *info_.mutable_summary() = summary_.Build(window_start, window_end);
+    uint64_t dropped = 0;
+    for (const v1::ProcessCapture& p : info_.processes()) {
+      dropped = SaturatingAdd(dropped, p.dropped_records());
+    }
+    info_.mutable_summary()->set_dropped_records(dropped);
 
     if (cancelled_) {
       info_.set_phase(v1::CAPTURE_PHASE_CANCELLED);
@@ -678,29 +687,30 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
     if (info_.files_size() > 0) {
       info_.set_location(folder_);
-      // The seeds' bottleneck analysis, done once here for every capture: summary.json is the
-      // report `profctl report` prints. If it cannot be made, the short summary stands in.
+      // The seeds' bottleneck analysis, made as the batches arrived: summary.json is the report
+      // `profctl report` prints, and the capture's summary comes from it (one definition of the
+      // window, events, busy share and kernel table: docs/ANALYSIS.md). A Kineto trace arrives
+      // whole, written by the process: the capture's files are then read back and analysed.
       std::vector<std::string> paths;
-      for (const auto& f : info_.files()) paths.push_back(f.path());
+      bool kineto = false;
+      for (const auto& f : info_.files()) {
+        paths.push_back(f.path());
+        kineto |= f.format() == "kineto-json-gz";
+      }
       absl::Status s;
-      absl::StatusOr<analysis::Report> report = analysis::AnalyzeTraceFiles(paths);
+      absl::StatusOr<analysis::Report> report =
+          kineto ? analysis::AnalyzeTraceFiles(paths) : analysis_->Finish();
       if (report.ok()) {
-        *info_.mutable_summary() = SummaryOf(*report, info_.summary().dropped_records());
-        // A Kineto trace is counted by the analysis, file by file in the same order.
-        for (size_t f = 0; f < report->inputs.size() && f < static_cast<size_t>(info_.files_size());
-             ++f) {
-          for (v1::ProcessCapture& p : *info_.mutable_processes()) {
-            if (p.path() == v1::CAPTURE_PATH_KINETO && p.pid() == info_.files(f).pid()) {
-              p.set_events(report->inputs[f].events);
+        *info_.mutable_summary() = SummaryOf(*report, dropped);
+        // Each process is counted as the report counts its trace.
+        for (const analysis::InputSummary& input : report->inputs) {
+          for (const v1::TraceFile& f : info_.files()) {
+            if (f.path() != input.path) continue;
+            for (v1::ProcessCapture& p : *info_.mutable_processes()) {
+              if (p.pid() == f.pid()) p.set_events(input.events);
             }
           }
         }
-        // The headline count is the processes' own (the records each sent, or each Kineto trace's
-        // events), as the per-process lines under it say; the analysis also counts the flow
-        // events the trace writer adds.
-        uint64_t events = 0;
-        for (const v1::ProcessCapture& p : info_.processes()) events += p.events();
-        info_.mutable_summary()->set_events(events);
         s = analysis::WriteReportJson(*report, folder_ + "/summary.json");
       } else {
         LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
@@ -745,7 +755,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   const uint64_t max_events_;
   const std::string folder_;
   std::vector<Process> processes_;
-  CaptureSummaryBuilder summary_;
+  std::unique_ptr<CaptureAnalysis> analysis_;  // the report, made as the batches arrive
   std::string write_error_;
   bool cancelled_ = false;
   std::thread thread_;

@@ -1,0 +1,202 @@
+#include "daemon/capture/capture_analysis.h"
+
+#include <algorithm>
+
+#include "daemon/trace/event_limits.h"
+#include "daemon/trace/event_names.h"
+
+namespace profd {
+
+using analysis::CpuOp;
+using analysis::GpuActivity;
+using analysis::HostCall;
+
+CaptureAnalysis::CaptureAnalysis(int64_t base_time_ns, const analysis::AnalysisOptions& options,
+                                 const analysis::StreamLimits& limits)
+    : base_time_ns_(base_time_ns), analysis_(&tables_, options, limits) {
+  tables_.has_base_time = true;
+  tables_.base_time_ns = base_time_ns;
+}
+
+size_t CaptureAnalysis::AddProcess(uint32_t pid, const std::string& trace_path) {
+  analysis::InputFile f;
+  f.path = trace_path;
+  f.format = "profd";
+  f.gzip = true;
+  tables_.files.push_back(f);
+  Process p;
+  p.pid = pid;
+  // As the reader keeps the files of a capture apart (trace_reader.cc).
+  p.correlation_offset = static_cast<int64_t>(processes_.size()) << analysis::kCorrelationBits;
+  processes_.push_back(std::move(p));
+  return processes_.size() - 1;
+}
+
+uint32_t CaptureAnalysis::Intern(const std::string& name) {
+  auto [it, inserted] = fixed_names_.try_emplace(name, 0);
+  if (inserted) it->second = tables_.names.Intern(name);
+  return it->second;
+}
+
+uint32_t CaptureAnalysis::NameOf(Process& p, uint32_t string_id, const StringTable& names) {
+  auto [it, inserted] = p.names.try_emplace(string_id, 0);
+  if (inserted) it->second = tables_.names.Intern(names.Text(string_id));
+  return it->second;
+}
+
+bool CaptureAnalysis::Interval(size_t process, uint64_t start, uint64_t end, int64_t* start_ns,
+                               int64_t* dur_ns) {
+  if (!PlausibleInterval(start, end)) return false;
+  *start_ns = static_cast<int64_t>(start) - base_time_ns_;
+  *dur_ns = end > start ? static_cast<int64_t>(end - start) : 0;
+  tables_.Cover(*start_ns, *start_ns + *dur_ns);
+  ++tables_.files[process].events;
+  return true;
+}
+
+void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
+                               const StringTable& names) {
+  Process& p = processes_[process];
+  // A string id given again names something else from now on.
+  for (const v1::StringDef& def : batch.strings()) p.names.erase(def.id());
+  for (const v1::DeviceInfo& d : batch.devices()) {
+    analysis::DeviceProperties dev;
+    dev.id = static_cast<int32_t>(d.ordinal());
+    dev.name = d.name();
+    dev.num_sms = d.multiprocessors();
+    dev.max_threads_per_sm = d.max_threads_per_multiprocessor();
+    dev.regs_per_sm = d.max_registers_per_multiprocessor();
+    dev.shared_memory_per_sm = d.max_shared_memory_per_multiprocessor();
+    dev.max_blocks_per_sm = d.max_blocks_per_multiprocessor();
+    dev.warp_size = d.warp_size();
+    dev.compute_major = static_cast<int32_t>(d.compute_major());
+    dev.compute_minor = static_cast<int32_t>(d.compute_minor());
+    auto same = [&](const analysis::DeviceProperties& o) { return o.id == dev.id; };
+    auto it = std::find_if(tables_.devices.begin(), tables_.devices.end(), same);
+    if (it == tables_.devices.end()) {
+      tables_.devices.push_back(std::move(dev));
+    } else {
+      *it = std::move(dev);
+    }
+  }
+  const uint16_t file = static_cast<uint16_t>(process);
+  auto correlation = [&](uint32_t id) { return static_cast<int64_t>(id) + p.correlation_offset; };
+  int64_t start = 0, dur = 0;
+
+  // API calls first: the GPU work they launched finds them by correlation id.
+  for (const v1::ApiCall& a : batch.api_calls()) {
+    if (!Interval(process, a.start_ns(), a.end_ns(), &start, &dur)) continue;
+    HostCall c;
+    c.start_ns = start;
+    c.dur_ns = dur;
+    c.correlation = correlation(a.correlation());
+    c.name = NameOf(p, a.name_id(), names);
+    c.pid = static_cast<int32_t>(p.pid);
+    c.tid = static_cast<int32_t>(a.tid());
+    c.file = file;
+    c.type = a.domain() == v1::API_DOMAIN_DRIVER ? HostCall::Type::kDriver
+                                                 : HostCall::Type::kRuntime;
+    tables_.files[process].host_pid = static_cast<int32_t>(p.pid);
+    analysis_.Add(c);
+  }
+  for (const v1::Synchronization& s : batch.syncs()) {
+    if (!Interval(process, s.start_ns(), s.end_ns(), &start, &dur)) continue;
+    HostCall c;
+    c.start_ns = start;
+    c.dur_ns = dur;
+    c.correlation = correlation(s.correlation());
+    c.name = Intern(SyncKindName(s.kind()));
+    c.pid = static_cast<int32_t>(p.pid);
+    c.tid = 0;
+    c.file = file;
+    c.type = HostCall::Type::kSync;
+    analysis_.Add(c);
+  }
+  for (const v1::Kernel& k : batch.kernels()) {
+    if (!Interval(process, k.start_ns(), k.end_ns(), &start, &dur)) continue;
+    GpuActivity a;
+    a.start_ns = start;
+    a.dur_ns = dur;
+    a.correlation = correlation(k.correlation());
+    a.name = NameOf(p, k.name_id(), names);
+    a.device = static_cast<int32_t>(k.device());
+    a.stream = static_cast<int32_t>(k.stream());
+    a.file = file;
+    a.type = GpuActivity::Type::kKernel;
+    analysis::LaunchConfig config;
+    // The trace writes the dimensions as signed numbers and the reader keeps them as read.
+    config.grid[0] = static_cast<uint32_t>(k.grid_x());
+    config.grid[1] = static_cast<uint32_t>(k.grid_y());
+    config.grid[2] = static_cast<uint32_t>(k.grid_z());
+    config.block[0] = static_cast<uint32_t>(k.block_x());
+    config.block[1] = static_cast<uint32_t>(k.block_y());
+    config.block[2] = static_cast<uint32_t>(k.block_z());
+    config.registers_per_thread = k.registers_per_thread();
+    config.shared_memory_bytes = k.static_shared_bytes() + k.dynamic_shared_bytes();
+    a.launch_config = tables_.InternLaunchConfig(config);
+    analysis_.Add(a);
+  }
+  for (const v1::Memcpy& m : batch.memcpys()) {
+    if (!Interval(process, m.start_ns(), m.end_ns(), &start, &dur)) continue;
+    GpuActivity a;
+    a.start_ns = start;
+    a.dur_ns = dur;
+    a.correlation = correlation(m.correlation());
+    a.bytes = m.bytes();
+    a.name = Intern(CopyName(m.copy_kind(), m.src_kind(), m.dst_kind()));
+    a.device = static_cast<int32_t>(m.device());
+    a.stream = static_cast<int32_t>(m.stream());
+    a.file = file;
+    a.type = GpuActivity::Type::kMemcpy;
+    a.copy_kind = analysis::CopyKindFromCupti(m.copy_kind());
+    a.src_kind = analysis::MemoryKindFromCupti(m.src_kind());
+    a.dst_kind = analysis::MemoryKindFromCupti(m.dst_kind());
+    analysis_.Add(a);
+  }
+  for (const v1::Memset& m : batch.memsets()) {
+    if (!Interval(process, m.start_ns(), m.end_ns(), &start, &dur)) continue;
+    GpuActivity a;
+    a.start_ns = start;
+    a.dur_ns = dur;
+    a.correlation = correlation(m.correlation());
+    a.bytes = m.bytes();
+    a.name = Intern(MemsetName(m.memory_kind()));
+    a.device = static_cast<int32_t>(m.device());
+    a.stream = static_cast<int32_t>(m.stream());
+    a.file = file;
+    a.type = GpuActivity::Type::kMemset;
+    analysis_.Add(a);
+  }
+  for (const v1::Marker& m : batch.markers()) {
+    if (!Interval(process, m.start_ns(), m.end_ns(), &start, &dur)) continue;
+    CpuOp op;
+    op.start_ns = start;
+    op.dur_ns = dur;
+    op.name = tables_.names.Intern(analysis::OperatorKey(names.Text(m.name_id())));
+    op.pid = static_cast<int32_t>(p.pid);
+    op.tid = static_cast<int32_t>(m.tid());
+    op.file = file;
+    op.kind = CpuOp::Kind::kUserAnnotation;
+    analysis_.Add(op);
+  }
+  for (const v1::Overhead& o : batch.overheads()) {
+    if (!Interval(process, o.start_ns(), o.end_ns(), &start, &dur)) continue;
+    CpuOp op;
+    op.start_ns = start;
+    op.dur_ns = dur;
+    op.name = Intern(OverheadName(o.kind()));
+    op.pid = static_cast<int32_t>(p.pid);
+    op.tid = static_cast<int32_t>(o.tid());
+    op.file = file;
+    op.kind = CpuOp::Kind::kOverhead;
+    analysis_.Add(op);
+  }
+  // Memory allocations are instants: counted as records, not analysed.
+  for (const v1::MemoryOp& m : batch.memory_ops()) {
+    if (PlausibleEventTime(m.timestamp_ns())) ++tables_.files[process].events;
+  }
+}
+
+analysis::Report CaptureAnalysis::Finish() { return analysis_.Finish(); }
+
+}  // namespace profd

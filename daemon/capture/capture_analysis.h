@@ -1,0 +1,62 @@
+// The bottleneck analysis of one capture, made as its event batches arrive: each batch goes once
+// through the trace writer and once through here, and the report (summary.json, the capture's
+// summary) is ready when the last batch is in. Nothing is re-read or re-parsed, and the memory it
+// takes is the streaming analysis's (analysis/streaming_analysis.h), not the capture's size.
+//
+// The events are the ones the trace file holds, as `profctl report FILE` reads them back: the
+// same names, times relative to the trace's base time, correlation ids kept apart per process.
+//
+//   CaptureAnalysis analysis(base_time_ns);
+//   size_t p = analysis.AddProcess(pid, folder + "/trace-1234.json.gz");
+//   analysis.AddBatch(p, batch, names);       // for every batch, after the trace writer
+//   analysis::Report report = analysis.Finish();
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "daemon/analysis/report.h"
+#include "daemon/analysis/streaming_analysis.h"
+#include "daemon/analysis/trace_model.h"
+#include "daemon/trace/string_table.h"
+#include "profd/v1/events.pb.h"
+
+namespace profd {
+
+class CaptureAnalysis {
+ public:
+  explicit CaptureAnalysis(int64_t base_time_ns, const analysis::AnalysisOptions& options = {},
+                           const analysis::StreamLimits& limits = {});
+
+  // A process of the capture and the trace file its events go to; returns its index.
+  size_t AddProcess(uint32_t pid, const std::string& trace_path);
+  // One batch of the process's events, with the process's strings (already given the batch).
+  void AddBatch(size_t process, const v1::EventBatch& batch, const StringTable& names);
+  // The events the process's batches carried that the report counts (its trace's records).
+  uint64_t events(size_t process) const { return tables_.files[process].events; }
+  analysis::Report Finish();
+
+  const analysis::StreamingAnalysis& streaming() const { return analysis_; }
+
+ private:
+  struct Process {
+    uint32_t pid = 0;
+    int64_t correlation_offset = 0;
+    // Agent string id -> analysis name id.
+    absl::flat_hash_map<uint32_t, uint32_t> names;
+  };
+  uint32_t NameOf(Process& p, uint32_t string_id, const StringTable& names);
+  uint32_t Intern(const std::string& name);
+  // Times relative to the trace's base; false (and counted) for a record the trace writer skips.
+  bool Interval(size_t process, uint64_t start, uint64_t end, int64_t* start_ns, int64_t* dur_ns);
+
+  const int64_t base_time_ns_;
+  analysis::Trace tables_;  // names, launch configurations, devices, files, window: no events
+  analysis::StreamingAnalysis analysis_;
+  std::vector<Process> processes_;
+  absl::flat_hash_map<std::string, uint32_t> fixed_names_;  // copies, memsets, syncs, overheads
+};
+
+}  // namespace profd
