@@ -85,6 +85,74 @@ TEST_F(CaptureTest, CaptureWritesTraceManifestAndSummary) {
   EXPECT_STREQ(manifest["files"][0]["sha256"].GetString(), c["files"][0]["sha256"].GetString());
 }
 
+// A number of profctl's --json output: proto JSON writes 64-bit integers as strings.
+double Num(const rapidjson::Value& v) {
+  return v.IsString() ? std::stod(v.GetString()) : v.GetDouble();
+}
+
+// One summary, one definition: `profctl capture`, `captures`, `show`, `report ID`, the capture's
+// summary.json and `profctl report` of its trace file print the same window, event count, busy
+// share and kernel table (docs/ANALYSIS.md).
+TEST(CaptureNumbersTest, EveryCommandReportsTheSameNumbers) {
+  TempDir dir;
+  ProfdProcess profd({"--capture_dir=" + dir.File("captures"), "--store=file://" + dir.File("store"),
+                      "--spool_dir=" + dir.File("spool"), "--max_capture_duration=10s"});
+  profd.Start();
+  auto agent = StartReplayAgent(profd.agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(profd, agent->pid()); }, absl::Seconds(2)));
+  rapidjson::Document c =
+      profd.ProfctlJson({"capture", "--pid", std::to_string(agent->pid()), "--duration", "500ms"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd.log();
+  const std::string id = c["capture_id"].GetString();
+  const auto& summary = c["summary"];
+
+  rapidjson::Document file = ReadGzipJson(std::string(c["location"].GetString()) + "/summary.json");
+  rapidjson::Document by_id = profd.ProfctlJson({"report", id});
+  rapidjson::Document by_file =
+      profd.ProfctlJson({"report", c["files"][0]["path"].GetString()});
+  ASSERT_TRUE(WaitFor([&] { return profd.Profctl({"show", id}).exit_code == 0; },
+                      absl::Seconds(5)));
+  rapidjson::Document show = profd.ProfctlJson({"show", id});
+  rapidjson::Document list = profd.ProfctlJson({"captures"});
+  const rapidjson::Value* listed = nullptr;
+  for (const auto& l : list["captures"].GetArray()) {
+    if (id == l["capture_id"].GetString()) listed = &l["summary"];
+  }
+  ASSERT_NE(listed, nullptr);
+
+  // The events: 1000 kernels, 1004 API calls and 4 GPU operations, as the agent sent them.
+  EXPECT_EQ(Num(summary["events"]), 2008);
+  EXPECT_EQ(Num((*listed)["events"]), 2008);
+  EXPECT_EQ(Num(c["processes"][0]["events"]), 2008);
+  const double window = Num(summary["window_ns"]);
+  EXPECT_GT(window, 0);
+  EXPECT_EQ(Num((*listed)["window_ns"]), window);
+  const rapidjson::Value* reports[] = {&file, &by_id, &by_file, &show["summary"]};
+  for (const rapidjson::Value* r : reports) {
+    const rapidjson::Value& report = *r;
+    EXPECT_EQ(Num(report["events"]), 2008);
+    EXPECT_EQ(Num(report["window_ns"]), window);
+    ASSERT_EQ(report["gpus"].Size(), summary["gpus"].Size());
+    for (rapidjson::SizeType g = 0; g < report["gpus"].Size(); ++g) {
+      EXPECT_DOUBLE_EQ(Num(report["gpus"][g]["busy_ratio"]), Num(summary["gpus"][g]["busy_ratio"]));
+      EXPECT_EQ(Num(report["gpus"][g]["kernels"]), Num(summary["gpus"][g]["kernels"]));
+    }
+    ASSERT_EQ(report["top_kernels"].Size(), summary["top_kernels"].Size());
+    for (rapidjson::SizeType k = 0; k < report["top_kernels"].Size(); ++k) {
+      const auto& row = report["top_kernels"][k];
+      const auto& want = summary["top_kernels"][k];
+      EXPECT_STREQ(row["name"].GetString(), want["name"].GetString());
+      EXPECT_EQ(Num(row["instances"]), Num(want["count"]));
+      EXPECT_EQ(Num(row["total_ns"]), Num(want["total_ns"]));
+    }
+  }
+  // The whole report is the same, read back from the trace file or made as the batches came.
+  rapidjson::Document a = profd.ProfctlJson({"report", id});
+  EXPECT_EQ(Num(a["launch_delay_p50_ns"]), Num(file["launch_delay_p50_ns"]));
+  EXPECT_EQ(Num(a["api_time_ns"]), Num(file["api_time_ns"]));
+  EXPECT_EQ(a["findings"].Size(), file["findings"].Size());
+}
+
 TEST_F(CaptureTest, HumanOutputAndOutputCopy) {
   auto agent = StartReplayAgent(profd_->agent_socket());
   ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
