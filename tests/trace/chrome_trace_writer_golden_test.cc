@@ -1,9 +1,9 @@
-// The trace writer's output, event by event, against traces it wrote before (tests/trace/testdata/):
-// the recorded H200 capture, and one batch with every kind of event and the values at the edges
-// (names to escape, unknown ids and enums, times before the base and past 2^62, zero durations).
-// Changes to the writer's speed must leave every event, field and value as they were. Numbers
-// are compared as the text written, so 1234.567 stays 1234.567 to the last digit; object members
-// may come in any order, events may not.
+// The trace writer's output, event by event, against traces it wrote before
+// (tests/trace/testdata/): the recorded H200 capture, and one batch with every kind of event and
+// the values at the edges (names to escape, unknown ids and enums, times before the base and past
+// 2^62, zero durations). Changes to the writer's speed must leave every event, field and value as
+// they were. Numbers are compared as the text written, so 1234.567 stays 1234.567 to the last
+// digit; object members may come in any order, events may not.
 //
 // After a deliberate change of the format, write new golden files with
 //   PROFD_UPDATE_GOLDEN=1 build/tests/trace/chrome_trace_writer_golden_test
@@ -87,8 +87,8 @@ void ExpectSameAsGolden(const std::string& path, const std::string& golden) {
   want.Parse<rapidjson::kParseNumbersAsStringsFlag>(want_text.data(), want_text.size());
   got.Parse<rapidjson::kParseNumbersAsStringsFlag>(got_text.data(), got_text.size());
   ASSERT_FALSE(want.HasParseError()) << golden_path << " at " << want.GetErrorOffset();
-  ASSERT_FALSE(got.HasParseError()) << "the writer's JSON, at byte " << got.GetErrorOffset()
-                                    << ": " << got_text.substr(got.GetErrorOffset(), 200);
+  ASSERT_FALSE(got.HasParseError()) << "the writer's JSON, at byte " << got.GetErrorOffset() << ": "
+                                    << got_text.substr(got.GetErrorOffset(), 200);
   const auto& want_events = want["traceEvents"].GetArray();
   const auto& got_events = got["traceEvents"].GetArray();
   ASSERT_EQ(got_events.Size(), want_events.Size());
@@ -134,7 +134,8 @@ v1::EventBatch EveryKindOfEvent(uint64_t t0) {
   str(3, "cuMemcpyHtoDAsync");
   str(4, "cudaMemsetAsync");
   str(5, "cudaStreamSynchronize");
-  str(6, std::string("quote\" backslash\\ tab\t nl\n cr\r bell\x07 del\x7f bad\xff\xc0 ok\xc3\xa9"));
+  str(6,
+      std::string("quote\" backslash\\ tab\t nl\n cr\r bell\x07 del\x7f bad\xff\xc0 ok\xc3\xa9"));
   str(7, "ProfilerStep#3");
   str(0xFFFFFFFF, "cuLaunchKernelEx");
 
