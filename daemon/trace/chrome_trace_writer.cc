@@ -451,7 +451,7 @@ absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringT
 absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
   // Row names: the host process first, then one "GPU n" process per device with a row per stream.
   auto meta = [&](const char* what, uint32_t pid, const std::string* tid, const std::string& arg) {
-    Commit(BeginEvent(0));
+    Commit(BeginEvent(0));  // the separator, and a flush when due; a few events, as strings
     Append(absl::StrCat("{\"ph\":\"M\",\"name\":\"", what, "\",\"pid\":", pid,
                         tid ? ",\"tid\":" : "", tid ? *tid : "", ",\"args\":{", arg, "}}"));
   };
