@@ -44,30 +44,53 @@ const char* SyncName(int kind) {
   }
 }
 
-void AppendUint(std::string& s, uint64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  s.append(buf, end);
+// An event's text apart from its name (and a copy's bandwidth) is at most this long: ~300
+// bytes of keys and at most 30 numbers of at most 21 characters each.
+constexpr size_t kMaxEventBytes = 1024;
+
+// The formatters write at p, which has room (Reserve), and return the new end.
+template <size_t N>
+char* Put(char* p, const char (&literal)[N]) {
+  std::memcpy(p, literal, N - 1);
+  return p + N - 1;
 }
 
-void AppendInt(std::string& s, int64_t v) {
-  char buf[24];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), v);
-  s.append(buf, end);
+char* Put(char* p, std::string_view text) {
+  std::memcpy(p, text.data(), text.size());
+  return p + text.size();
 }
+
+char* PutUint(char* p, uint64_t v) { return std::to_chars(p, p + 20, v).ptr; }
+
+char* PutInt(char* p, int64_t v) { return std::to_chars(p, p + 20, v).ptr; }
 
 // µs with three decimals from ns, exact: 1234567 ns -> "1234.567". Any int64, INT64_MIN too.
-void AppendMicros(std::string& s, int64_t ns) {
+char* PutMicros(char* p, int64_t ns) {
   uint64_t magnitude = static_cast<uint64_t>(ns);
   if (ns < 0) {
-    s += '-';
+    *p++ = '-';
     magnitude = 0 - magnitude;  // unsigned: no overflow for INT64_MIN
   }
-  AppendUint(s, magnitude / 1000);
-  uint64_t frac = magnitude % 1000;
-  char buf[5] = {'.', static_cast<char>('0' + frac / 100), static_cast<char>('0' + frac / 10 % 10),
-                 static_cast<char>('0' + frac % 10), 0};
-  s.append(buf, 4);
+  p = PutUint(p, magnitude / 1000);
+  const uint64_t frac = magnitude % 1000;
+  p[0] = '.';
+  p[1] = static_cast<char>('0' + frac / 100);
+  p[2] = static_cast<char>('0' + frac / 10 % 10);
+  p[3] = static_cast<char>('0' + frac % 10);
+  return p + 4;
+}
+
+char* PutDur(char* p, uint64_t start, uint64_t end) {
+  p = Put(p, ",\"dur\":");
+  const uint64_t dur = end > start ? end - start : 0;
+  return PutMicros(p,
+                   dur > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(dur));
+}
+
+// "memory bandwidth (GB/s)": bytes per ns, as absl::StrCat prints a double (6 significant digits).
+std::string Bandwidth(uint64_t bytes, uint64_t start, uint64_t end) {
+  const uint64_t dur = end > start ? end - start : 0;
+  return dur ? absl::StrCat(static_cast<double>(bytes) / static_cast<double>(dur)) : "0";
 }
 
 }  // namespace
@@ -80,13 +103,11 @@ absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Create(
         absl::StrCat("cannot create trace file ", path, ": ", std::strerror(errno)));
   }
   std::unique_ptr<ChromeTraceWriter> writer(new ChromeTraceWriter(path, file, process, gzip_level));
-  std::string& b = writer->buffer_;
-  b += "{\"schemaVersion\":1,\"displayTimeUnit\":\"ms\",\"traceName\":";
-  b += StringTable::JsonQuote(process.capture_id + "/" + std::to_string(process.pid));
-  b += ",\"baseTimeNanoseconds\":";
-  AppendInt(b, process.base_time_ns);
-  b += ",\"distributedInfo\":{\"rank\":0,\"world_size\":1,\"backend\":\"\"}";
-  b += ",\"traceEvents\":[";
+  writer->Append(absl::StrCat(
+      "{\"schemaVersion\":1,\"displayTimeUnit\":\"ms\",\"traceName\":",
+      StringTable::JsonQuote(absl::StrCat(process.capture_id, "/", process.pid)),
+      ",\"baseTimeNanoseconds\":", process.base_time_ns,
+      ",\"distributedInfo\":{\"rank\":0,\"world_size\":1,\"backend\":\"\"},\"traceEvents\":["));
   return writer;
 }
 
@@ -95,7 +116,8 @@ ChromeTraceWriter::ChromeTraceWriter(std::string path, FILE* file, const TracePr
     : path_(std::move(path)), file_(file), process_(process) {
   // windowBits 15 + 16: a gzip wrapper, so `zcat` and every trace viewer read it.
   deflateInit2(&zs_, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
-  buffer_.reserve(kFlushBytes + 4096);
+  json_capacity_ = kFlushBytes + 4 * kMaxEventBytes;
+  json_.reset(new char[json_capacity_]);
 }
 
 ChromeTraceWriter::~ChromeTraceWriter() {
@@ -106,8 +128,8 @@ ChromeTraceWriter::~ChromeTraceWriter() {
 }
 
 absl::Status ChromeTraceWriter::Flush(bool finish) {
-  zs_.next_in = reinterpret_cast<Bytef*>(buffer_.data());
-  zs_.avail_in = static_cast<uInt>(buffer_.size());
+  zs_.next_in = reinterpret_cast<Bytef*>(json_.get());
+  zs_.avail_in = static_cast<uInt>(json_size_);
   out_.resize(kDeflateOutBytes);
   int flush = finish ? Z_FINISH : Z_NO_FLUSH;
   while (true) {
@@ -123,292 +145,315 @@ absl::Status ChromeTraceWriter::Flush(bool finish) {
     if (finish ? rc == Z_STREAM_END : zs_.avail_in == 0 && zs_.avail_out != 0) break;
     if (rc != Z_OK && rc != Z_BUF_ERROR) return absl::InternalError("deflate failed");
   }
-  buffer_.clear();
+  json_size_ = 0;
   return absl::OkStatus();
 }
 
-void ChromeTraceWriter::Separator() {
-  // Flushing between events, not only after a batch, keeps buffer_ near kFlushBytes: one ~1 MiB
-  // batch is several MB of JSON, and a capture of 64 processes holds 64 writers at once.
-  if (buffer_.size() >= kFlushBytes && flush_error_.ok()) flush_error_ = Flush(false);
-  if (!first_event_) buffer_ += ",\n";
-  first_event_ = false;
+char* ChromeTraceWriter::Reserve(size_t bytes) {
+  if (json_capacity_ - json_size_ < bytes) {
+    // Only a name longer than a few KiB, or a failed flush, gets here.
+    size_t capacity = std::max(2 * json_capacity_, json_size_ + bytes);
+    std::unique_ptr<char[]> grown(new char[capacity]);
+    std::memcpy(grown.get(), json_.get(), json_size_);
+    json_ = std::move(grown);
+    json_capacity_ = capacity;
+  }
+  return json_.get() + json_size_;
 }
 
-void ChromeTraceWriter::AppendTs(uint64_t ns) {
-  buffer_ += "\"ts\":";
+void ChromeTraceWriter::Append(std::string_view text) { Commit(Put(Reserve(text.size()), text)); }
+
+char* ChromeTraceWriter::BeginEvent(size_t max_bytes) {
+  // Flushing between events, not only after a batch, keeps the buffer near kFlushBytes: one
+  // ~1 MiB batch is several MB of JSON, and a capture of 64 processes holds 64 writers at once.
+  if (json_size_ >= kFlushBytes && flush_error_.ok()) flush_error_ = Flush(false);
+  char* p = Reserve(max_bytes + 2);
+  if (!first_event_) p = Put(p, ",\n");
+  first_event_ = false;
+  return p;
+}
+
+char* ChromeTraceWriter::PutTs(char* p, uint64_t ns) const {
+  p = Put(p, "\"ts\":");
   // Callers pass plausible times (<= 2^62), but the base comes from elsewhere: saturate anyway.
   int64_t t = ns > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(ns);
-  AppendMicros(buffer_, SaturatingSub(t, process_.base_time_ns));
+  return PutMicros(p, SaturatingSub(t, process_.base_time_ns));
 }
 
-void ChromeTraceWriter::AppendDur(uint64_t start, uint64_t end) {
-  buffer_ += ",\"dur\":";
-  uint64_t dur = end > start ? end - start : 0;
-  AppendMicros(buffer_,
-               dur > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(dur));
-}
-
-void ChromeTraceWriter::AppendHostEvent(const char* cat, uint64_t start, uint64_t end, uint32_t tid,
-                                        const std::string& quoted_name) {
-  Separator();
-  buffer_ += "{\"ph\":\"X\",\"cat\":\"";
-  buffer_ += cat;
-  buffer_ += "\",\"name\":";
-  buffer_ += quoted_name;
-  buffer_ += ",\"pid\":";
-  AppendUint(buffer_, process_.pid);
-  buffer_ += ",\"tid\":";
-  AppendUint(buffer_, tid);
-  buffer_ += ',';
-  AppendTs(start);
-  AppendDur(start, end);
+void ChromeTraceWriter::SawThread(uint32_t tid) {
+  if (!threads_.empty() && tid == last_thread_) return;
   if (std::find(threads_.begin(), threads_.end(), tid) == threads_.end()) threads_.push_back(tid);
+  last_thread_ = tid;
 }
 
-void ChromeTraceWriter::AppendGpuHeader(const char* cat, const std::string& quoted_name,
-                                        uint32_t device, uint32_t stream, uint64_t start,
-                                        uint64_t end) {
-  Separator();
-  buffer_ += "{\"ph\":\"X\",\"cat\":\"";
-  buffer_ += cat;
-  buffer_ += "\",\"name\":";
-  buffer_ += quoted_name;
-  buffer_ += ",\"pid\":";
-  AppendUint(buffer_, device);
-  buffer_ += ",\"tid\":";
-  AppendUint(buffer_, stream);
-  buffer_ += ',';
-  AppendTs(start);
-  AppendDur(start, end);
-  buffer_ += ",\"args\":{\"device\":";
-  AppendUint(buffer_, device);
-  buffer_ += ",\"stream\":";
-  AppendUint(buffer_, stream);
+void ChromeTraceWriter::SawGpuRow(uint32_t device, uint32_t stream) {
   auto row = std::make_pair(device, stream);
+  if (!gpu_rows_.empty() && row == last_gpu_row_) return;
   if (std::find(gpu_rows_.begin(), gpu_rows_.end(), row) == gpu_rows_.end()) {
     gpu_rows_.push_back(row);
   }
+  last_gpu_row_ = row;
+}
+
+char* ChromeTraceWriter::PutHostEvent(char* p, const char* cat, uint64_t start, uint64_t end,
+                                      uint32_t tid, std::string_view quoted_name) {
+  p = Put(p, "{\"ph\":\"X\",\"cat\":\"");
+  p = Put(p, cat);
+  p = Put(p, "\",\"name\":");
+  p = Put(p, quoted_name);
+  p = Put(p, ",\"pid\":");
+  p = PutUint(p, process_.pid);
+  p = Put(p, ",\"tid\":");
+  p = PutUint(p, tid);
+  *p++ = ',';
+  p = PutTs(p, start);
+  p = PutDur(p, start, end);
+  SawThread(tid);
+  return p;
+}
+
+char* ChromeTraceWriter::PutGpuHeader(char* p, const char* cat, std::string_view quoted_name,
+                                      uint32_t device, uint32_t stream, uint64_t start,
+                                      uint64_t end) {
+  p = Put(p, "{\"ph\":\"X\",\"cat\":\"");
+  p = Put(p, cat);
+  p = Put(p, "\",\"name\":");
+  p = Put(p, quoted_name);
+  p = Put(p, ",\"pid\":");
+  p = PutUint(p, device);
+  p = Put(p, ",\"tid\":");
+  p = PutUint(p, stream);
+  *p++ = ',';
+  p = PutTs(p, start);
+  p = PutDur(p, start, end);
+  p = Put(p, ",\"args\":{\"device\":");
+  p = PutUint(p, device);
+  p = Put(p, ",\"stream\":");
+  p = PutUint(p, stream);
+  SawGpuRow(device, stream);
+  return p;
 }
 
 void ChromeTraceWriter::AppendFlowEnd(uint32_t correlation, uint32_t device, uint32_t stream,
                                       uint64_t ts) {
   if (correlation == 0) return;
-  Separator();
-  buffer_ += "{\"ph\":\"f\",\"id\":";
-  AppendUint(buffer_, correlation);
-  buffer_ += ",\"pid\":";
-  AppendUint(buffer_, device);
-  buffer_ += ",\"tid\":";
-  AppendUint(buffer_, stream);
-  buffer_ += ',';
-  AppendTs(ts);
-  buffer_ += ",\"cat\":\"ac2g\",\"name\":\"ac2g\",\"bp\":\"e\"}";
+  char* p = BeginEvent(kMaxEventBytes);
+  p = Put(p, "{\"ph\":\"f\",\"id\":");
+  p = PutUint(p, correlation);
+  p = Put(p, ",\"pid\":");
+  p = PutUint(p, device);
+  p = Put(p, ",\"tid\":");
+  p = PutUint(p, stream);
+  *p++ = ',';
+  p = PutTs(p, ts);
+  p = Put(p, ",\"cat\":\"ac2g\",\"name\":\"ac2g\",\"bp\":\"e\"}");
+  Commit(p);
+}
+
+void ChromeTraceWriter::WriteKernel(const v1::Kernel& k, const StringTable& names) {
+  const std::string& name = names.Find(k.name_id()).quoted;
+  char* p = BeginEvent(kMaxEventBytes + name.size());
+  p = PutGpuHeader(p, "kernel", name, k.device(), k.stream(), k.start_ns(), k.end_ns());
+  p = Put(p, ",\"correlation\":");
+  p = PutUint(p, k.correlation());
+  p = Put(p, ",\"context\":");
+  p = PutUint(p, k.context());
+  p = Put(p, ",\"grid\":[");
+  p = PutInt(p, k.grid_x());
+  *p++ = ',';
+  p = PutInt(p, k.grid_y());
+  *p++ = ',';
+  p = PutInt(p, k.grid_z());
+  p = Put(p, "],\"block\":[");
+  p = PutInt(p, k.block_x());
+  *p++ = ',';
+  p = PutInt(p, k.block_y());
+  *p++ = ',';
+  p = PutInt(p, k.block_z());
+  p = Put(p, "],\"registers per thread\":");
+  p = PutUint(p, k.registers_per_thread());
+  p = Put(p, ",\"shared memory\":");
+  p = PutUint(p, static_cast<uint64_t>(k.static_shared_bytes()) + k.dynamic_shared_bytes());
+  if (k.graph_id() != 0) {
+    p = Put(p, ",\"graph id\":");
+    p = PutUint(p, k.graph_id());
+  }
+  p = Put(p, "}}");
+  Commit(p);
+  AppendFlowEnd(k.correlation(), k.device(), k.stream(), k.start_ns());
+}
+
+void ChromeTraceWriter::WriteMemcpy(const v1::Memcpy& m) {
+  const char* copy = CopyKindName(m.copy_kind());
+  const char* src = MemoryKindName(m.src_kind());
+  const char* dst = MemoryKindName(m.dst_kind());
+  const std::string name = absl::StrCat("\"Memcpy ", copy, " (", src, " -> ", dst, ")\"");
+  const std::string bandwidth = Bandwidth(m.bytes(), m.start_ns(), m.end_ns());
+  char* p = BeginEvent(kMaxEventBytes + name.size() + bandwidth.size());
+  p = PutGpuHeader(p, "gpu_memcpy", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
+  p = Put(p, ",\"correlation\":");
+  p = PutUint(p, m.correlation());
+  p = Put(p, ",\"bytes\":");
+  p = PutUint(p, m.bytes());
+  p = Put(p, ",\"memory bandwidth (GB/s)\":");
+  p = Put(p, bandwidth);
+  p = Put(p, ",\"copy kind\":\"");
+  p = Put(p, copy);
+  p = Put(p, "\",\"src kind\":\"");
+  p = Put(p, src);
+  p = Put(p, "\",\"dst kind\":\"");
+  p = Put(p, dst);
+  p = Put(p, "\"}}");
+  Commit(p);
+  AppendFlowEnd(m.correlation(), m.device(), m.stream(), m.start_ns());
+}
+
+void ChromeTraceWriter::WriteMemset(const v1::Memset& m) {
+  const std::string name = absl::StrCat("\"Memset (", MemoryKindName(m.memory_kind()), ")\"");
+  const std::string bandwidth = Bandwidth(m.bytes(), m.start_ns(), m.end_ns());
+  char* p = BeginEvent(kMaxEventBytes + name.size() + bandwidth.size());
+  p = PutGpuHeader(p, "gpu_memset", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
+  p = Put(p, ",\"correlation\":");
+  p = PutUint(p, m.correlation());
+  p = Put(p, ",\"bytes\":");
+  p = PutUint(p, m.bytes());
+  p = Put(p, ",\"memory bandwidth (GB/s)\":");
+  p = Put(p, bandwidth);
+  p = Put(p, "}}");
+  Commit(p);
+  AppendFlowEnd(m.correlation(), m.device(), m.stream(), m.start_ns());
+}
+
+void ChromeTraceWriter::WriteApiCall(const v1::ApiCall& a, const StringTable& names) {
+  const StringTable::Name& name = names.Find(a.name_id());
+  char* p = BeginEvent(kMaxEventBytes + name.quoted.size());
+  const bool driver = a.domain() == v1::API_DOMAIN_DRIVER;
+  p = PutHostEvent(p, driver ? "cuda_driver" : "cuda_runtime", a.start_ns(), a.end_ns(), a.tid(),
+                   name.quoted);
+  p = Put(p, ",\"args\":{\"correlation\":");
+  p = PutUint(p, a.correlation());
+  p = Put(p, ",\"cbid\":");
+  p = PutUint(p, a.cbid());
+  if (a.return_value() != 0) {
+    p = Put(p, ",\"return\":");
+    p = PutUint(p, a.return_value());
+  }
+  p = Put(p, "}}");
+  Commit(p);
+  // Launch -> GPU work arrows. Only calls that enqueue work start one (the kernel, copy or
+  // memset ends it with the same correlation id).
+  if (!name.enqueues_gpu_work) return;
+  p = BeginEvent(kMaxEventBytes);
+  p = Put(p, "{\"ph\":\"s\",\"id\":");
+  p = PutUint(p, a.correlation());
+  p = Put(p, ",\"pid\":");
+  p = PutUint(p, process_.pid);
+  p = Put(p, ",\"tid\":");
+  p = PutUint(p, a.tid());
+  *p++ = ',';
+  p = PutTs(p, a.start_ns());
+  p = Put(p, ",\"cat\":\"ac2g\",\"name\":\"ac2g\"}");
+  Commit(p);
+}
+
+void ChromeTraceWriter::WriteSync(const v1::Synchronization& s) {
+  char* p = BeginEvent(kMaxEventBytes);
+  p = Put(p, "{\"ph\":\"X\",\"cat\":\"cuda_sync\",\"name\":\"");
+  p = Put(p, SyncName(s.kind()));
+  p = Put(p, "\",\"pid\":");
+  p = PutUint(p, process_.pid);
+  p = Put(p, ",\"tid\":0,");
+  p = PutTs(p, s.start_ns());
+  p = PutDur(p, s.start_ns(), s.end_ns());
+  p = Put(p, ",\"args\":{\"correlation\":");
+  p = PutUint(p, s.correlation());
+  p = Put(p, ",\"stream\":");
+  p = PutUint(p, s.stream());
+  p = Put(p, ",\"context\":");
+  p = PutUint(p, s.context());
+  p = Put(p, "}}");
+  Commit(p);
+}
+
+void ChromeTraceWriter::WriteMarker(const v1::Marker& m, const StringTable& names) {
+  const std::string& name = names.Find(m.name_id()).quoted;
+  char* p = BeginEvent(kMaxEventBytes + name.size());
+  p = PutHostEvent(p, "user_annotation", m.start_ns(), m.end_ns(), m.tid(), name);
+  *p++ = '}';
+  Commit(p);
+}
+
+void ChromeTraceWriter::WriteMemoryOp(const v1::MemoryOp& m) {
+  char* p = BeginEvent(kMaxEventBytes);
+  p = Put(p, "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"gpu_memory\",\"name\":\"[memory]\",\"pid\":");
+  p = PutUint(p, m.device());
+  p = Put(p, ",\"tid\":0,");
+  p = PutTs(p, m.timestamp_ns());
+  p = Put(p, ",\"args\":{\"address\":");
+  p = PutUint(p, m.address());
+  p = Put(p, ",\"bytes\":");
+  if (m.is_free()) *p++ = '-';
+  p = PutUint(p, m.bytes());
+  p = Put(p, ",\"kind\":\"");
+  p = Put(p, MemoryKindName(m.memory_kind()));
+  p = Put(p, "\"}}");
+  Commit(p);
+}
+
+void ChromeTraceWriter::WriteOverhead(const v1::Overhead& o) {
+  char name[48];
+  char* end = Put(name, "\"CUPTI overhead: kind ");
+  end = PutUint(end, o.kind());
+  *end++ = '"';
+  char* p = BeginEvent(kMaxEventBytes + static_cast<size_t>(end - name));
+  p = PutHostEvent(p, "overhead", o.start_ns(), o.end_ns(), o.tid(),
+                   std::string_view(name, static_cast<size_t>(end - name)));
+  *p++ = '}';
+  Commit(p);
 }
 
 absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringTable& names) {
+  // An event with an impossible time is counted, not written (event_limits.h).
+  auto plausible = [this](bool ok) {
+    if (!ok) ++invalid_events_;
+    events_ += ok;
+    return ok;
+  };
   for (const v1::Kernel& k : batch.kernels()) {
-    if (!PlausibleInterval(k.start_ns(), k.end_ns())) {
-      ++invalid_events_;
-      continue;
-    }
-    AppendGpuHeader("kernel", names.Quoted(k.name_id()), k.device(), k.stream(), k.start_ns(),
-                    k.end_ns());
-    std::string& b = buffer_;
-    b += ",\"correlation\":";
-    AppendUint(b, k.correlation());
-    b += ",\"context\":";
-    AppendUint(b, k.context());
-    b += ",\"grid\":[";
-    AppendInt(b, k.grid_x());
-    b += ',';
-    AppendInt(b, k.grid_y());
-    b += ',';
-    AppendInt(b, k.grid_z());
-    b += "],\"block\":[";
-    AppendInt(b, k.block_x());
-    b += ',';
-    AppendInt(b, k.block_y());
-    b += ',';
-    AppendInt(b, k.block_z());
-    b += "],\"registers per thread\":";
-    AppendUint(b, k.registers_per_thread());
-    b += ",\"shared memory\":";
-    AppendUint(b, static_cast<uint64_t>(k.static_shared_bytes()) + k.dynamic_shared_bytes());
-    if (k.graph_id() != 0) {
-      b += ",\"graph id\":";
-      AppendUint(b, k.graph_id());
-    }
-    b += "}}";
-    AppendFlowEnd(k.correlation(), k.device(), k.stream(), k.start_ns());
-    ++events_;
+    if (plausible(PlausibleInterval(k.start_ns(), k.end_ns()))) WriteKernel(k, names);
   }
   for (const v1::Memcpy& m : batch.memcpys()) {
-    if (!PlausibleInterval(m.start_ns(), m.end_ns())) {
-      ++invalid_events_;
-      continue;
-    }
-    std::string name =
-        absl::StrCat("\"Memcpy ", CopyKindName(m.copy_kind()), " (", MemoryKindName(m.src_kind()),
-                     " -> ", MemoryKindName(m.dst_kind()), ")\"");
-    AppendGpuHeader("gpu_memcpy", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
-    std::string& b = buffer_;
-    b += ",\"correlation\":";
-    AppendUint(b, m.correlation());
-    b += ",\"bytes\":";
-    AppendUint(b, m.bytes());
-    uint64_t dur = m.end_ns() > m.start_ns() ? m.end_ns() - m.start_ns() : 0;
-    b += ",\"memory bandwidth (GB/s)\":";
-    b += dur ? absl::StrCat(static_cast<double>(m.bytes()) / static_cast<double>(dur)) : "0";
-    b += ",\"copy kind\":\"";
-    b += CopyKindName(m.copy_kind());
-    b += "\",\"src kind\":\"";
-    b += MemoryKindName(m.src_kind());
-    b += "\",\"dst kind\":\"";
-    b += MemoryKindName(m.dst_kind());
-    b += "\"}}";
-    AppendFlowEnd(m.correlation(), m.device(), m.stream(), m.start_ns());
-    ++events_;
+    if (plausible(PlausibleInterval(m.start_ns(), m.end_ns()))) WriteMemcpy(m);
   }
   for (const v1::Memset& m : batch.memsets()) {
-    if (!PlausibleInterval(m.start_ns(), m.end_ns())) {
-      ++invalid_events_;
-      continue;
-    }
-    std::string name = absl::StrCat("\"Memset (", MemoryKindName(m.memory_kind()), ")\"");
-    AppendGpuHeader("gpu_memset", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
-    std::string& b = buffer_;
-    b += ",\"correlation\":";
-    AppendUint(b, m.correlation());
-    b += ",\"bytes\":";
-    AppendUint(b, m.bytes());
-    uint64_t dur = m.end_ns() > m.start_ns() ? m.end_ns() - m.start_ns() : 0;
-    b += ",\"memory bandwidth (GB/s)\":";
-    b += dur ? absl::StrCat(static_cast<double>(m.bytes()) / static_cast<double>(dur)) : "0";
-    b += "}}";
-    AppendFlowEnd(m.correlation(), m.device(), m.stream(), m.start_ns());
-    ++events_;
+    if (plausible(PlausibleInterval(m.start_ns(), m.end_ns()))) WriteMemset(m);
   }
   for (const v1::ApiCall& a : batch.api_calls()) {
-    if (!PlausibleInterval(a.start_ns(), a.end_ns())) {
-      ++invalid_events_;
-      continue;
-    }
-    const bool driver = a.domain() == v1::API_DOMAIN_DRIVER;
-    AppendHostEvent(driver ? "cuda_driver" : "cuda_runtime", a.start_ns(), a.end_ns(), a.tid(),
-                    names.Quoted(a.name_id()));
-    std::string& b = buffer_;
-    b += ",\"args\":{\"correlation\":";
-    AppendUint(b, a.correlation());
-    b += ",\"cbid\":";
-    AppendUint(b, a.cbid());
-    if (a.return_value() != 0) {
-      b += ",\"return\":";
-      AppendUint(b, a.return_value());
-    }
-    b += "}}";
-    // Launch -> GPU work arrows. Only calls that enqueue work start one (the kernel, copy or
-    // memset ends it with the same correlation id).
-    const std::string& name = names.Text(a.name_id());
-    if (name.find("Launch") != std::string::npos || name.find("Memcpy") != std::string::npos ||
-        name.find("Memset") != std::string::npos) {
-      Separator();
-      b += "{\"ph\":\"s\",\"id\":";
-      AppendUint(b, a.correlation());
-      b += ",\"pid\":";
-      AppendUint(b, process_.pid);
-      b += ",\"tid\":";
-      AppendUint(b, a.tid());
-      b += ',';
-      AppendTs(a.start_ns());
-      b += ",\"cat\":\"ac2g\",\"name\":\"ac2g\"}";
-    }
-    ++events_;
+    if (plausible(PlausibleInterval(a.start_ns(), a.end_ns()))) WriteApiCall(a, names);
   }
   for (const v1::Synchronization& s : batch.syncs()) {
-    if (!PlausibleInterval(s.start_ns(), s.end_ns())) {
-      ++invalid_events_;
-      continue;
-    }
-    Separator();
-    std::string& b = buffer_;
-    b += "{\"ph\":\"X\",\"cat\":\"cuda_sync\",\"name\":\"";
-    b += SyncName(s.kind());
-    b += "\",\"pid\":";
-    AppendUint(b, process_.pid);
-    b += ",\"tid\":0,";
-    AppendTs(s.start_ns());
-    AppendDur(s.start_ns(), s.end_ns());
-    b += ",\"args\":{\"correlation\":";
-    AppendUint(b, s.correlation());
-    b += ",\"stream\":";
-    AppendUint(b, s.stream());
-    b += ",\"context\":";
-    AppendUint(b, s.context());
-    b += "}}";
-    ++events_;
+    if (plausible(PlausibleInterval(s.start_ns(), s.end_ns()))) WriteSync(s);
   }
   for (const v1::Marker& m : batch.markers()) {
-    if (!PlausibleInterval(m.start_ns(), m.end_ns())) {
-      ++invalid_events_;
-      continue;
-    }
-    AppendHostEvent("user_annotation", m.start_ns(), m.end_ns(), m.tid(),
-                    names.Quoted(m.name_id()));
-    buffer_ += "}";
-    ++events_;
+    if (plausible(PlausibleInterval(m.start_ns(), m.end_ns()))) WriteMarker(m, names);
   }
   for (const v1::MemoryOp& m : batch.memory_ops()) {
-    if (!PlausibleEventTime(m.timestamp_ns())) {
-      ++invalid_events_;
-      continue;
-    }
-    Separator();
-    std::string& b = buffer_;
-    b += "{\"ph\":\"i\",\"s\":\"t\",\"cat\":\"gpu_memory\",\"name\":\"[memory]\",\"pid\":";
-    AppendUint(b, m.device());
-    b += ",\"tid\":0,";
-    AppendTs(m.timestamp_ns());
-    b += ",\"args\":{\"address\":";
-    AppendUint(b, m.address());
-    b += ",\"bytes\":";
-    b += m.is_free() ? "-" : "";
-    AppendUint(b, m.bytes());
-    b += ",\"kind\":\"";
-    b += MemoryKindName(m.memory_kind());
-    b += "\"}}";
-    ++events_;
+    if (plausible(PlausibleEventTime(m.timestamp_ns()))) WriteMemoryOp(m);
   }
   for (const v1::Overhead& o : batch.overheads()) {
-    if (!PlausibleInterval(o.start_ns(), o.end_ns())) {
-      ++invalid_events_;
-      continue;
-    }
-    AppendHostEvent("overhead", o.start_ns(), o.end_ns(), o.tid(),
-                    absl::StrCat("\"CUPTI overhead: kind ", o.kind(), "\""));
-    buffer_ += "}";
-    ++events_;
+    if (plausible(PlausibleInterval(o.start_ns(), o.end_ns()))) WriteOverhead(o);
   }
   if (!flush_error_.ok()) return flush_error_;
-  if (buffer_.size() >= kFlushBytes) return Flush(false);
+  if (json_size_ >= kFlushBytes) return Flush(false);
   return absl::OkStatus();
 }
 
 absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
   // Row names: the host process first, then one "GPU n" process per device with a row per stream.
   auto meta = [&](const char* what, uint32_t pid, const std::string* tid, const std::string& arg) {
-    Separator();
-    buffer_ += "{\"ph\":\"M\",\"name\":\"";
-    buffer_ += what;
-    buffer_ += "\",\"pid\":";
-    AppendUint(buffer_, pid);
-    if (tid) {
-      buffer_ += ",\"tid\":";
-      buffer_ += *tid;
-    }
-    buffer_ += ",\"args\":{";
-    buffer_ += arg;
-    buffer_ += "}}";
+    Commit(BeginEvent(0));  // the separator, and a flush when due; a few events, as strings
+    Append(absl::StrCat("{\"ph\":\"M\",\"name\":\"", what, "\",\"pid\":", pid,
+                        tid ? ",\"tid\":" : "", tid ? *tid : "", ",\"args\":{", arg, "}}"));
   };
   meta("process_name", process_.pid, nullptr,
        "\"name\":" +
@@ -430,12 +475,12 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
     std::string t = std::to_string(stream);
     meta("thread_name", device, &t, absl::StrCat("\"name\":\"stream ", stream, "\""));
   }
-  buffer_ += "\n],\"deviceProperties\":[";
+  std::string tail = "\n],\"deviceProperties\":[";
   for (size_t i = 0; i < footer.devices.size(); ++i) {
     const v1::DeviceInfo& d = footer.devices[i];
-    if (i) buffer_ += ',';
+    if (i) tail += ',';
     absl::StrAppend(
-        &buffer_, "{\"id\":", d.ordinal(), ",\"name\":", StringTable::JsonQuote(d.name()),
+        &tail, "{\"id\":", d.ordinal(), ",\"name\":", StringTable::JsonQuote(d.name()),
         ",\"uuid\":", StringTable::JsonQuote(d.uuid()), ",\"computeMajor\":", d.compute_major(),
         ",\"computeMinor\":", d.compute_minor(), ",\"totalGlobalMem\":", d.global_memory_bytes(),
         ",\"numSms\":", d.multiprocessors(),
@@ -447,7 +492,7 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
         ",\"sharedMemPerBlockOptin\":", d.max_shared_memory_per_block(), "}");
   }
   absl::StrAppend(
-      &buffer_, "],\"profd\":{\"capture_id\":", StringTable::JsonQuote(process_.capture_id),
+      &tail, "],\"profd\":{\"capture_id\":", StringTable::JsonQuote(process_.capture_id),
       ",\"hostname\":", StringTable::JsonQuote(process_.hostname), ",\"pid\":", process_.pid,
       ",\"comm\":", StringTable::JsonQuote(process_.comm),
       ",\"command_line\":", StringTable::JsonQuote(process_.command_line),
@@ -456,6 +501,7 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
       ",\"invalid_events\":", invalid_events_, ",\"dropped_records\":", footer.dropped_records,
       ",\"truncated\":", footer.truncated ? "true" : "false",
       ",\"error\":", StringTable::JsonQuote(footer.error), "}}\n");
+  Append(tail);
   absl::Status status = flush_error_.ok() ? Flush(true) : flush_error_;
   deflateEnd(&zs_);
   if (std::fclose(file_) != 0 && status.ok()) {

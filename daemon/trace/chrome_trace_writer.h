@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -57,20 +58,39 @@ class ChromeTraceWriter {
  private:
   ChromeTraceWriter(std::string path, FILE* file, const TraceProcess& process, int level);
   absl::Status Flush(bool finish);
-  void Separator();
-  void AppendTs(uint64_t ns);
-  void AppendDur(uint64_t start, uint64_t end);
-  void AppendHostEvent(const char* cat, uint64_t start, uint64_t end, uint32_t tid,
-                       const std::string& quoted_name);
-  void AppendGpuHeader(const char* cat, const std::string& quoted_name, uint32_t device,
-                       uint32_t stream, uint64_t start, uint64_t end);
+  // The JSON buffer. Events are formatted straight into it: Reserve makes room for the most an
+  // event can take, the formatters write through a pointer, Commit sets the new end. No string is
+  // built per event.
+  char* Reserve(size_t bytes);
+  void Commit(char* end) { json_size_ = static_cast<size_t>(end - json_.get()); }
+  void Append(std::string_view text);
+  // Flushes a full buffer, writes the separator and returns where an event of at most
+  // max_bytes goes.
+  char* BeginEvent(size_t max_bytes);
+  char* PutTs(char* p, uint64_t ns) const;
+  char* PutHostEvent(char* p, const char* cat, uint64_t start, uint64_t end, uint32_t tid,
+                     std::string_view quoted_name);
+  char* PutGpuHeader(char* p, const char* cat, std::string_view quoted_name, uint32_t device,
+                     uint32_t stream, uint64_t start, uint64_t end);
   void AppendFlowEnd(uint32_t correlation, uint32_t device, uint32_t stream, uint64_t ts);
+  void WriteKernel(const v1::Kernel& k, const StringTable& names);
+  void WriteMemcpy(const v1::Memcpy& m);
+  void WriteMemset(const v1::Memset& m);
+  void WriteApiCall(const v1::ApiCall& a, const StringTable& names);
+  void WriteSync(const v1::Synchronization& s);
+  void WriteMarker(const v1::Marker& m, const StringTable& names);
+  void WriteMemoryOp(const v1::MemoryOp& m);
+  void WriteOverhead(const v1::Overhead& o);
+  void SawThread(uint32_t tid);
+  void SawGpuRow(uint32_t device, uint32_t stream);
 
   const std::string path_;
   FILE* file_;
   TraceProcess process_;
   z_stream zs_{};
-  std::string buffer_;
+  std::unique_ptr<char[]> json_;
+  size_t json_size_ = 0;
+  size_t json_capacity_ = 0;
   std::string out_;
   absl::Status flush_error_;  // a failed flush between events, returned by Write/Finish
   bool first_event_ = true;
@@ -79,6 +99,10 @@ class ChromeTraceWriter {
   uint64_t compressed_bytes_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> gpu_rows_;  // (device, stream) seen
   std::vector<uint32_t> threads_;                        // host threads seen
+  // The row and thread of the previous event (once there is one): most events share them and
+  // skip the searches above.
+  std::pair<uint32_t, uint32_t> last_gpu_row_;
+  uint32_t last_thread_ = 0;
 };
 
 }  // namespace profd

@@ -102,19 +102,22 @@ std::string StringTable::JsonQuote(std::string_view text) {
   return out;
 }
 
-size_t StringTable::Cost(const Entry& e) {
+size_t StringTable::Cost(const Name& e) {
   // The hash map's slot and the two strings' heap blocks, roughly: what memory it really takes.
-  return sizeof(uint32_t) + sizeof(Entry) + e.text.capacity() + e.quoted.capacity();
+  return sizeof(uint32_t) + sizeof(Name) + e.text.capacity() + e.quoted.capacity();
 }
 
 void StringTable::Add(const v1::EventBatch& batch) {
   for (const v1::StringDef& def : batch.strings()) {
     const std::string& value = def.value();
-    Entry e;
+    Name e;
     // Cut before demangling: a cut name is longer than kMaxDemangleBytes and stays mangled.
     e.text = Demangle(value.size() > kMaxStringBytes ? value.substr(0, kMaxStringBytes) : value);
     if (e.text.size() > kMaxStringBytes) e.text.resize(kMaxStringBytes);
     e.quoted = JsonQuote(e.text);
+    e.enqueues_gpu_work = e.text.find("Launch") != std::string::npos ||
+                          e.text.find("Memcpy") != std::string::npos ||
+                          e.text.find("Memset") != std::string::npos;
     e.text.shrink_to_fit();
     auto it = entries_.find(def.id());
     size_t old_cost = it == entries_.end() ? 0 : Cost(it->second);
@@ -142,16 +145,14 @@ absl::Status StringTable::status() const {
       "CUDA program has (a unique NVTX text per call?)"));
 }
 
-const std::string& StringTable::Text(uint32_t id) const {
-  static const std::string kEmpty;
+const StringTable::Name& StringTable::Find(uint32_t id) const {
+  static const Name kUnknown{"", "\"\"", false};
   auto it = entries_.find(id);
-  return it == entries_.end() ? kEmpty : it->second.text;
+  return it == entries_.end() ? kUnknown : it->second;
 }
 
-const std::string& StringTable::Quoted(uint32_t id) const {
-  static const std::string kEmpty = "\"\"";
-  auto it = entries_.find(id);
-  return it == entries_.end() ? kEmpty : it->second.quoted;
-}
+const std::string& StringTable::Text(uint32_t id) const { return Find(id).text; }
+
+const std::string& StringTable::Quoted(uint32_t id) const { return Find(id).quoted; }
 
 }  // namespace profd

@@ -38,6 +38,16 @@ class StringTable {
   // OK, or RESOURCE_EXHAUSTED with how many strings were refused and why.
   absl::Status status() const;
 
+  // What the writers need of one string, looked up once per event.
+  struct Name {
+    std::string text;    // demangled
+    std::string quoted;  // text as a JSON string literal, quotes included
+    // Whether an API call of this name enqueues GPU work (a launch, copy or memset): the trace
+    // starts a launch -> GPU arrow there. Decided once per string, not once per call.
+    bool enqueues_gpu_work = false;
+  };
+  // The name of id, or an empty one (text "", quoted "\"\"") for an unknown id.
+  const Name& Find(uint32_t id) const;
   // The demangled text, or "" for an unknown id.
   const std::string& Text(uint32_t id) const;
   // The same text as a JSON string literal, quotes included.
@@ -53,14 +63,10 @@ class StringTable {
   static std::string JsonQuote(std::string_view text);
 
  private:
-  struct Entry {
-    std::string text;
-    std::string quoted;
-  };
-  static size_t Cost(const Entry& e);
+  static size_t Cost(const Name& e);
 
   const size_t max_bytes_;
-  absl::flat_hash_map<uint32_t, Entry> entries_;
+  absl::flat_hash_map<uint32_t, Name> entries_;
   size_t bytes_ = 0;
   uint64_t rejected_ = 0;
   uint32_t first_rejected_id_ = 0;

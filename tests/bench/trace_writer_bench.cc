@@ -1,11 +1,20 @@
 // Trace conversion in profd: event batches recorded from a real H200 capture (tests/fixtures/)
-// replayed many times through the ChromeTraceWriter (JSON + gzip) and the summary, on one
-// thread. Prints events per second and compressed bytes per event: median, min, max of 5 runs.
+// replayed many times on one thread. Prints events per second and compressed bytes per event,
+// median, min and max of 5 runs, for:
+//   - the ChromeTraceWriter alone (JSON + gzip): what a capture's trace file costs;
+//   - the writer with gzip level 0 (stored, no compression): the JSON formatting;
+//   - deflate alone, at the same level, over the JSON that writer produced (in 256 KiB pieces, as
+//     the writer hands it over): how much of the writer's time zlib takes;
+//   - the CaptureSummaryBuilder alone, and writer + summary (everything profd does per batch).
 //   trace_writer_bench [copies=200] [gzip_level=1]
+#include <zlib.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "daemon/trace/capture_summary.h"
@@ -13,40 +22,125 @@
 #include "tests/support/fixtures.h"
 #include "tests/support/subprocess.h"
 
+namespace profd {
+namespace {
+
+// One run: returns events and compressed bytes (0 when the stage writes none).
+struct RunResult {
+  uint64_t events = 0;
+  uint64_t bytes = 0;
+};
+
+void Report(const char* what, const std::function<RunResult()>& run) {
+  std::vector<double> rates, sizes;
+  for (int i = 0; i < 5; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    RunResult r = run();
+    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    rates.push_back(static_cast<double>(r.events) / s);
+    sizes.push_back(static_cast<double>(r.bytes) / static_cast<double>(r.events));
+  }
+  std::sort(rates.begin(), rates.end());
+  std::sort(sizes.begin(), sizes.end());
+  std::printf("  %-44s median %5.2f M events/s (min %5.2f, max %5.2f)", what, rates[2] / 1e6,
+              rates[0] / 1e6, rates[4] / 1e6);
+  if (sizes[2] > 0) std::printf(", %.1f B/event", sizes[2]);
+  std::printf("\n");
+}
+
+std::string Gunzip(const std::string& path) {
+  gzFile f = gzopen(path.c_str(), "rb");
+  std::string text;
+  char buf[1 << 16];
+  int n;
+  while (f != nullptr && (n = gzread(f, buf, sizeof(buf))) > 0) {
+    text.append(buf, static_cast<size_t>(n));
+  }
+  if (f != nullptr) gzclose(f);
+  return text;
+}
+
+}  // namespace
+}  // namespace profd
+
 int main(int argc, char** argv) {
   using namespace profd;
   int copies = argc > 1 ? std::atoi(argv[1]) : 200;
   int level = argc > 2 ? std::atoi(argv[2]) : 1;
   std::vector<v1::EventBatch> batches = testing::ReadRecordedBatches(
       testing::SourcePath("tests/fixtures/burst_1000_kernels.batches.pb"));
+  StringTable names;
+  for (const auto& b : batches) names.Add(b);
   testing::TempDir dir;
-  std::vector<double> rates, sizes;
-  for (int run = 0; run < 5; ++run) {
-    TraceProcess process;
-    process.pid = 1;
-    process.base_time_ns = static_cast<int64_t>(batches[0].clock().realtime_ns());
-    auto writer = ChromeTraceWriter::Create(dir.File("bench.json.gz"), process, level);
-    StringTable names;
+  const std::string path = dir.File("bench.json.gz");
+  TraceProcess process;
+  process.pid = 1;
+  process.base_time_ns = static_cast<int64_t>(batches[0].clock().realtime_ns());
+
+  // The writer and the summary each take the batches as profd's pipeline hands them over.
+  auto convert = [&](int gzip_level, bool write, bool summarize, const std::string& file) {
+    RunResult r;
+    std::unique_ptr<ChromeTraceWriter> writer;
+    if (write) writer = std::move(*ChromeTraceWriter::Create(file, process, gzip_level));
     CaptureSummaryBuilder summary;
-    auto t0 = std::chrono::steady_clock::now();
     for (int c = 0; c < copies; ++c) {
       for (const auto& b : batches) {
-        if (c == 0) names.Add(b);
-        (void)(*writer)->Write(b, names);
-        summary.Add(1, b, names);
+        if (write) (void)writer->Write(b, names);
+        if (summarize) summary.Add(process.pid, b, names);
+        if (!write)
+          r.events += b.kernels_size() + b.memcpys_size() + b.memsets_size() + b.api_calls_size() +
+                      b.syncs_size() + b.markers_size() + b.memory_ops_size() + b.overheads_size();
       }
     }
-    (void)(*writer)->Finish({});
-    double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    rates.push_back((*writer)->events() / s);
-    sizes.push_back(static_cast<double>((*writer)->compressed_bytes()) / (*writer)->events());
-  }
-  std::sort(rates.begin(), rates.end());
-  std::sort(sizes.begin(), sizes.end());
-  std::printf("trace conversion (JSON + gzip level %d + summary), %d x fixture:\n", level, copies);
-  std::printf("  events/s on one core: median %.2f M, min %.2f M, max %.2f M\n", rates[2] / 1e6,
-              rates[0] / 1e6, rates[4] / 1e6);
-  std::printf("  compressed bytes per event: median %.1f (min %.1f, max %.1f)\n", sizes[2],
-              sizes[0], sizes[4]);
+    if (write) {
+      (void)writer->Finish({});
+      r.events = writer->events();
+      r.bytes = writer->compressed_bytes();
+    }
+    return r;
+  };
+
+  std::printf("trace conversion, %d x tests/fixtures/burst_1000_kernels.batches.pb, one thread:\n",
+              copies);
+  char what[64];
+  std::snprintf(what, sizeof(what), "writer alone (JSON + gzip level %d)", level);
+  Report(what, [&] { return convert(level, true, false, path); });
+
+  // Level 0 stores the JSON uncompressed (a copy and a CRC): what formatting alone costs. To
+  // /dev/null: 286 bytes per event of file writes would be measured instead.
+  Report("writer, gzip level 0 (formatting + CRC only)",
+         [&] { return convert(0, true, false, "/dev/null"); });
+
+  // deflate alone over the JSON of that same run.
+  const std::string json = Gunzip(path);
+  const uint64_t events = convert(level, true, false, path).events;
+  std::string out(64 << 10, '\0');
+  std::snprintf(what, sizeof(what), "deflate alone (level %d, on that JSON)", level);
+  Report(what, [&] {
+    z_stream zs{};
+    deflateInit2(&zs, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    RunResult r{events, 0};
+    for (size_t at = 0; at < json.size(); at += 256 << 10) {
+      size_t n = std::min<size_t>(256 << 10, json.size() - at);
+      zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(json.data() + at));
+      zs.avail_in = static_cast<uInt>(n);
+      const int flush = at + n == json.size() ? Z_FINISH : Z_NO_FLUSH;
+      do {
+        zs.next_out = reinterpret_cast<Bytef*>(out.data());
+        zs.avail_out = static_cast<uInt>(out.size());
+        deflate(&zs, flush);
+        r.bytes += out.size() - zs.avail_out;
+      } while (zs.avail_out == 0);
+    }
+    deflateEnd(&zs);
+    return r;
+  });
+  std::printf("  (JSON: %.1f bytes/event before gzip)\n",
+              static_cast<double>(json.size()) / static_cast<double>(events));
+
+  Report("summary alone (CaptureSummaryBuilder)",
+         [&] { return convert(level, false, true, path); });
+  std::snprintf(what, sizeof(what), "writer + summary (JSON + gzip %d + summary)", level);
+  Report(what, [&] { return convert(level, true, true, path); });
   return 0;
 }
