@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
-#include "daemon/capture/capture_analysis.h"
+#include "daemon/trace/capture_analysis.h"
 #include "daemon/capture/kineto_source.h"
 #include "daemon/checked_math.h"
 #include "daemon/log.h"

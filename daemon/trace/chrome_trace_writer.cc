@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/checked_math.h"
 #include "daemon/trace/event_limits.h"
+#include "daemon/trace/event_names.h"
 
 namespace profd {
 namespace {
@@ -16,33 +17,6 @@ constexpr size_t kFlushBytes = 256 * 1024;
 // deflate's output goes through a buffer of this size, however much input a flush has: sized to
 // the input, it grew with the largest batch and stayed that large for the whole capture.
 constexpr size_t kDeflateOutBytes = 64 * 1024;
-
-const char* CopyKindName(int kind) {
-  static const char* const kNames[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
-                                       "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
-  return kind >= 0 && kind <= 10 ? kNames[kind] : "Unknown";
-}
-
-const char* MemoryKindName(int kind) {
-  static const char* const kNames[] = {"Unknown", "Pageable", "Pinned",        "Device",
-                                       "Array",   "Managed",  "Device Static", "Managed Static"};
-  return kind >= 0 && kind <= 7 ? kNames[kind] : "Unknown";
-}
-
-const char* SyncName(int kind) {
-  switch (kind) {
-    case v1::SYNC_KIND_EVENT_SYNCHRONIZE:
-      return "Event Sync";
-    case v1::SYNC_KIND_STREAM_WAIT_EVENT:
-      return "Stream Wait Event";
-    case v1::SYNC_KIND_STREAM_SYNCHRONIZE:
-      return "Stream Sync";
-    case v1::SYNC_KIND_CONTEXT_SYNCHRONIZE:
-      return "Context Sync";
-    default:
-      return "Sync";
-  }
-}
 
 // An event's text apart from its name (and a copy's bandwidth) is at most this long: ~300
 // bytes of keys and at most 30 numbers of at most 21 characters each.
@@ -284,10 +258,11 @@ void ChromeTraceWriter::WriteKernel(const v1::Kernel& k, const StringTable& name
 }
 
 void ChromeTraceWriter::WriteMemcpy(const v1::Memcpy& m) {
-  const char* copy = CopyKindName(m.copy_kind());
-  const char* src = MemoryKindName(m.src_kind());
-  const char* dst = MemoryKindName(m.dst_kind());
-  const std::string name = absl::StrCat("\"Memcpy ", copy, " (", src, " -> ", dst, ")\"");
+  const char* copy = analysis::CuptiCopyKindName(m.copy_kind());
+  const char* src = analysis::CuptiMemoryKindName(m.src_kind());
+  const char* dst = analysis::CuptiMemoryKindName(m.dst_kind());
+  const std::string name =
+      absl::StrCat("\"", CopyName(m.copy_kind(), m.src_kind(), m.dst_kind()), "\"");
   const std::string bandwidth = Bandwidth(m.bytes(), m.start_ns(), m.end_ns());
   char* p = BeginEvent(kMaxEventBytes + name.size() + bandwidth.size());
   p = PutGpuHeader(p, "gpu_memcpy", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
@@ -309,7 +284,7 @@ void ChromeTraceWriter::WriteMemcpy(const v1::Memcpy& m) {
 }
 
 void ChromeTraceWriter::WriteMemset(const v1::Memset& m) {
-  const std::string name = absl::StrCat("\"Memset (", MemoryKindName(m.memory_kind()), ")\"");
+  const std::string name = absl::StrCat("\"", MemsetName(m.memory_kind()), "\"");
   const std::string bandwidth = Bandwidth(m.bytes(), m.start_ns(), m.end_ns());
   char* p = BeginEvent(kMaxEventBytes + name.size() + bandwidth.size());
   p = PutGpuHeader(p, "gpu_memset", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
@@ -359,7 +334,7 @@ void ChromeTraceWriter::WriteApiCall(const v1::ApiCall& a, const StringTable& na
 void ChromeTraceWriter::WriteSync(const v1::Synchronization& s) {
   char* p = BeginEvent(kMaxEventBytes);
   p = Put(p, "{\"ph\":\"X\",\"cat\":\"cuda_sync\",\"name\":\"");
-  p = Put(p, SyncName(s.kind()));
+  p = Put(p, SyncKindName(s.kind()));
   p = Put(p, "\",\"pid\":");
   p = PutUint(p, process_.pid);
   p = Put(p, ",\"tid\":0,");
@@ -395,14 +370,15 @@ void ChromeTraceWriter::WriteMemoryOp(const v1::MemoryOp& m) {
   if (m.is_free()) *p++ = '-';
   p = PutUint(p, m.bytes());
   p = Put(p, ",\"kind\":\"");
-  p = Put(p, MemoryKindName(m.memory_kind()));
+  p = Put(p, analysis::CuptiMemoryKindName(m.memory_kind()));
   p = Put(p, "\"}}");
   Commit(p);
 }
 
 void ChromeTraceWriter::WriteOverhead(const v1::Overhead& o) {
   char name[48];
-  char* end = Put(name, "\"CUPTI overhead: kind ");
+  char* end = Put(name, "\"");
+  end = Put(end, kOverheadNamePrefix);
   end = PutUint(end, o.kind());
   *end++ = '"';
   char* p = BeginEvent(kMaxEventBytes + static_cast<size_t>(end - name));

@@ -40,9 +40,8 @@ inline std::string MemsetName(int memory_kind) {
   return absl::StrCat("Memset (", analysis::CuptiMemoryKindName(memory_kind), ")");
 }
 
-// CUPTI's overhead records (CUpti_ActivityOverheadKind).
-inline std::string OverheadName(uint32_t kind) {
-  return absl::StrCat("CUPTI overhead: kind ", kind);
-}
+// CUPTI's overhead records: "CUPTI overhead: kind 2" (CUpti_ActivityOverheadKind).
+inline constexpr char kOverheadNamePrefix[] = "CUPTI overhead: kind ";
+inline std::string OverheadName(uint32_t kind) { return absl::StrCat(kOverheadNamePrefix, kind); }
 
 }  // namespace profd

@@ -90,7 +90,7 @@ v1::AgentMessage Batch(const std::string& capture_id, uint64_t first_launch, int
   return m;
 }
 
-struct Run {
+struct CaptureRun {
   double peak_mib = 0;       // VmRSS sampled during the capture
   double hwm_mib = 0;        // VmHWM at the end
   double after_mib = 0;      // VmRSS once the capture is done
@@ -100,13 +100,13 @@ struct Run {
   uint64_t events = 0;       // as `profctl capture` counted them
 };
 
-Run OneCapture(uint64_t events, double seconds) {
+CaptureRun OneCapture(uint64_t events, double seconds) {
   TempDir dir;
   ProfdProcess profd({"--capture_dir=" + dir.File("captures"), "--store=file://" + dir.File("store"),
                       "--spool_dir=" + dir.File("spool"), "--max_capture_duration=3600s",
                       "--max_capture_events=" + std::to_string(events + 1000)});
   profd.Start();
-  Run run;
+  CaptureRun run;
   RawAgent agent(profd.agent_socket());
   if (!agent.Register(RawAgent::DefaultHello("bench"))) {
     std::fprintf(stderr, "profd did not accept the agent\n%s\n", profd.log().c_str());
@@ -208,7 +208,7 @@ int main(int argc, char** argv) {
     std::vector<double> peak, after, base, finish;
     uint64_t counted = 0;
     for (int r = 0; r < repeat; ++r) {
-      Run run = OneCapture(events, seconds);
+      CaptureRun run = OneCapture(events, seconds);
       peak.push_back(std::max(run.peak_mib, run.hwm_mib));
       after.push_back(run.after_mib);
       base.push_back(run.baseline_mib);

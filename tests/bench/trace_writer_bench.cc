@@ -5,7 +5,9 @@
 //   - the writer with gzip level 0 (stored, no compression): the JSON formatting;
 //   - deflate alone, at the same level, over the JSON that writer produced (in 256 KiB pieces, as
 //     the writer hands it over): how much of the writer's time zlib takes;
-//   - the CaptureSummaryBuilder alone, and writer + summary (everything profd does per batch).
+//   - the capture's streaming analysis alone (CaptureAnalysis), and writer + analysis (everything
+//     profd does per batch). Each copy of the fixture is shifted after the previous one, so the
+//     analysis sees one long capture in time order, as from an agent.
 //   trace_writer_bench [copies=200] [gzip_level=1]
 #include <zlib.h>
 
@@ -17,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/trace/capture_summary.h"
+#include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/subprocess.h"
@@ -77,21 +79,47 @@ int main(int argc, char** argv) {
   process.pid = 1;
   process.base_time_ns = static_cast<int64_t>(batches[0].clock().realtime_ns());
 
-  // The writer and the summary each take the batches as profd's pipeline hands them over.
-  auto convert = [&](int gzip_level, bool write, bool summarize, const std::string& file) {
+  // The copies, one after the other in time.
+  uint64_t first = UINT64_MAX, last = 0;
+  for (const auto& b : batches) {
+    for (const auto& a : b.api_calls()) first = std::min<uint64_t>(first, a.start_ns());
+    for (const auto& k : b.kernels()) last = std::max<uint64_t>(last, k.end_ns());
+  }
+  std::vector<v1::EventBatch> timeline;
+  for (int c = 0; c < copies; ++c) {
+    const uint64_t shift = static_cast<uint64_t>(c) * (last - first + 1000);
+    for (v1::EventBatch b : batches) {
+      auto move = [&](auto* events) {
+        for (auto& e : *events) {
+          e.set_start_ns(e.start_ns() + shift);
+          e.set_end_ns(e.end_ns() + shift);
+        }
+      };
+      move(b.mutable_kernels());
+      move(b.mutable_memcpys());
+      move(b.mutable_memsets());
+      move(b.mutable_api_calls());
+      move(b.mutable_syncs());
+      if (c > 0) b.clear_strings();
+      timeline.push_back(std::move(b));
+    }
+  }
+
+  // The writer and the analysis each take the batches as profd's pipeline hands them over.
+  auto convert = [&](int gzip_level, bool write, bool analyse, const std::string& file) {
     RunResult r;
     std::unique_ptr<ChromeTraceWriter> writer;
     if (write) writer = std::move(*ChromeTraceWriter::Create(file, process, gzip_level));
-    CaptureSummaryBuilder summary;
-    for (int c = 0; c < copies; ++c) {
-      for (const auto& b : batches) {
-        if (write) (void)writer->Write(b, names);
-        if (summarize) summary.Add(process.pid, b, names);
-        if (!write)
-          r.events += b.kernels_size() + b.memcpys_size() + b.memsets_size() + b.api_calls_size() +
-                      b.syncs_size() + b.markers_size() + b.memory_ops_size() + b.overheads_size();
-      }
+    CaptureAnalysis analysis(process.base_time_ns);
+    const size_t p = analysis.AddProcess(process.pid, file);
+    for (const auto& b : timeline) {
+      if (write) (void)writer->Write(b, names);
+      if (analyse) analysis.AddBatch(p, b, names);
+      if (!write)
+        r.events += b.kernels_size() + b.memcpys_size() + b.memsets_size() + b.api_calls_size() +
+                    b.syncs_size() + b.markers_size() + b.memory_ops_size() + b.overheads_size();
     }
+    if (analyse) (void)analysis.Finish();
     if (write) {
       (void)writer->Finish({});
       r.events = writer->events();
@@ -138,9 +166,9 @@ int main(int argc, char** argv) {
   std::printf("  (JSON: %.1f bytes/event before gzip)\n",
               static_cast<double>(json.size()) / static_cast<double>(events));
 
-  Report("summary alone (CaptureSummaryBuilder)",
+  Report("streaming analysis alone (CaptureAnalysis)",
          [&] { return convert(level, false, true, path); });
-  std::snprintf(what, sizeof(what), "writer + summary (JSON + gzip %d + summary)", level);
+  std::snprintf(what, sizeof(what), "writer + analysis (JSON + gzip %d + report)", level);
   Report(what, [&] { return convert(level, true, true, path); });
   return 0;
 }

@@ -1,7 +1,7 @@
 // The capture's report made as its batches arrive (CaptureAnalysis) is the report of its trace
 // file read back (`profctl report FILE`): same numbers, in memory bounded by the streaming
 // analysis's limits, whatever the capture's size.
-#include "daemon/capture/capture_analysis.h"
+#include "daemon/trace/capture_analysis.h"
 
 #include <algorithm>
 #include <random>

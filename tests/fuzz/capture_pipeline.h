@@ -1,7 +1,7 @@
 // What profd's capture pipeline does with the event batches of one process, for the fuzz targets:
-// the steps of CaptureOrchestrator::WriteBatch (string table, trace writer, summary, the raw
-// batch record) and of its Finalize (close the trace, build the summary, analyse the trace file
-// just written into summary.json). The trace lives in a memfd, so fuzzing never touches the disk.
+// the steps of CaptureOrchestrator::WriteBatch (string table, trace writer, the capture's
+// streaming analysis, the raw batch record) and of its Finalize (close the trace, finish the
+// report that becomes summary.json), and `profctl report` of the trace file just written. The trace lives in a memfd, so fuzzing never touches the disk.
 //
 // Besides not crashing, the pipeline checks what it promises (Check traps, so libFuzzer reports
 // the input): the trace it wrote is valid JSON the analysis reads, and no number in the report
@@ -13,7 +13,7 @@
 #include <string>
 
 #include "daemon/analysis/report.h"
-#include "daemon/trace/capture_summary.h"
+#include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/string_table.h"
 #include "profd/v1/events.pb.h"
@@ -40,7 +40,8 @@ class CapturePipeline {
   std::string path_;  // /proc/self/fd/<memfd>
   StringTable names_;
   std::unique_ptr<ChromeTraceWriter> writer_;
-  CaptureSummaryBuilder summary_;
+  std::unique_ptr<CaptureAnalysis> analysis_;
+  size_t process_ = 0;
   std::vector<v1::DeviceInfo> devices_;
   uint64_t dropped_ = 0;
 };

@@ -1,10 +1,10 @@
-// The trace writer and the summary, fed with event batches recorded from a real capture on an
+// The trace writer and the capture's report, fed with event batches recorded from a real capture on an
 // H200 (tests/fixtures/README.md): 1000 launches of profd_test_kernel, 8 MiB each way, a memset.
 #include "daemon/trace/chrome_trace_writer.h"
 
 #include <map>
 
-#include "daemon/trace/capture_summary.h"
+#include "daemon/trace/capture_analysis.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/subprocess.h"
@@ -21,7 +21,7 @@ constexpr char kFixture[] = "tests/fixtures/burst_1000_kernels.batches.pb";
 
 struct Replayed {
   rapidjson::Document trace;
-  v1::CaptureSummary summary;
+  analysis::Report report;
   uint64_t first_ts = UINT64_MAX;
 };
 
@@ -42,11 +42,12 @@ Replayed Replay(const TempDir& dir) {
   auto writer = ChromeTraceWriter::Create(dir.File("trace.json.gz"), process);
   EXPECT_TRUE(writer.ok()) << writer.status();
   StringTable names;
-  CaptureSummaryBuilder summary;
+  CaptureAnalysis analysis(process.base_time_ns);
+  const size_t p = analysis.AddProcess(465, dir.File("trace.json.gz"));
   for (const auto& b : batches) {
     names.Add(b);
     EXPECT_TRUE((*writer)->Write(b, names).ok());
-    summary.Add(465, b, names);
+    analysis.AddBatch(p, b, names);
   }
   ChromeTraceWriter::Footer footer;
   footer.devices = batches.front().devices().empty()
@@ -54,7 +55,7 @@ Replayed Replay(const TempDir& dir) {
                        : std::vector<v1::DeviceInfo>(batches.front().devices().begin(),
                                                      batches.front().devices().end());
   EXPECT_TRUE((*writer)->Finish(footer).ok());
-  Replayed r{ReadGzipJson(dir.File("trace.json.gz")), summary.Build(lo, hi), lo};
+  Replayed r{ReadGzipJson(dir.File("trace.json.gz")), analysis.Finish(), lo};
   return r;
 }
 
@@ -135,29 +136,24 @@ TEST(ChromeTraceWriterTest, TimestampsAreExactToTheNanosecond) {
   EXPECT_TRUE(found);
 }
 
-TEST(ChromeTraceWriterTest, SummaryOfTheRealCapture) {
+TEST(ChromeTraceWriterTest, ReportOfTheRealCapture) {
   TempDir dir;
   Replayed r = Replay(dir);
-  ASSERT_EQ(r.summary.top_kernels_size(), 1);
-  const auto& k = r.summary.top_kernels(0);
-  EXPECT_EQ(k.name(), "profd_test_kernel(int*, int)");
-  EXPECT_EQ(k.count(), 1000u);
-  EXPECT_GT(k.min_ns(), 0u);
-  EXPECT_LE(k.min_ns(), k.avg_ns());
-  EXPECT_LE(k.avg_ns(), k.max_ns());
-  ASSERT_EQ(r.summary.gpus_size(), 1);
-  EXPECT_EQ(r.summary.gpus(0).kernels(), 1000u);
-  EXPECT_EQ(r.summary.gpus(0).memcpy_bytes(), 16u << 20);
-  // Window = first kernel start .. last kernel end: busy is the kernels' union inside it.
-  EXPECT_GT(r.summary.gpus(0).busy_ratio(), 0.0);
-  EXPECT_LE(r.summary.gpus(0).busy_ratio(), 1.0);
-  EXPECT_EQ(r.summary.dropped_records(), 0u);
-}
-
-TEST(CaptureSummaryTest, UnionOfOverlappingIntervalsClippedToTheWindow) {
-  std::vector<std::pair<uint64_t, uint64_t>> v = {{10, 20}, {15, 30}, {40, 50}, {0, 5}, {45, 70}};
-  EXPECT_EQ(CaptureSummaryBuilder::UnionLength(v, 0, 100), 5u + 20u + 30u);
-  EXPECT_EQ(CaptureSummaryBuilder::UnionLength(v, 12, 60), 18u + 20u);
+  ASSERT_EQ(r.report.top_kernels.size(), 1u);
+  const analysis::KernelRow& k = r.report.top_kernels[0];
+  EXPECT_EQ(k.name, "profd_test_kernel(int*, int)");
+  EXPECT_EQ(k.stats.count, 1000u);
+  EXPECT_GT(k.stats.min_ns, 0);
+  EXPECT_LE(k.stats.min_ns, k.stats.avg_ns);
+  EXPECT_LE(k.stats.avg_ns, k.stats.max_ns);
+  ASSERT_EQ(r.report.gpus.size(), 1u);
+  EXPECT_EQ(r.report.gpus[0].kernels, 1000u);
+  uint64_t copied = 0;
+  for (const analysis::CopyRow& c : r.report.copies) copied += c.kind == "Memset" ? 0 : c.bytes;
+  EXPECT_EQ(copied, 16u << 20);
+  EXPECT_GT(r.report.gpus[0].busy_ratio, 0.0);
+  EXPECT_LE(r.report.gpus[0].busy_ratio, 1.0);
+  EXPECT_EQ(r.report.events, 2008u);
 }
 
 TEST(ChromeTraceWriterTest, UnwritableFolderIsAClearError) {

@@ -9,7 +9,7 @@
 
 #include "daemon/analysis/analysis.h"
 #include "daemon/analysis/render.h"
-#include "daemon/trace/capture_summary.h"
+#include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/string_table.h"
 #include "gmock/gmock.h"
@@ -169,18 +169,19 @@ TEST(ChromeTraceWriterTest, ImpossibleTimestampsAreSkippedAndCounted) {
   }
   EXPECT_EQ(kernels, 2);
 
-  CaptureSummaryBuilder summary;
-  summary.Add(42, b, names);
-  v1::CaptureSummary s = summary.Build(0, 3'000'000'000);
-  ASSERT_EQ(s.top_kernels_size(), 1);
-  EXPECT_EQ(s.top_kernels(0).count(), 2u);
-  EXPECT_EQ(s.top_kernels(0).max_ns(), 1000u);
-
-  // What the capture's summary.json is made from: the analysis of the file just written.
+  // The capture's report, made from the batch, is the analysis of the file just written.
+  CaptureAnalysis streamed(process.base_time_ns);
+  streamed.AddBatch(streamed.AddProcess(42, dir.File("trace.json.gz")), b, names);
+  analysis::Report s = streamed.Finish();
   absl::StatusOr<analysis::Report> r = analysis::AnalyzeTraceFiles({dir.File("trace.json.gz")});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->kernel_count, 1u);  // the negative grid is rejected on reading
-  EXPECT_EQ(r->invalid_events, 1u);
+  for (const analysis::Report* report : {&s, &*r}) {
+    EXPECT_EQ(report->kernel_count, 1u);  // the negative grid is rejected on reading
+    EXPECT_EQ(report->invalid_events, 1u);
+    EXPECT_EQ(report->events, 2u);
+    ASSERT_EQ(report->top_kernels.size(), 1u);
+    EXPECT_EQ(report->top_kernels[0].stats.max_ns, 1000);
+  }
   std::string text = analysis::RenderText(*r);
   EXPECT_THAT(text, Not(HasSubstr("-9223372036")));
   EXPECT_THAT(text, HasSubstr("1 events skipped: impossible numbers"));

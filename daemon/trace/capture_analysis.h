@@ -49,8 +49,10 @@ class CaptureAnalysis {
   };
   uint32_t NameOf(Process& p, uint32_t string_id, const StringTable& names);
   uint32_t Intern(const std::string& name);
-  // Times relative to the trace's base; false (and counted) for a record the trace writer skips.
-  bool Interval(size_t process, uint64_t start, uint64_t end, int64_t* start_ns, int64_t* dur_ns);
+  // Times relative to the trace's base. False for a record the trace writer leaves out, and for
+  // one a reader of the trace would find impossible (counted as invalid, as it would).
+  bool Interval(size_t process, uint64_t start, uint64_t end, bool impossible, int64_t* start_ns,
+                int64_t* dur_ns);
 
   const int64_t base_time_ns_;
   analysis::Trace tables_;  // names, launch configurations, devices, files, window: no events

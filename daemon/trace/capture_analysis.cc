@@ -1,4 +1,4 @@
-#include "daemon/capture/capture_analysis.h"
+#include "daemon/trace/capture_analysis.h"
 
 #include <algorithm>
 
@@ -6,6 +6,15 @@
 #include "daemon/trace/event_names.h"
 
 namespace profd {
+namespace {
+
+// The trace names a GPU row by device and stream as its pid and tid, which a reader takes as
+// int32: larger ones make the event impossible when read back.
+bool GpuRowFits(uint32_t device, uint32_t stream) {
+  return device <= INT32_MAX && stream <= INT32_MAX;
+}
+
+}  // namespace
 
 using analysis::CpuOp;
 using analysis::GpuActivity;
@@ -44,13 +53,17 @@ uint32_t CaptureAnalysis::NameOf(Process& p, uint32_t string_id, const StringTab
   return it->second;
 }
 
-bool CaptureAnalysis::Interval(size_t process, uint64_t start, uint64_t end, int64_t* start_ns,
-                               int64_t* dur_ns) {
-  if (!PlausibleInterval(start, end)) return false;
+bool CaptureAnalysis::Interval(size_t process, uint64_t start, uint64_t end, bool impossible,
+                               int64_t* start_ns, int64_t* dur_ns) {
+  if (!PlausibleInterval(start, end)) return false;  // not in the trace file
+  ++tables_.files[process].events;
   *start_ns = static_cast<int64_t>(start) - base_time_ns_;
   *dur_ns = end > start ? static_cast<int64_t>(end - start) : 0;
+  if (impossible || !analysis::TimeWithinLimits(*start_ns, *dur_ns)) {
+    analysis_.AddInvalid(1);
+    return false;
+  }
   tables_.Cover(*start_ns, *start_ns + *dur_ns);
-  ++tables_.files[process].events;
   return true;
 }
 
@@ -85,7 +98,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
 
   // API calls first: the GPU work they launched finds them by correlation id.
   for (const v1::ApiCall& a : batch.api_calls()) {
-    if (!Interval(process, a.start_ns(), a.end_ns(), &start, &dur)) continue;
+    if (!Interval(process, a.start_ns(), a.end_ns(), a.tid() > INT32_MAX, &start, &dur)) continue;
     HostCall c;
     c.start_ns = start;
     c.dur_ns = dur;
@@ -100,7 +113,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     analysis_.Add(c);
   }
   for (const v1::Synchronization& s : batch.syncs()) {
-    if (!Interval(process, s.start_ns(), s.end_ns(), &start, &dur)) continue;
+    if (!Interval(process, s.start_ns(), s.end_ns(), false, &start, &dur)) continue;
     HostCall c;
     c.start_ns = start;
     c.dur_ns = dur;
@@ -113,7 +126,13 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     analysis_.Add(c);
   }
   for (const v1::Kernel& k : batch.kernels()) {
-    if (!Interval(process, k.start_ns(), k.end_ns(), &start, &dur)) continue;
+    // Dimensions are int32 on the wire and written as they came: a negative one makes the kernel
+    // impossible when the trace is read, and so here.
+    const bool impossible =
+        std::min({k.grid_x(), k.grid_y(), k.grid_z(), k.block_x(), k.block_y(), k.block_z()}) < 0 ||
+        !GpuRowFits(k.device(), k.stream()) ||
+        uint64_t{k.static_shared_bytes()} + k.dynamic_shared_bytes() > UINT32_MAX;
+    if (!Interval(process, k.start_ns(), k.end_ns(), impossible, &start, &dur)) continue;
     GpuActivity a;
     a.start_ns = start;
     a.dur_ns = dur;
@@ -137,7 +156,8 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     analysis_.Add(a);
   }
   for (const v1::Memcpy& m : batch.memcpys()) {
-    if (!Interval(process, m.start_ns(), m.end_ns(), &start, &dur)) continue;
+    const bool impossible = !GpuRowFits(m.device(), m.stream()) || m.bytes() > INT64_MAX;
+    if (!Interval(process, m.start_ns(), m.end_ns(), impossible, &start, &dur)) continue;
     GpuActivity a;
     a.start_ns = start;
     a.dur_ns = dur;
@@ -154,7 +174,8 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     analysis_.Add(a);
   }
   for (const v1::Memset& m : batch.memsets()) {
-    if (!Interval(process, m.start_ns(), m.end_ns(), &start, &dur)) continue;
+    const bool impossible = !GpuRowFits(m.device(), m.stream()) || m.bytes() > INT64_MAX;
+    if (!Interval(process, m.start_ns(), m.end_ns(), impossible, &start, &dur)) continue;
     GpuActivity a;
     a.start_ns = start;
     a.dur_ns = dur;
@@ -168,7 +189,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     analysis_.Add(a);
   }
   for (const v1::Marker& m : batch.markers()) {
-    if (!Interval(process, m.start_ns(), m.end_ns(), &start, &dur)) continue;
+    if (!Interval(process, m.start_ns(), m.end_ns(), m.tid() > INT32_MAX, &start, &dur)) continue;
     CpuOp op;
     op.start_ns = start;
     op.dur_ns = dur;
@@ -180,7 +201,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     analysis_.Add(op);
   }
   for (const v1::Overhead& o : batch.overheads()) {
-    if (!Interval(process, o.start_ns(), o.end_ns(), &start, &dur)) continue;
+    if (!Interval(process, o.start_ns(), o.end_ns(), o.tid() > INT32_MAX, &start, &dur)) continue;
     CpuOp op;
     op.start_ns = start;
     op.dur_ns = dur;
