@@ -198,7 +198,6 @@ class BusySlots {
 struct Launch {
   int64_t start = 0;
   int64_t end = 0;
-  int64_t dur = 0;
   int32_t pid = 0;
   int32_t tid = 0;
   uint32_t name = 0;
@@ -336,7 +335,7 @@ struct StreamingAnalysis::State {
 
   void RememberLaunch(const HostCall& c) {
     if (c.correlation < 0 || c.type == HostCall::Type::kSync) return;
-    const Launch l{c.start_ns, c.end_ns(), c.dur_ns, c.pid, c.tid, c.name, c.type, false};
+    const Launch l{c.start_ns, c.end_ns(), c.pid, c.tid, c.name, c.type, false};
     auto [it, inserted] = launches.try_emplace(c.correlation, l);
     if (!inserted) {
       if (c.type == HostCall::Type::kRuntime && it->second.type == HostCall::Type::kDriver) {
@@ -346,7 +345,9 @@ struct StreamingAnalysis::State {
       }
       return;
     }
-    if (Forgets()) launch_order.emplace_back(c.start_ns, c.correlation);
+    if (!Forgets()) return;
+    launch_order.emplace_back(c.start_ns, c.correlation);
+    if (launches.size() > limits.max_launch_calls) ForgetLaunches();
   }
 
   bool Forgets() const {
@@ -408,8 +409,11 @@ struct StreamingAnalysis::State {
     newest_start = std::max(newest_start, a.start_ns);
     pending.push({a, launcher, seq++});
     const int64_t ready_before = SaturatingSub(newest_start, limits.reorder_window_ns);
-    while (!pending.empty() && (pending.top().a.start_ns < ready_before ||
-                                pending.size() > limits.max_buffered_events)) {
+    // Also when launch calls pile up: analysing the oldest GPU work first lets the calls it
+    // needed be forgotten, rather than calls whose GPU work is still waiting.
+    while (!pending.empty() &&
+           (pending.top().a.start_ns < ready_before || pending.size() > limits.max_buffered_events ||
+            launches.size() > limits.max_launch_calls)) {
       PendingGpu p = pending.top();
       pending.pop();
       Process(p.a, p.launcher);
@@ -490,7 +494,7 @@ struct StreamingAnalysis::State {
       ++unmatched_kernels;
     } else {
       ++g.kernels_with_launch;
-      if (a.dur_ns < l->dur) ++g.kernels_shorter_than_launch;
+      if (a.dur_ns < l->end - l->start) ++g.kernels_shorter_than_launch;
       const int64_t delay = a.start_ns - l->end;
       g.delays.Add(delay, &budget);
       all_delays.Add(delay, &budget);
@@ -543,7 +547,7 @@ struct StreamingAnalysis::State {
     if (!pageable || l == nullptr || l->pageable_counted || Blocking(l->name)) return;
     l->pageable_counted = true;
     CountSync(std::string(StripVersion(tables->names.Name(l->name))) + " (pageable copy)", "api",
-              l->dur);
+              l->end - l->start);
     AddApiSync(l->pid, l->tid, l->start, l->end);
   }
 

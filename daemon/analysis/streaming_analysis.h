@@ -32,16 +32,19 @@
 namespace profd::analysis {
 
 struct StreamLimits {
-  // How far out of start order events may arrive and still be analysed in order.
-  int64_t reorder_window_ns = 2'000'000'000;
-  // Events waiting in the reorder buffer; beyond, the oldest are analysed early.
-  size_t max_buffered_events = size_t{1} << 19;
-  // Launch calls remembered by correlation id after the events around them were analysed, so
+  // How far out of start order GPU activities may arrive and still be analysed in order (an
+  // agent's records come by completion, a flush apart).
+  int64_t reorder_window_ns = 1'000'000'000;
+  // GPU activities waiting in the reorder buffer; beyond, the oldest are analysed early.
+  size_t max_buffered_events = size_t{1} << 18;
+  // Launch calls remembered by correlation id after the GPU work around them was analysed, so
   // that GPU work starting up to this long after its launch call is matched to it.
-  int64_t launch_memory_ns = 2'000'000'000;
-  size_t max_launch_calls = size_t{1} << 20;
+  int64_t launch_memory_ns = 1'000'000'000;
+  // At most this many: when more wait, the oldest GPU work is analysed early and the oldest
+  // calls forgotten.
+  size_t max_launch_calls = size_t{1} << 18;
   // Durations and delays kept exactly (medians, percentiles); beyond, histograms (samples.h).
-  uint64_t exact_samples = uint64_t{1} << 20;
+  uint64_t exact_samples = uint64_t{1} << 18;
   // CPU operators and annotations kept for the operator table (they nest: kept whole).
   size_t max_cpu_ops = size_t{1} << 20;
 

@@ -118,14 +118,17 @@ CaptureRun OneCapture(uint64_t events, double seconds) {
   std::atomic<bool> returned{false};
   absl::Time returned_at;
   std::thread capturing([&] {
-    capture = profd.Profctl({"--json", "capture", "--pid", std::to_string(getpid()), "--duration",
-                             absl::StrCat(static_cast<int>(seconds) + 3600, "s")});
+    capture = testing::Run({BuildPath("client/profctl"), "--target", profd.target(), "--json",
+                            "capture", "--pid", std::to_string(getpid()), "--duration",
+                            absl::StrCat(static_cast<int>(seconds) + 600, "s")},
+                           {}, absl::Hours(1));
     returned_at = absl::Now();
     returned = true;
   });
   const std::string id = agent.AwaitStartCapture(absl::Seconds(10));
   if (id.empty()) {
-    std::fprintf(stderr, "no StartCapture\n%s\n", profd.log().c_str());
+    capturing.join();
+    std::fprintf(stderr, "no StartCapture: %s\n%s\n", capture.err.c_str(), profd.log().c_str());
     std::exit(1);
   }
   agent.SendMessage(Status(id, v1::CAPTURE_STATE_STARTED));
