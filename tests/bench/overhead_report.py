@@ -5,8 +5,9 @@
 WINDOWS_FILE has lines "window <i> <start_ns> <end_ns> <value> <cond>" (value: ns per launch or
 ms per step). With capture JSONs (profctl --json capture output), windows are classified by
 whether they lie wholly inside a capture (CUPTI enabled..disabled: "on") or wholly outside every
-capture ("off"); windows that straddle an edge are left out. Without, the cond column is used.
-Prints median, min and max of each condition and the median overhead, as JSON."""
+capture ("off"); windows that straddle an edge are left out. Without, the cond column is used
+(on/off, or any names: gpt2_workload.py --toggle mix). Prints median, min and max of each
+condition and each one's median overhead over "off", as JSON."""
 import json
 import statistics
 import sys
@@ -35,8 +36,8 @@ for start, end, value, cond in windows:
             groups["on"].append(value)
         elif all(end < s or start > e for s, e in intervals):
             groups["off"].append(value)
-    elif cond in groups:
-        groups[cond].append(value)
+    else:
+        groups.setdefault(cond, []).append(value)
 
 out = {}
 for name, values in groups.items():
@@ -45,4 +46,7 @@ for name, values in groups.items():
                      "max": max(values)}
 if "on" in out and "off" in out:
     out["overhead_pct_of_medians"] = 100.0 * (out["on"]["median"] / out["off"]["median"] - 1)
+for name in list(out):
+    if name not in ("on", "off") and "off" in out and "median" in out[name]:
+        out[name]["overhead_pct"] = 100.0 * (out[name]["median"] / out["off"]["median"] - 1)
 print(json.dumps(out))

@@ -6,11 +6,15 @@
                         the same N steps under torch.profiler (CUDA activities), exported as a
                         Chrome trace; prints kernels per step and kernel time per step.
   hold                  keep torch.profiler active until SIGTERM (CUPTI held by Kineto).
-  loop --windows W --steps N [--toggle none|counters|torch]
+  loop --windows W --steps N [--toggle none|counters|torch|mix]
                         W windows of N steps, printing each window's CLOCK_REALTIME start and end
                         and ms per step. --toggle alternates inside this one process (off, on, ...):
                         counters = the injected agent's callbacks (profagent_set_counters),
-                        torch = torch.profiler with CUDA activities around the window's steps.
+                        torch = torch.profiler with CUDA activities around the window's steps,
+                        mix = off, profd capture (default kinds), off, profd capture without
+                        sync records, off, torch.profiler CUDA, off, torch.profiler CPU+CUDA,
+                        again: the profd captures are requested by running profctl (on PATH)
+                        for this process and cancelled when the window ends.
 """
 import ctypes
 import os
@@ -84,6 +88,31 @@ def hold(args):
         signal.sigwait({signal.SIGTERM})
 
 
+MIX = ["off", "profd", "off", "profd_nosync", "off", "torch_cuda", "off", "torch_cpu_cuda"]
+
+
+def profd_capture(kinds):
+    """Starts a profd capture of this process; returns (profctl process, capture id)."""
+    import subprocess
+    cmd = ["profctl", "--json", "capture", "--pid", str(os.getpid()), "--duration", "60s",
+           "--no-progress"]
+    if kinds:
+        cmd += ["--kinds", kinds]
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    for _ in range(500):  # until CUPTI is on in this process
+        out = subprocess.run(["profctl", "--json", "captures", "--limit", "1"], capture_output=True,
+                             text=True).stdout
+        try:
+            c = json.loads(out)["captures"][0]
+            if c["phase"] == "CAPTURE_PHASE_RUNNING" and int(
+                    c["processes"][0].get("enabled_unix_ns", 0)):
+                return p, c["capture_id"]
+        except (ValueError, KeyError, IndexError):
+            pass
+        time.sleep(0.01)
+    sys.exit("loop: the profd capture did not start")
+
+
 def loop(args):
     model, ids = model_and_input()
     for _ in range(20):
@@ -95,15 +124,23 @@ def loop(args):
         set_counters = lib.profagent_set_counters
         if set_counters(0) != 0:
             sys.exit("loop: --toggle counters needs the agent injected with counters on")
+    import subprocess
     from torch.profiler import ProfilerActivity, profile
     for w in range(args.windows):
         on = w % 2 == 1
         if set_counters:
             set_counters(1 if on else 0)
         prof = None
-        if args.toggle == "torch" and on:
+        capture = None
+        mix = MIX[w % len(MIX)] if args.toggle == "mix" else None
+        if (args.toggle == "torch" and on) or mix == "torch_cuda":
             prof = profile(activities=[ProfilerActivity.CUDA])
             prof.start()
+        elif mix == "torch_cpu_cuda":
+            prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+            prof.start()
+        elif mix in ("profd", "profd_nosync"):
+            capture = profd_capture("" if mix == "profd" else "kernel,memcpy,memset,runtime")
         start = time.time_ns()
         t0 = time.perf_counter()
         for _ in range(args.steps):
@@ -113,7 +150,12 @@ def loop(args):
         end = time.time_ns()
         if prof:
             prof.stop()
+        if capture:
+            subprocess.run(["profctl", "cancel", capture[1]], capture_output=True)
+            capture[0].wait()
         cond = "-" if args.toggle == "none" else ("on" if on else "off")
+        if mix:
+            cond = mix
         print("window %d %d %d %.4f %s" % (w, start, end, ms, cond), flush=True)
     if set_counters:
         set_counters(1)
@@ -123,7 +165,7 @@ if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["serve", "torchprof", "hold", "loop"])
     p.add_argument("--windows", type=int, default=16)
-    p.add_argument("--toggle", default="none", choices=["none", "counters", "torch"])
+    p.add_argument("--toggle", default="none", choices=["none", "counters", "torch", "mix"])
     p.add_argument("--steps", type=int, default=20)
     p.add_argument("--out", default="torch_trace.json")
     a = p.parse_args()
