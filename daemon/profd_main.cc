@@ -21,6 +21,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -427,6 +428,9 @@ std::string Hostname() {
 
 int Main(int argc, char** argv) {
   absl::SetProgramUsageMessage("profd: on-demand GPU profiling daemon. See README.md.");
+  absl::FlagsUsageConfig usage;
+  usage.version_string = [] { return std::string("profd ") + PROFD_VERSION + "\n"; };
+  absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
 
   // Every thread started from here on inherits this mask; main waits for the signals below.

@@ -20,7 +20,10 @@ B=$BUILD_DIR
 OUT=$PWD/profd-demo
 mkdir -p "$OUT"
 RT=$(mktemp -d /tmp/profd-demo.XXXXXX)
-"$B/daemon/profd" --runtime_dir="$RT" --grpc_address=none --capture_dir="$OUT" 2>"$OUT/profd.log" &
+# Everything it writes stays in ./profd-demo (captures, spool, the local store), never in
+# profd's production defaults under /var/lib/profd.
+"$B/daemon/profd" --runtime_dir="$RT" --grpc_address=none --capture_dir="$OUT/captures" \
+  --spool_dir="$OUT/spool" --store="file://$OUT/store" 2>"$OUT/profd.log" &
 PROFD=$!
 WORKLOAD=""
 cleanup() {
@@ -52,4 +55,10 @@ done
 echo
 "$B/client/profctl" capture --pid "$WORKLOAD" --duration 2s
 echo
-echo "Captures are in $OUT (open a trace-*.json.gz in https://ui.perfetto.dev or chrome://tracing)."
+# The headline: the bottleneck report of that capture (the same numbers as its summary.json).
+id=$("$B/client/profctl" --json captures --limit 1 | sed -n 's/.*"capture_id": "\([^"]*\)".*/\1/p' | head -1)
+echo "\$ profctl report $id"
+"$B/client/profctl" report "$id"
+echo
+echo "Captures are in $OUT/captures (open a trace-*.json.gz in https://ui.perfetto.dev or"
+echo "chrome://tracing), stored copies in $OUT/store; profctl report ID|FILE, profctl list."

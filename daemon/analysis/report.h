@@ -85,6 +85,7 @@ struct GpuRow {
   uint64_t kernels = 0;
   uint64_t memcpys = 0;
   uint64_t memsets = 0;
+  uint64_t memcpy_bytes = 0;
   double launch_rate_per_s = 0;  // kernels per second of window
   double median_kernel_ns = 0;
   uint64_t kernels_with_launch = 0;          // matched to their launch call by correlation

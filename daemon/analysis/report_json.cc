@@ -184,6 +184,7 @@ void Write(W& w, const Report& r) {
     U64(w, "kernels", g.kernels);
     U64(w, "memcpys", g.memcpys);
     U64(w, "memsets", g.memsets);
+    U64(w, "memcpy_bytes", g.memcpy_bytes);
     Dbl(w, "launch_rate_per_s", g.launch_rate_per_s);
     Dbl(w, "median_kernel_ns", g.median_kernel_ns);
     U64(w, "kernels_with_launch", g.kernels_with_launch);

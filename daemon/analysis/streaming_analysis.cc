@@ -210,6 +210,7 @@ struct GpuState {
   uint64_t kernels = 0;
   uint64_t memcpys = 0;
   uint64_t memsets = 0;
+  uint64_t memcpy_bytes = 0;
   uint64_t kernels_with_launch = 0;
   uint64_t kernels_shorter_than_launch = 0;
   RunningUnion busy;  // kernels
@@ -475,7 +476,10 @@ struct StreamingAnalysis::State {
 
     if (a.type != GpuActivity::Type::kKernel) {
       ProcessCopy(a, l);
-      if (a.type == GpuActivity::Type::kMemcpy) ++g.memcpys;
+      if (a.type == GpuActivity::Type::kMemcpy) {
+        ++g.memcpys;
+        g.memcpy_bytes = SaturatingAdd(g.memcpy_bytes, a.bytes);
+      }
       if (a.type == GpuActivity::Type::kMemset) ++g.memsets;
       return;
     }
@@ -695,6 +699,7 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
     g.kernels = gs.kernels;
     g.memcpys = gs.memcpys;
     g.memsets = gs.memsets;
+    g.memcpy_bytes = gs.memcpy_bytes;
     g.kernels_with_launch = gs.kernels_with_launch;
     g.kernels_shorter_than_launch = gs.kernels_shorter_than_launch;
     g.short_kernel_operators = top_launchers(gs.short_by_operator);

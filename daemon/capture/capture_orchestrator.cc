@@ -96,6 +96,7 @@ v1::CaptureSummary SummaryOf(const analysis::Report& report, uint64_t dropped_re
     gpu->set_busy_ratio(g.busy_ratio);
     gpu->set_kernels(g.kernels);
     gpu->set_memcpys(g.memcpys);
+    gpu->set_memcpy_bytes(g.memcpy_bytes);
   }
   for (const analysis::KernelRow& k : report.top_kernels) {
     v1::KernelSummary* kernel = out.add_top_kernels();

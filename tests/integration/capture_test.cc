@@ -124,6 +124,7 @@ TEST(CaptureNumbersTest, EveryCommandReportsTheSameNumbers) {
   EXPECT_EQ(Num(summary["events"]), 2008);
   EXPECT_EQ(Num((*listed)["events"]), 2008);
   EXPECT_EQ(Num(c["processes"][0]["events"]), 2008);
+  EXPECT_EQ(Num(summary["gpus"][0]["memcpy_bytes"]), 16 << 20);  // 8 MiB each way
   const double window = Num(summary["window_ns"]);
   EXPECT_GT(window, 0);
   EXPECT_EQ(Num((*listed)["window_ns"]), window);
@@ -136,6 +137,7 @@ TEST(CaptureNumbersTest, EveryCommandReportsTheSameNumbers) {
     for (rapidjson::SizeType g = 0; g < report["gpus"].Size(); ++g) {
       EXPECT_DOUBLE_EQ(Num(report["gpus"][g]["busy_ratio"]), Num(summary["gpus"][g]["busy_ratio"]));
       EXPECT_EQ(Num(report["gpus"][g]["kernels"]), Num(summary["gpus"][g]["kernels"]));
+      EXPECT_EQ(Num(report["gpus"][g]["memcpy_bytes"]), Num(summary["gpus"][g]["memcpy_bytes"]));
     }
     ASSERT_EQ(report["top_kernels"].Size(), summary["top_kernels"].Size());
     for (rapidjson::SizeType k = 0; k < report["top_kernels"].Size(); ++k) {

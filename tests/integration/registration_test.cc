@@ -126,6 +126,45 @@ TEST(RegistrationTest, ProfctlSaysWhenProfdIsNotThere) {
 
   RunResult usage = profd::testing::Run({BuildPath("client/profctl"), "no-such-command"});
   EXPECT_EQ(usage.exit_code, 2);
+  EXPECT_NE(usage.err.find("unknown command 'no-such-command'"), std::string::npos) << usage.err;
+  EXPECT_NE(usage.err.find("capture"), std::string::npos) << "the commands are listed";
+}
+
+// What a new user types first: the version, the list of commands, and the global options where
+// they come to mind, after the command as well as before it.
+TEST(RegistrationTest, ProfctlSaysItsVersionCommandsAndTakesOptionsAfterTheCommand) {
+  const std::string profctl = BuildPath("client/profctl");
+  RunResult version = profd::testing::Run({profctl, "--version"});
+  EXPECT_EQ(version.exit_code, 0);
+  EXPECT_EQ(version.out, "profctl " PROFD_VERSION "\n");
+  RunResult profd_version = profd::testing::Run({BuildPath("daemon/profd"), "--version"});
+  EXPECT_EQ(profd_version.exit_code, 0);
+  EXPECT_NE(profd_version.out.find("profd " PROFD_VERSION), std::string::npos) << profd_version.out;
+  RunResult help = profd::testing::Run({profctl, "help"});
+  EXPECT_EQ(help.exit_code, 0);
+  RunResult bare = profd::testing::Run({profctl});
+  EXPECT_EQ(bare.exit_code, 2);
+  for (const RunResult* r : {&help, &bare}) {
+    for (const char* command : {"agents", "capture", "report", "list", "show", "get", "import"}) {
+      EXPECT_NE(r->out.find(std::string("  ") + command + " "), std::string::npos) << command;
+    }
+  }
+
+  ProfdProcess profd;
+  profd.Start();
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--json", "agents"}, std::vector<std::string>{"agents", "--json"},
+        std::vector<std::string>{"status", "--json"}, std::vector<std::string>{"captures", "--json"},
+        std::vector<std::string>{"list", "--json"}}) {
+    std::vector<std::string> argv = {profctl};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"--target", profd.target()});  // after the command too
+    RunResult r = profd::testing::Run(argv);
+    EXPECT_EQ(r.exit_code, 0) << args[0] << " " << args[1] << ": " << r.err;
+    EXPECT_EQ(r.out.substr(0, 1), "{") << args[0] << " " << args[1] << ": " << r.out;
+  }
+  RunResult command_help = profd::testing::Run({profctl, "agents", "--help"});
+  EXPECT_NE(command_help.out.find("--json"), std::string::npos) << command_help.out;
 }
 
 }  // namespace

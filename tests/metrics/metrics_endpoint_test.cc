@@ -174,7 +174,9 @@ TEST_F(MetricsEndpointTest, BadMetricsAddressStopsProfdWithAReason) {
   auto profd = [&](const std::string& address) {
     return profd::testing::Run(
         {BuildPath("daemon/profd"), "--runtime_dir=" + dir.path(), "--grpc_address=none",
-         "--nvml_library=/nonexistent", "--metrics_address=" + address},
+         "--capture_dir=" + dir.File("captures"), "--spool_dir=" + dir.File("spool"),
+         "--store=file://" + dir.File("store"), "--nvml_library=/nonexistent",
+         "--metrics_address=" + address},
         {}, absl::Seconds(20));
   };
   RunResult malformed = profd("localhost");
