@@ -41,6 +41,7 @@
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/server/access_control.h"
 #include "daemon/server/process_limits.h"
+#include "daemon/server/runtime_lock.h"
 #include "daemon/server/profd_service.h"
 #include "daemon/store/byte_size.h"
 #include "daemon/store/spool.h"
@@ -461,6 +462,12 @@ int Main(int argc, char** argv) {
     tcp_credentials = *std::move(credentials);
   } else if (!absl::GetFlag(FLAGS_grpc_tls_cert).empty()) {
     LogWarning(kComponent, "--grpc_tls_cert has no effect: --grpc_address is none");
+  }
+
+  // One profd per runtime folder, before it touches the sockets there.
+  if (absl::StatusOr<int> lock = LockRuntimeDir(runtime_dir); !lock.ok()) {
+    LogError(kComponent, "%s", lock.status().message());
+    return 1;
   }
 
   // Access control and limits (docs/SECURITY.md), before any socket, file or thread exists.

@@ -6,7 +6,9 @@
 #include <unistd.h>
 
 #include <cstring>
+#include <filesystem>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/support/profd_process.h"
@@ -165,6 +167,28 @@ TEST(RegistrationTest, ProfctlSaysItsVersionCommandsAndTakesOptionsAfterTheComma
   }
   RunResult command_help = profd::testing::Run({profctl, "agents", "--help"});
   EXPECT_NE(command_help.out.find("--json"), std::string::npos) << command_help.out;
+}
+
+// A second profd on the same runtime folder refuses to start and says who holds it, instead of
+// taking over the first one's sockets.
+TEST(RegistrationTest, ASecondProfdOnTheSameRuntimeDirRefusesToStart) {
+  ProfdProcess first;
+  first.Start();
+  const std::string runtime_dir =
+      std::filesystem::path(first.agent_socket()).parent_path().string();
+  TempDir other;
+  RunResult second = profd::testing::Run(
+      {BuildPath("daemon/profd"), "--runtime_dir=" + runtime_dir, "--grpc_address=none",
+       "--metrics_address=none", "--capture_dir=" + other.File("captures"),
+       "--spool_dir=" + other.File("spool"), "--store=file://" + other.File("store")},
+      {}, absl::Seconds(20));
+  EXPECT_EQ(second.exit_code, 1);
+  EXPECT_NE(second.err.find(absl::StrCat("another profd (pid ", first.pid(), ")")),
+            std::string::npos)
+      << second.err;
+  // The first one still has its sockets.
+  EXPECT_EQ(first.Profctl({"status"}).exit_code, 0);
+  EXPECT_TRUE(std::filesystem::exists(first.agent_socket()));
 }
 
 }  // namespace
