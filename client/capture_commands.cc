@@ -182,17 +182,22 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   request.set_all(f.all);
   request.set_pod_name(f.pod);
   request.set_pod_namespace(f.pod_namespace);
+  // The request carries whole milliseconds (32 bits): at least 1 ms, at most ~49 days; profd
+  // then applies its own --max_capture_duration.
+  const absl::Duration most = absl::Milliseconds(UINT32_MAX);
   absl::Duration duration;
-  if (!absl::ParseDuration(f.duration, &duration) || duration <= absl::ZeroDuration()) {
-    std::cerr << "profctl: --duration wants a positive duration such as 5s or 500ms, not '"
-              << f.duration << "'\n";
+  if (std::string bad =
+          ParseDurationFlag("--duration", f.duration, absl::Milliseconds(1), most, &duration);
+      !bad.empty()) {
+    std::cerr << "profctl: " << bad << "\n";
     return kExitUsage;
   }
   request.set_duration_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(duration)));
   if (!f.delay.empty()) {
     absl::Duration delay;
-    if (!absl::ParseDuration(f.delay, &delay) || delay < absl::ZeroDuration()) {
-      std::cerr << "profctl: --delay wants a duration such as 2s, not '" << f.delay << "'\n";
+    if (std::string bad = ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(), most, &delay);
+        !bad.empty()) {
+      std::cerr << "profctl: " << bad << "\n";
       return kExitUsage;
     }
     request.set_delay_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(delay)));

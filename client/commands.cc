@@ -31,9 +31,24 @@ std::string Ago(int64_t unix_ns) {
   return absl::StrCat(absl::ToInt64Hours(d) / 24, "d ago");
 }
 
+std::string ParseDurationFlag(const std::string& flag, const std::string& text, absl::Duration min,
+                              absl::Duration max, absl::Duration* out) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d)) {
+    return absl::StrCat(flag, " wants a duration with its unit, such as 500ms, 5s or 2m, not '",
+                        text, "'");
+  }
+  if (d < min || d > max) {
+    return absl::StrCat(flag, " ", text, " is out of range: from ", absl::FormatDuration(min),
+                        " to ", absl::FormatDuration(max));
+  }
+  *out = d;
+  return "";
+}
+
 grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx, const GlobalOptions& g) {
-  absl::Duration timeout;
-  if (!absl::ParseDuration(g.timeout, &timeout)) timeout = absl::Seconds(10);
+  absl::Duration timeout = absl::Seconds(10);
+  (void)ParseDurationFlag("--timeout", g.timeout, absl::ZeroDuration(), absl::Hours(24), &timeout);
   ctx->set_deadline(std::chrono::system_clock::now() +
                     std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
   return ctx;

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "CLI/CLI.hpp"
+#include "absl/time/time.h"
 #include "client/profd_client.h"
 #include "google/protobuf/message.h"
 
@@ -22,6 +23,10 @@ struct GlobalOptions {
 void PrintJson(const google::protobuf::Message& message);
 // "3m ago" for a Unix time in ns; "-" for 0.
 std::string Ago(int64_t unix_ns);
+// A duration flag's value ("500ms", "5s", "2m"): an error message when it is not one (a bare
+// number has no unit), or lies outside [min, max]; "" when *out is set.
+std::string ParseDurationFlag(const std::string& flag, const std::string& text, absl::Duration min,
+                              absl::Duration max, absl::Duration* out);
 // Sets the --timeout deadline on ctx and returns it.
 grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx, const GlobalOptions& g);
 // Prints the explanation of a failed call on stderr and returns its exit code.

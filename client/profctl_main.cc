@@ -63,6 +63,12 @@ int main(int argc, char** argv) {
       ->envname("PROFD_TLS_SERVER_NAME");
   // Once, before any subcommand runs: a missing or unreadable PEM file is a usage error.
   app.parse_complete_callback([&g] {
+    absl::Duration timeout;
+    if (std::string bad = ParseDurationFlag("--timeout", g.timeout, absl::Milliseconds(1),
+                                            absl::Hours(24), &timeout);
+        !bad.empty()) {
+      throw CLI::ValidationError("profctl: " + bad);
+    }
     if (absl::Status loaded = g.tls.Load(); !loaded.ok()) {
       throw CLI::ValidationError("profctl: " + std::string(loaded.message()));
     }

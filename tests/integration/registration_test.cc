@@ -167,6 +167,21 @@ TEST(RegistrationTest, ProfctlSaysItsVersionCommandsAndTakesOptionsAfterTheComma
   }
   RunResult command_help = profd::testing::Run({profctl, "agents", "--help"});
   EXPECT_NE(command_help.out.find("--json"), std::string::npos) << command_help.out;
+
+  // Durations say what is wrong with them instead of becoming something else.
+  const std::string target = profd.target();
+  for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--timeout", "5", "status"}, "--timeout wants a duration with its unit"},
+           {{"status", "--timeout", "banana"}, "not 'banana'"},
+           {{"capture", "--pid", "1", "--duration", "4294969296ms"}, "out of range"},
+           {{"capture", "--pid", "1", "--duration", "0.5ms"}, "from 1ms"},
+           {{"capture", "--pid", "1", "--duration", "5s", "--delay", "-1s"}, "--delay"}}) {
+    std::vector<std::string> argv = {profctl, "--target", target};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = profd::testing::Run(argv);
+    EXPECT_EQ(r.exit_code, 2) << args[1] << " " << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << r.err;
+  }
 }
 
 // A second profd on the same runtime folder refuses to start and says who holds it, instead of
