@@ -180,8 +180,19 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   profd::v1::CaptureRequest request;
   for (uint32_t pid : f.pids) request.add_pids(pid);
   request.set_all(f.all);
-  request.set_pod_name(f.pod);
-  request.set_pod_namespace(f.pod_namespace);
+  // NAMESPACE/POD, as `profctl agents` prints it, or --pod POD -n NAMESPACE.
+  std::string pod = f.pod, pod_namespace = f.pod_namespace;
+  if (size_t slash = pod.find('/'); slash != std::string::npos) {
+    if (!pod_namespace.empty() && pod_namespace != pod.substr(0, slash)) {
+      std::cerr << "profctl: --pod " << pod << " names namespace " << pod.substr(0, slash)
+                << " but -n says " << pod_namespace << "\n";
+      return kExitUsage;
+    }
+    pod_namespace = pod.substr(0, slash);
+    pod = pod.substr(slash + 1);
+  }
+  request.set_pod_name(pod);
+  request.set_pod_namespace(pod_namespace);
   // The request carries whole milliseconds (32 bits): at least 1 ms, at most ~49 days; profd
   // then applies its own --max_capture_duration.
   const absl::Duration most = absl::Milliseconds(UINT32_MAX);
@@ -352,7 +363,9 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
       "capture", "Capture CUDA activity of running processes for a while, then summarize it");
   capture->add_option("--pid", f->pids, "Process to capture (repeat for several)");
   capture->add_flag("--all", f->all, "Every process with an agent on this node");
-  capture->add_option("--pod", f->pod, "Every process of this Kubernetes pod");
+  capture->add_option("--pod", f->pod,
+                      "Every process of this Kubernetes pod (POD, or NAMESPACE/POD as `agents` "
+                      "prints it)");
   capture->add_option("-n,--namespace", f->pod_namespace, "Namespace of --pod");
   capture->add_option("--duration", f->duration, "How long to capture (default 5s)");
   capture->add_option("--delay", f->delay, "Start this long after the request (e.g. 2s)");

@@ -260,6 +260,12 @@ TEST_F(CaptureTest, RequestsThatCannotBeServedSayWhy) {
   RunResult pod = profd_->Profctl({"capture", "--pod", "llm-0", "-n", "serving"});
   EXPECT_EQ(pod.exit_code, 4);
   EXPECT_NE(pod.err.find("no agent in pod serving/llm-0"), std::string::npos) << pod.err;
+  // The same pod as `profctl agents` prints it.
+  RunResult slash = profd_->Profctl({"capture", "--pod", "serving/llm-0"});
+  EXPECT_EQ(slash.exit_code, 4);
+  EXPECT_NE(slash.err.find("no agent in pod serving/llm-0"), std::string::npos) << slash.err;
+  RunResult clash = profd_->Profctl({"capture", "--pod", "serving/llm-0", "-n", "batch"});
+  EXPECT_EQ(clash.exit_code, 2);
 }
 
 }  // namespace
