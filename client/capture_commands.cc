@@ -1,8 +1,13 @@
 // profctl capture, captures, cancel: start a time-boxed capture and watch it to the end, list
 // recent ones, stop one early.
+#include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <filesystem>
 #include <iostream>
 #include <string>
@@ -176,6 +181,85 @@ int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
   return kExitOk;
 }
 
+// Ctrl-C while a capture runs, as nsys and torch.profiler do: the first stops the capture early
+// and keeps what was captured (profctl then prints it as usual); a second one detaches, leaving
+// the capture to run to its end in profd.
+std::atomic<int> g_interrupts{0};
+void OnInterrupt(int) { g_interrupts.fetch_add(1); }
+
+class InterruptWatch {
+ public:
+  InterruptWatch(const GlobalOptions& g, ProfdClient* client, grpc::ClientContext* stream)
+      : g_(g), client_(client), stream_(stream) {
+    g_interrupts = 0;
+    struct sigaction sa = {};
+    sa.sa_handler = OnInterrupt;
+    sigaction(SIGINT, &sa, &previous_);
+    thread_ = std::thread([this] { Watch(); });
+  }
+  ~InterruptWatch() {
+    done_ = true;
+    thread_.join();
+    if (stopper_.joinable()) stopper_.join();
+    sigaction(SIGINT, &previous_, nullptr);
+  }
+  void SetCaptureId(const std::string& id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    id_ = id;
+  }
+  bool detached() const { return detached_; }
+
+ private:
+  void Watch() {
+    int handled = 0;
+    while (!done_) {
+      const int n = g_interrupts.load();
+      if (n > handled) {
+        handled = n;
+        if (n == 1) {
+          // On its own thread: a second Ctrl-C while profd stops the capture still detaches.
+          stopper_ = std::thread([this] { Stop(); });
+        } else {
+          detached_ = true;
+          stream_->TryCancel();
+        }
+      }
+      usleep(5000);
+    }
+  }
+  void Stop() {
+    std::string id;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      id = id_;
+    }
+    if (id.empty()) {  // not started yet: nothing to keep
+      detached_ = true;
+      stream_->TryCancel();
+      return;
+    }
+    std::cerr << "\nStopping capture " << id
+              << " early, keeping what was captured (Ctrl-C again to detach)\n";
+    grpc::ClientContext ctx;
+    profd::v1::CancelCaptureRequest request;
+    request.set_capture_id(id);
+    profd::v1::CaptureInfo response;
+    grpc::Status status = client_->stub().CancelCapture(WithDeadline(&ctx, g_), request, &response);
+    if (!status.ok()) std::cerr << "profctl: " << client_->Explain(status) << "\n";
+  }
+
+  const GlobalOptions& g_;
+  ProfdClient* const client_;
+  grpc::ClientContext* const stream_;
+  std::mutex mu_;
+  std::string id_;
+  std::atomic<bool> done_{false};
+  std::atomic<bool> detached_{false};
+  struct sigaction previous_ = {};
+  std::thread thread_;
+  std::thread stopper_;
+};
+
 int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   profd::v1::CaptureRequest request;
   for (uint32_t pid : f.pids) request.add_pids(pid);
@@ -256,8 +340,11 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   bool have_final = false;
   const bool tty = isatty(STDERR_FILENO) && !f.no_progress && !g.json;
   bool announced = false;
+  std::optional<InterruptWatch> interrupts;
+  interrupts.emplace(g, &client, &ctx);
   while (reader->Read(&progress)) {
     last = progress.capture();
+    interrupts->SetCaptureId(last.capture_id());
     if (!announced && !g.json && !f.no_progress) {
       std::cerr << "Capture " << last.capture_id() << " of " << last.processes_size()
                 << " process(es) for " << absl::FormatDuration(duration) << "\n";
@@ -277,7 +364,17 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     if (progress.final()) have_final = true;
   }
   if (tty) std::fprintf(stderr, "\n");
+  const bool detached = interrupts->detached();
+  interrupts.reset();
   grpc::Status status = reader->Finish();
+  if (detached) {
+    std::cerr << "profctl: detached"
+              << (last.capture_id().empty()
+                      ? ""
+                      : "; capture " + last.capture_id() + " goes on: see `profctl captures`")
+              << "\n";
+    return 130;  // as a shell reports an interrupted command
+  }
   if (!status.ok()) return Fail(client, status);
   if (!have_final) {
     std::cerr << "profctl: lost the connection to profd before the capture ended; it goes on: "

@@ -1,6 +1,7 @@
 // Captures end to end without a GPU: the real profd and profctl, and in the child process the
 // real agent whose capture backend replays batches recorded from a real H200 capture (or, for the
 // error paths, the real CUPTI backend in a process that never loaded CUDA).
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -153,6 +154,61 @@ TEST(CaptureNumbersTest, EveryCommandReportsTheSameNumbers) {
   EXPECT_EQ(Num(a["launch_delay_p50_ns"]), Num(file["launch_delay_p50_ns"]));
   EXPECT_EQ(Num(a["api_time_ns"]), Num(file["api_time_ns"]));
   EXPECT_EQ(a["findings"].Size(), file["findings"].Size());
+}
+
+// Ctrl-C during `profctl capture`, as with nsys: the first stops the capture early and keeps
+// what was captured; a second one detaches and the capture runs on in profd.
+TEST_F(CaptureTest, CtrlCStopsTheCaptureEarlyAndASecondOneDetaches) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  auto running = [&](std::string* id) {
+    rapidjson::Document d = profd_->ProfctlJson({"captures", "--limit", "1"});
+    if (d["captures"].Empty()) return false;
+    *id = d["captures"][0]["capture_id"].GetString();
+    return std::string(d["captures"][0]["phase"].GetString()) == "CAPTURE_PHASE_RUNNING";
+  };
+  auto phase_of = [&](const std::string& id) {
+    for (const auto& c : profd_->ProfctlJson({"captures"})["captures"].GetArray()) {
+      if (id == c["capture_id"].GetString()) return std::string(c["phase"].GetString());
+    }
+    return std::string();
+  };
+  // Starts a capture, presses Ctrl-C `presses` times (1 ms apart); returns profctl's exit code,
+  // what it said, and the capture id.
+  auto interrupted = [&](int presses, std::string* id, std::string* said) {
+    TempDir out;
+    Subprocess profctl({BuildPath("client/profctl"), "--target", profd_->target(), "capture",
+                        "--pid", std::to_string(agent->pid()), "--duration", "8s"},
+                       {}, out.File("profctl.out"));
+    EXPECT_TRUE(WaitFor([&] { return running(id); }, absl::Seconds(5)));
+    const absl::Time pressed = absl::Now();
+    for (int i = 0; i < presses; ++i) {
+      profctl.Signal(SIGINT);
+      absl::SleepFor(absl::Milliseconds(1));  // two presses, not one merged signal
+    }
+    const int rc = profctl.Wait(absl::Seconds(5));
+    EXPECT_LT(absl::Now() - pressed, absl::Seconds(4)) << "profctl waited for the whole capture";
+    *said = ReadFileOrEmpty(out.File("profctl.out")) + ReadFileOrEmpty(out.File("profctl.out.err"));
+    return rc;
+  };
+  std::string id, said;
+  EXPECT_EQ(interrupted(1, &id, &said), 0) << said;
+  EXPECT_NE(said.find("Stopping capture " + id + " early"), std::string::npos) << said;
+  EXPECT_NE(said.find("2,008 events"), std::string::npos) << "what was captured is kept: " << said;
+  EXPECT_EQ(phase_of(id), "CAPTURE_PHASE_CANCELLED");
+  // Two presses: detached, unless the replayed capture (which stops at once) ended between them.
+  bool detached = false;
+  for (int attempt = 0; attempt < 3 && !detached; ++attempt) {
+    const int rc = interrupted(2, &id, &said);
+    if (rc == 0) continue;
+    detached = true;
+    EXPECT_EQ(rc, 130) << said;
+    EXPECT_NE(said.find("detached; capture " + id + " goes on"), std::string::npos) << said;
+    // The capture goes on without profctl, to its end.
+    EXPECT_TRUE(
+        WaitFor([&] { return phase_of(id) == "CAPTURE_PHASE_DONE"; }, absl::Seconds(15)));
+  }
+  EXPECT_TRUE(detached) << "a second Ctrl-C never detached: " << said;
 }
 
 TEST_F(CaptureTest, HumanOutputAndOutputCopy) {
