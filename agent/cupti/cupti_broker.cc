@@ -1016,6 +1016,15 @@ bool CuptiBroker::StartAgentTracing(const std::vector<CUpti_ActivityKind>& kinds
     }
     trampolines_registered_.store(true);
   }
+  // Host threads by their OS thread ids (gettid), as Kineto asks for too: what top -H, py-spy
+  // and torch.profiler's traces show, not CUPTI's default pthread handles.
+  if (cupti.SetThreadIdType != nullptr) {
+    CUptiResult r = cupti.SetThreadIdType(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM);
+    if (r != CUPTI_SUCCESS) {
+      *warnings += (warnings->empty() ? "" : "; ") +
+                   std::string("thread ids stay CUPTI's default: ") + cupti.Describe(r);
+    }
+  }
   requester_.store(kAgent);
   cut_short_ = false;
   cut_short_by_.clear();

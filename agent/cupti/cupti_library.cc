@@ -93,6 +93,7 @@ const CuptiLibrary& LoadCupti() {
     Bind(lib, "cuptiActivityEnableContext", &c.ActivityEnableContext);
     Bind(lib, "cuptiActivityDisableContext", &c.ActivityDisableContext);
     Bind(lib, "cuptiActivityRegisterTimestampCallback", &c.ActivityRegisterTimestampCallback);
+    Bind(lib, "cuptiSetThreadIdType", &c.SetThreadIdType);
     c.GetVersion(&c.version);
     c.loaded = true;
   });

@@ -25,6 +25,7 @@ struct CuptiLibrary {
   decltype(&cuptiActivityDisable) ActivityDisable = nullptr;
   decltype(&cuptiActivityRegisterCallbacks) ActivityRegisterCallbacks = nullptr;
   decltype(&cuptiActivityFlushAll) ActivityFlushAll = nullptr;
+  decltype(&cuptiSetThreadIdType) SetThreadIdType = nullptr;  // optional
   decltype(&cuptiActivityGetNextRecord) ActivityGetNextRecord = nullptr;
   decltype(&cuptiActivityGetNumDroppedRecords) ActivityGetNumDroppedRecords = nullptr;
   decltype(&cuptiGetTimestamp) GetTimestamp = nullptr;

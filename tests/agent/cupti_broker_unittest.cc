@@ -228,7 +228,11 @@ TEST_F(CuptiBrokerTest, CaptureRefusedWhileKinetoTracesAndAllowedAfter) {
   EXPECT_EQ(fakekineto_last_tag(), 7u);
   EXPECT_FALSE(broker().Report().other_tracing);
 
+  fakecupti_clear_log();
   StartCapture({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL});
+  // Host threads by OS thread id (gettid), as in torch.profiler's traces and top -H.
+  EXPECT_THAT(fakecupti_log(),
+              HasSubstr("thread_id_type:" + std::to_string(CUPTI_ACTIVITY_THREAD_ID_TYPE_SYSTEM)));
   ASSERT_EQ(fakecupti_record(kKernel, 8), 1);
   CuptiBroker::StopResult stop = broker().StopAgentTracing();
   broker().ReleaseCapture();

@@ -297,6 +297,12 @@ CUptiResult CUPTIAPI cuptiActivityDisableContext(CUcontext, CUpti_ActivityKind k
   return cuptiActivityDisable(kind);
 }
 
+CUptiResult CUPTIAPI cuptiSetThreadIdType(CUpti_ActivityThreadIdType type) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  Note("thread_id_type:" + std::to_string(type));
+  return CUPTI_SUCCESS;
+}
+
 CUptiResult CUPTIAPI cuptiActivityFlushAll(uint32_t flag) {
   std::lock_guard<std::recursive_mutex> lock(S().mutex);
   Note(flag & CUPTI_ACTIVITY_FLAG_FLUSH_FORCED ? "flush:forced" : "flush");
