@@ -3,8 +3,10 @@
 #include <openssl/evp.h>
 #include <sys/stat.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -262,12 +264,15 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
   profd::v1::GetTraceRequest request;
   request.set_capture_id(o.id);
   const std::string dir = o.out_dir.empty() ? o.id : o.out_dir;
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) {
-    std::cerr << "profctl: cannot create " << dir << ": " << ec.message() << "\n";
-    return kExitError;
-  }
+  // Made when the first file arrives, not before: a capture that is not there leaves nothing.
+  bool have_dir = false;
+  auto make_dir = [&] {
+    std::error_code ec;
+    fs::create_directories(dir, ec);
+    if (ec) std::cerr << "profctl: cannot create " << dir << ": " << ec.message() << "\n";
+    have_dir = !ec;
+    return have_dir;
+  };
   auto reader = StoreStub(client)->GetTrace(WithStreamDeadline(&ctx), request);
   profd::v1::TraceChunk chunk;
   profd::v1::StoredTrace trace;
@@ -283,6 +288,10 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
   while (reader->Read(&chunk)) {
     if (chunk.has_trace()) trace = chunk.trace();
     if (chunk.has_file()) {
+      if (!have_dir && !make_dir()) {
+        ctx.TryCancel();
+        return kExitError;
+      }
       received.push_back({chunk.file(), "", 0});
       part_path = (fs::path(dir) / ("." + chunk.file().name() + ".part")).string();
       out = std::ofstream(part_path, std::ios::binary | std::ios::trunc);
@@ -300,6 +309,7 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
       }
       received.back().sha256 = hash->Hex();
       hash.reset();
+      std::error_code ec;
       fs::rename(part_path, fs::path(dir) / received.back().info.name(), ec);
     }
   }
@@ -345,9 +355,19 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
 }
 
 int RunImport(const GlobalOptions& g, const ImportOptions& o) {
+  std::error_code exists_error;
+  if (!fs::exists(o.file, exists_error)) {
+    std::cerr << "profctl: no trace file " << o.file << "\n";
+    return kExitNotFound;  // as `profctl report` says it
+  }
+  if (!fs::is_regular_file(o.file, exists_error)) {
+    std::cerr << "profctl: " << o.file
+              << " is not a trace file (a folder or a device): give a .json or .json.gz file\n";
+    return kExitUsage;
+  }
   std::ifstream in(o.file, std::ios::binary);
   if (!in) {
-    std::cerr << "profctl: cannot read " << o.file << "\n";
+    std::cerr << "profctl: cannot read " << o.file << ": " << std::strerror(errno) << "\n";
     return kExitUsage;
   }
   std::error_code ec;

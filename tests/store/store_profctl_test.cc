@@ -116,12 +116,24 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
   EXPECT_TRUE(fs::exists(dir + "/manifest.json"));
   EXPECT_TRUE(fs::exists(dir + "/summary.json"));
 
-  RunResult unknown = profd->Profctl({"get", "20200101T000000Z-nowhere-00000000"});
+  const std::string nowhere = scratch_.File("nowhere");
+  RunResult unknown =
+      profd->Profctl({"get", "20200101T000000Z-nowhere-00000000", "-o", nowhere});
   EXPECT_EQ(unknown.exit_code, 4) << unknown.out << unknown.err;
   EXPECT_NE(unknown.err.find("no capture"), std::string::npos) << unknown.err;
+  EXPECT_FALSE(fs::exists(nowhere)) << "a failed get leaves no folder behind";
   RunResult not_json = profd->Profctl({"import", "/etc/hostname"});
   EXPECT_NE(not_json.exit_code, 0);
   EXPECT_NE(not_json.err.find("not a Chrome trace JSON"), std::string::npos) << not_json.err;
+  // A missing file is "not found" as in `profctl report`; a folder or a device is no trace.
+  RunResult missing = profd->Profctl({"import", scratch_.File("missing.json.gz")});
+  EXPECT_EQ(missing.exit_code, 4) << missing.err;
+  EXPECT_EQ(profd->Profctl({"report", scratch_.File("missing.json.gz")}).exit_code, 4);
+  for (const std::string& odd : {scratch_.path(), std::string("/dev/zero")}) {
+    RunResult r = profd->Profctl({"import", odd});
+    EXPECT_EQ(r.exit_code, 2) << odd << ": " << r.err;
+    EXPECT_NE(r.err.find("is not a trace file"), std::string::npos) << r.err;
+  }
 }
 
 TEST_F(StoreProfctlTest, StoreDownWhenTraceFinishesItWaitsAndArrivesIntact) {
