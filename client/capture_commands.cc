@@ -108,7 +108,10 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
               << " dropped";
   }
   std::cout << "\n";
-  if (!info.message().empty()) std::cout << "  " << info.message() << "\n";
+  // A failed capture's message goes to stderr, once (RunCapture).
+  if (!info.message().empty() && info.phase() != profd::v1::CAPTURE_PHASE_FAILED) {
+    std::cout << "  " << info.message() << "\n";
+  }
   for (const auto& p : info.processes()) {
     std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << FormatCount(p.events())
               << " events";

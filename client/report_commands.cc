@@ -134,6 +134,12 @@ int RunReport(const GlobalOptions& g, const ReportFlags& f) {
   analysis::Report report;
   int rc = Analyze(g, f.inputs, options, &report);
   if (rc != kExitOk) return rc;
+  if (report.events == 0) {
+    std::cerr << "profctl: " << absl::StrJoin(f.inputs, ", ")
+              << " holds no trace events: nothing to report (was the capture empty, or the "
+                 "trace cut before its first event?)\n";
+    return kExitError;
+  }
   if (!f.html.empty()) {
     std::ofstream out(f.html, std::ios::binary | std::ios::trunc);
     out << analysis::RenderHtml(report, absl::StrJoin(f.inputs, ", "));
@@ -187,7 +193,9 @@ void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
       ->required();
   report->add_flag("--json", rf->json, "Print the report as JSON");
   report->add_option("--html", rf->html, "Also write a self-contained HTML report here");
-  report->add_option("--top", rf->top, "Rows in the operator, kernel and API tables (default 20)");
+  report
+      ->add_option("--top", rf->top, "Rows in the operator, kernel and API tables (default 20)")
+      ->check(CLI::Range(1, 1 << 20));
   report->callback([&g, rc, rf] { *rc = RunReport(g, *rf); });
 
   auto df = std::make_shared<DiffFlags>();

@@ -103,6 +103,14 @@ TEST(ReportCliTest, ErrorsHaveMessagesAndExitCodes) {
 
   RunResult usage = Profctl({"report"});
   EXPECT_EQ(usage.exit_code, 2);
+
+  // No rows asked for, or nothing in the trace: said, not an empty report and exit 0.
+  testing::WriteFile(dir.File("empty.json"), "{\"traceEvents\":[]}", false);
+  RunResult empty = Profctl({"report", dir.File("empty.json")});
+  EXPECT_EQ(empty.exit_code, 1);
+  EXPECT_THAT(empty.err, HasSubstr("holds no trace events"));
+  RunResult top0 = Profctl({"report", dir.File("empty.json"), "--top", "0"});
+  EXPECT_EQ(top0.exit_code, 2);
 }
 
 TEST(ReportCliTest, UnknownCaptureIdThroughARealProfd) {

@@ -273,6 +273,8 @@ TEST_F(CaptureTest, AgentThatDiesMidCaptureFailsTheCaptureClearly) {
       profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration", "2s"});
   EXPECT_EQ(r.exit_code, 5);
   EXPECT_NE(r.err.find("agent disconnected during the capture"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out.find("agent disconnected during the capture"), std::string::npos)
+      << "said once, on stderr: " << r.out;
   // profd goes on serving.
   EXPECT_EQ(profd_->Profctl({"status"}).exit_code, 0);
 }
