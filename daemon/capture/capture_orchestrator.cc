@@ -1,75 +1,34 @@
 #include "daemon/capture/capture_orchestrator.h"
 
 #include <malloc.h>
-#include <openssl/evp.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
-#include "daemon/trace/capture_analysis.h"
 #include "daemon/capture/kineto_source.h"
 #include "daemon/checked_math.h"
+#include "daemon/common/atomic_file.h"
+#include "daemon/common/capture_id.h"
+#include "daemon/common/proto_json.h"
+#include "daemon/common/sha256.h"
 #include "daemon/log.h"
+#include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/string_table.h"
 #include "google/protobuf/arena.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace profd {
 namespace {
 
 constexpr char kComponent[] = "capture";
 constexpr size_t kKeepFinished = 256;  // finished captures remembered for GetCapture/List
-
-std::string Sha256Hex(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  char buf[1 << 16];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(in.gcount()));
-  }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_DigestFinal_ex(ctx, digest, &n);
-  EVP_MD_CTX_free(ctx);
-  std::string hex;
-  for (unsigned int i = 0; i < n; ++i) absl::StrAppend(&hex, absl::Hex(digest[i], absl::kZeroPad2));
-  return hex;
-}
-
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
-
-// Written under a temporary name, then renamed: a reader never sees half a file.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.flush();
-    if (!out) return absl::ResourceExhaustedError(absl::StrCat("cannot write ", path));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
-}
 
 bool ProcessTerminal(v1::CaptureState state) {
   return state == v1::CAPTURE_STATE_FINISHED || state == v1::CAPTURE_STATE_FAILED;
@@ -646,7 +605,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         file->set_pid(p.pid());
         std::error_code ec;
         file->set_bytes(std::filesystem::file_size(path, ec));
-        file->set_sha256(Sha256Hex(path));
+        file->set_sha256(Sha256OfFile(path).value_or(""));
         proc.writer.reset();
       }
       if (proc.kineto && p.state() == v1::CAPTURE_STATE_FINISHED) {
@@ -659,7 +618,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         file->set_pid(p.pid());
         std::error_code ec;
         file->set_bytes(std::filesystem::file_size(path, ec));
-        file->set_sha256(Sha256Hex(path));
+        file->set_sha256(Sha256OfFile(path).value_or(""));
       }
     }
     uint64_t dropped = 0;
@@ -715,9 +674,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       } else {
         LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
                    report.status().message());
-        s = WriteFileAtomically(folder_ + "/summary.json", ToJson(info_.summary()));
+        s = WriteFileAtomically(folder_ + "/summary.json", ProtoToJson(info_.summary()));
       }
-      if (s.ok()) s = WriteFileAtomically(folder_ + "/manifest.json", ToJson(info_));
+      if (s.ok()) s = WriteFileAtomically(folder_ + "/manifest.json", ProtoToJson(info_));
       if (!s.ok()) {
         info_.set_phase(v1::CAPTURE_PHASE_FAILED);
         info_.set_message(std::string(s.message()));
@@ -811,18 +770,6 @@ CaptureOrchestrator::~CaptureOrchestrator() {
   for (auto& c : all) c->Join();
 }
 
-std::string CaptureOrchestrator::NewId() const {
-  static std::mt19937_64 rng(std::random_device{}());
-  static absl::Mutex rng_mutex;
-  uint32_t suffix;
-  {
-    absl::MutexLock lock(&rng_mutex);
-    suffix = static_cast<uint32_t>(rng());
-  }
-  return absl::StrCat(absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone()), "-",
-                      options_.hostname, "-", absl::Hex(suffix, absl::kZeroPad8));
-}
-
 absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest& request) {
   // What and for how long.
   if (request.duration_ms() == 0) {
@@ -874,7 +821,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   }
 
   v1::CaptureInfo info;
-  info.set_capture_id(NewId());
+  info.set_capture_id(NewCaptureId(options_.hostname, now));
   info.set_phase(v1::CAPTURE_PHASE_PENDING);
   info.set_requested_unix_ns(absl::ToUnixNanos(now));
   info.set_start_at_unix_ns(absl::ToUnixNanos(start_at));

@@ -93,7 +93,6 @@ class CaptureOrchestrator final : public AgentEventSink {
 
   std::shared_ptr<Capture> Find(const std::string& id) const;
   std::shared_ptr<Capture> FindByConnection(ConnectionId connection) const;
-  std::string NewId() const;
   std::string RunningCaptureOf(uint32_t pid) const;
 
   const CaptureOptions options_;

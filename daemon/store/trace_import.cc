@@ -7,16 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/analysis/trace_reader.h"
-#include "daemon/store/digest.h"
+#include "daemon/common/atomic_file.h"
+#include "daemon/common/sha256.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
 
@@ -53,24 +51,7 @@ absl::Status Gzip(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-std::string NewCaptureId(const std::string& hostname, absl::Time now) {
-  std::string host;
-  for (char c : hostname) host.push_back(absl::ascii_isalnum(c) || c == '-' ? c : '-');
-  if (host.empty()) host = "host";
-  std::random_device random;
-  return absl::StrCat(absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()), "-", host, "-",
-                      absl::StrFormat("%08x", random()));
-}
 
 absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) {
   // One streaming read both checks the input and gives the bottleneck report, the same
@@ -149,7 +130,8 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   }
   w.EndArray();
   w.EndObject();
-  if (absl::Status s = WriteFile(absl::StrCat(request.folder, "/manifest.json"), text.GetString());
+  if (absl::Status s =
+          WriteFileAtomically(absl::StrCat(request.folder, "/manifest.json"), text.GetString());
       !s.ok()) {
     return s;
   }

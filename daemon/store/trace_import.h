@@ -8,7 +8,6 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "profd/v1/store.pb.h"
 
 namespace profd::store {
@@ -30,8 +29,5 @@ struct ImportResult {
 
 // INVALID_ARGUMENT when the input is not a Chrome-trace JSON with a traceEvents array.
 absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request);
-
-// <yyyymmdd>T<hhmmss>Z-<host>-<8 hex>, the capture id format of docs/TRACE_FORMAT.md.
-std::string NewCaptureId(const std::string& hostname, absl::Time now);
 
 }  // namespace profd::store

@@ -14,7 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "daemon/store/digest.h"
+#include "daemon/common/proto_json.h"
+#include "daemon/common/sha256.h"
 #include "daemon/store/local_bucket.h"
 #include "google/protobuf/util/json_util.h"
 #include "rapidjson/document.h"
@@ -35,14 +36,6 @@ bool TimeFromId(const std::string& id, absl::Time* out) {
                                   id.substr(9, 2), ":", id.substr(11, 2), ":", id.substr(13, 2));
   std::string err;
   return absl::ParseTime("%Y-%m-%d %H:%M:%S", text, absl::UTCTimeZone(), out, &err);
-}
-
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
 }
 
 bool PodMatches(const v1::StoredTrace& t, const std::string& pod) {
@@ -293,7 +286,7 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described
     }
   }
   *index.add_traces() = stored;
-  s = bucket_->PutBytes(index_key, ToJson(index));
+  s = bucket_->PutBytes(index_key, ProtoToJson(index, {.readable = false}));
   if (!s.ok()) return s;
   return stored;
 }
