@@ -12,12 +12,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
+#include "daemon/capture/capture_folder.h"
 #include "daemon/capture/kineto_source.h"
 #include "daemon/checked_math.h"
-#include "daemon/common/atomic_file.h"
 #include "daemon/common/capture_id.h"
-#include "daemon/common/proto_json.h"
-#include "daemon/common/sha256.h"
 #include "daemon/log.h"
 #include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
@@ -202,9 +200,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   void OfferToKineto(int i, const v1::CaptureRequest& request) {
     const Target& t = targets_[i];
     Process& proc = processes_[i];
-    proc.kineto = std::make_unique<KinetoSource>(owner_->kineto_, t.info.pid(), t.info.uid(),
-                                                 folder_, owner_->options_.kineto_max_trace_bytes,
-                                                 owner_->options_.gzip_level);
+    proc.kineto = std::make_unique<KinetoSource>(
+        owner_->kineto_, t.info.pid(), t.info.uid(), folder_.path(),
+        owner_->options_.kineto_max_trace_bytes, owner_->options_.gzip_level);
     kineto::KinetoTraceRequest config;
     config.capture_id = info_.capture_id();
     config.duration = absl::Milliseconds(info_.duration_ms());
@@ -483,12 +481,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       tp.pod_name = targets_[i].info.pod_name();
       tp.pod_namespace = targets_[i].info.pod_namespace();
       tp.base_time_ns = BaseTimeNs(info_);
-      proc.file_name = absl::StrCat("trace-", p.pid(), ".json.gz");
-      proc.analysis_index = analysis_->AddProcess(p.pid(), folder_ + "/" + proc.file_name);
-      std::error_code ec;
-      std::filesystem::create_directories(folder_, ec);
-      auto writer = ChromeTraceWriter::Create(folder_ + "/" + proc.file_name, tp,
-                                              owner_->options_.gzip_level);
+      proc.file_name = CaptureFolder::TraceFileName(p.pid());
+      proc.analysis_index = analysis_->AddProcess(p.pid(), folder_.PathOf(proc.file_name));
+      auto writer = folder_.CreateTrace(tp, owner_->options_.gzip_level);
       if (!writer.ok()) {
         write_error_ = std::string(writer.status().message());
         LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
@@ -504,7 +499,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       }
     }
     if (owner_->options_.record_batches && write_error_.empty()) {
-      std::ofstream raw(absl::StrCat(folder_, "/batches-", p.pid(), ".pb"),
+      std::ofstream raw(folder_.PathOf(absl::StrCat("batches-", p.pid(), ".pb")),
                         std::ios::binary | std::ios::app);
       uint64_t n = bytes.size();
       while (n >= 0x80) {
@@ -597,28 +592,12 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         footer.error = p.state() == v1::CAPTURE_STATE_FAILED ? p.message() : "";
         absl::Status s = proc.writer->Finish(footer);
         if (!s.ok() && write_error_.empty()) write_error_ = std::string(s.message());
-        std::string path = folder_ + "/" + proc.file_name;
-        v1::TraceFile* file = info_.add_files();
-        file->set_name(proc.file_name);
-        file->set_path(path);
-        file->set_format("chrome-json-gz");
-        file->set_pid(p.pid());
-        std::error_code ec;
-        file->set_bytes(std::filesystem::file_size(path, ec));
-        file->set_sha256(Sha256OfFile(path).value_or(""));
+        *info_.add_files() = folder_.Describe(proc.file_name, CaptureFolder::kChromeTrace, p.pid());
         proc.writer.reset();
       }
       if (proc.kineto && p.state() == v1::CAPTURE_STATE_FINISHED) {
         // Kineto's own JSON, as the process wrote it (gzip): CPU operators, kernels, flows.
-        std::string path = folder_ + "/" + proc.file_name;
-        v1::TraceFile* file = info_.add_files();
-        file->set_name(proc.file_name);
-        file->set_path(path);
-        file->set_format("kineto-json-gz");
-        file->set_pid(p.pid());
-        std::error_code ec;
-        file->set_bytes(std::filesystem::file_size(path, ec));
-        file->set_sha256(Sha256OfFile(path).value_or(""));
+        *info_.add_files() = folder_.Describe(proc.file_name, CaptureFolder::kKinetoTrace, p.pid());
       }
     }
     uint64_t dropped = 0;
@@ -645,7 +624,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     info_.set_finished_unix_ns(absl::ToUnixNanos(absl::Now()));
 
     if (info_.files_size() > 0) {
-      info_.set_location(folder_);
+      info_.set_location(folder_.path());
       // The seeds' bottleneck analysis, made as the batches arrived: summary.json is the report
       // `profctl report` prints, and the capture's summary comes from it (one definition of the
       // window, events, busy share and kernel table: docs/ANALYSIS.md). A Kineto trace arrives
@@ -654,7 +633,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       bool kineto = false;
       for (const auto& f : info_.files()) {
         paths.push_back(f.path());
-        kineto |= f.format() == "kineto-json-gz";
+        kineto |= f.format() == CaptureFolder::kKinetoTrace;
       }
       absl::Status s;
       absl::StatusOr<analysis::Report> report =
@@ -670,18 +649,18 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
             }
           }
         }
-        s = analysis::WriteReportJson(*report, folder_ + "/summary.json");
+        s = folder_.WriteSummary(*report);
       } else {
         LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
                    report.status().message());
-        s = WriteFileAtomically(folder_ + "/summary.json", ProtoToJson(info_.summary()));
+        s = folder_.WriteSummary(info_.summary());
       }
-      if (s.ok()) s = WriteFileAtomically(folder_ + "/manifest.json", ProtoToJson(info_));
+      if (s.ok()) s = folder_.WriteManifest(info_);
       if (!s.ok()) {
         info_.set_phase(v1::CAPTURE_PHASE_FAILED);
         info_.set_message(std::string(s.message()));
       } else if (owner_->options_.on_complete) {
-        absl::StatusOr<std::string> location = owner_->options_.on_complete(info_, folder_);
+        absl::StatusOr<std::string> location = owner_->options_.on_complete(info_, folder_.path());
         if (location.ok()) {
           info_.set_location(*location);
         } else {
@@ -712,7 +691,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   v1::CaptureInfo info_;  // pipeline thread's working copy
   const std::vector<Target> targets_;
   const uint64_t max_events_;
-  const std::string folder_;
+  CaptureFolder folder_;  // the files, their sizes and digests
   std::vector<Process> processes_;
   std::unique_ptr<CaptureAnalysis> analysis_;  // the report, made as the batches arrive
   std::string write_error_;
