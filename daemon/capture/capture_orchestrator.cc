@@ -9,10 +9,10 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/capture/capture_folder.h"
+#include "daemon/capture/capture_session.h"
 #include "daemon/capture/kineto_source.h"
 #include "daemon/checked_math.h"
 #include "daemon/common/capture_id.h"
@@ -27,10 +27,6 @@ namespace {
 
 constexpr char kComponent[] = "capture";
 constexpr size_t kKeepFinished = 256;  // finished captures remembered for GetCapture/List
-
-bool ProcessTerminal(v1::CaptureState state) {
-  return state == v1::CAPTURE_STATE_FINISHED || state == v1::CAPTURE_STATE_FAILED;
-}
 
 // The base of a capture's trace times: whole milliseconds before the request, so every event
 // comes after it and ts stays small.
@@ -69,8 +65,7 @@ v1::CaptureSummary SummaryOf(const analysis::Report& report, uint64_t dropped_re
 }  // namespace
 
 bool CaptureOrchestrator::Terminal(v1::CapturePhase phase) {
-  return phase == v1::CAPTURE_PHASE_DONE || phase == v1::CAPTURE_PHASE_FAILED ||
-         phase == v1::CAPTURE_PHASE_CANCELLED;
+  return CaptureSession::Terminal(phase);
 }
 
 // One capture: its targets, its pipeline thread, and the snapshot the gRPC side reads.
@@ -81,18 +76,14 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   Capture(CaptureOrchestrator* owner, v1::CaptureInfo info, std::vector<Target> targets,
           uint64_t max_events, std::string folder)
       : owner_(owner),
-        info_(std::move(info)),
+        session_(WithProcesses(std::move(info), targets), SelfTimed(targets),
+                 {owner->options_.start_timeout, owner->options_.finish_timeout}),
+        info_(session_.mutable_info()),
         targets_(std::move(targets)),
         max_events_(max_events),
         folder_(std::move(folder)),
         analysis_(std::make_unique<CaptureAnalysis>(BaseTimeNs(info_))) {
     for (const Target& t : targets_) {
-      v1::ProcessCapture* p = info_.add_processes();
-      p->set_pid(t.info.pid());
-      p->set_comm(t.info.comm());
-      p->set_pod_name(t.info.pod_name());
-      p->set_state(v1::CAPTURE_STATE_UNSPECIFIED);
-      p->set_path(t.path);
       processes_.push_back(Process{});
       processes_.back().devices.assign(t.info.devices().begin(), t.info.devices().end());
     }
@@ -100,6 +91,26 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   ~Capture() { Join(); }
+
+  // The capture as requested, with a process for each target in target order.
+  static v1::CaptureInfo WithProcesses(v1::CaptureInfo info, const std::vector<Target>& targets) {
+    for (const Target& t : targets) {
+      v1::ProcessCapture* p = info.add_processes();
+      p->set_pid(t.info.pid());
+      p->set_comm(t.info.comm());
+      p->set_pod_name(t.info.pod_name());
+      p->set_state(v1::CAPTURE_STATE_UNSPECIFIED);
+      p->set_path(t.path);
+    }
+    return info;
+  }
+
+  // Kineto processes keep their own deadlines (the offer's expiry, kineto_deadline).
+  static std::vector<bool> SelfTimed(const std::vector<Target>& targets) {
+    std::vector<bool> out;
+    for (const Target& t : targets) out.push_back(t.path == v1::CAPTURE_PATH_KINETO);
+    return out;
+  }
 
   void Launch(const v1::CaptureRequest& request) {
     // Tell every agent and offer every Kineto its config first (cheap, queued), then let the
@@ -230,7 +241,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   bool HandleKineto(int i, const KinetoSource::Event& event) {
     v1::ProcessCapture& p = P(i);
     Process& proc = processes_[i];
-    if (ProcessTerminal(p.state())) return false;
+    if (CaptureSession::Terminal(p.state())) return false;
     if (event.kind == KinetoSource::Event::kExpired) {
       p.set_state(v1::CAPTURE_STATE_FAILED);
       p.set_error(v1::CAPTURE_ERROR_CUPTI_IN_USE);
@@ -259,7 +270,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   // Pipeline thread, every turn: has Kineto written the trace of a process it started?
-  bool CollectKineto() {
+  bool CollectKineto(absl::Time now) {
     bool changed = false;
     for (size_t i = 0; i < targets_.size(); ++i) {
       v1::ProcessCapture& p = P(i);
@@ -271,7 +282,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         p.set_state(v1::CAPTURE_STATE_FINISHED);
         p.set_disabled_unix_ns(p.enabled_unix_ns() + int64_t{info_.duration_ms()} * 1'000'000);
         changed = true;
-      } else if (!absl::IsNotFound(collected) || absl::Now() > proc.kineto_deadline) {
+      } else if (!absl::IsNotFound(collected) || now > proc.kineto_deadline) {
         p.set_state(v1::CAPTURE_STATE_FAILED);
         p.set_message(absl::IsNotFound(collected)
                           ? absl::StrCat("Kineto took the capture but wrote no trace within ",
@@ -312,9 +323,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       }
       bool changed = false;
       for (Item& item : items) changed |= Handle(item);
-      changed |= CheckDeadlines();
-      UpdatePhase();
-      if (AllTerminal()) {
+      const absl::Time now = absl::Now();
+      changed |= CheckDeadlines(now);
+      session_.UpdatePhase(now);
+      if (session_.AllTerminal()) {
         Finalize();
         ReleaseWorkingState();
         return;
@@ -347,11 +359,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         const Target& t = targets_[i];
         if (t.path == v1::CAPTURE_PATH_KINETO) {
           // Not taken yet: withdrawn. Taken: Kineto cannot be stopped; its trace comes at the end.
-          v1::ProcessCapture& p = P(i);
-          if (!processes_[i].kineto->delivered() && !ProcessTerminal(p.state())) {
+          if (!processes_[i].kineto->delivered() && !CaptureSession::Terminal(P(i).state())) {
             processes_[i].kineto->Withdraw();
-            p.set_state(v1::CAPTURE_STATE_FAILED);
-            p.set_message("cancelled before Kineto took the capture");
+            session_.Fail(i, "cancelled before Kineto took the capture");
           }
           continue;
         }
@@ -391,32 +401,13 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         return false;
       }
       case Item::kGone:
-        if (ProcessTerminal(p.state())) return false;
-        p.set_state(v1::CAPTURE_STATE_FAILED);
-        p.set_message("the agent disconnected during the capture (process exited or restarted?)");
-        return true;
+        return session_.AgentGone(i);
       case Item::kStatus: {
         const v1::CaptureStatus& s = item.status;
-        if (ProcessTerminal(p.state())) return false;
-        p.set_state(s.state());
-        if (s.error() != v1::CAPTURE_ERROR_NONE) p.set_error(s.error());
-        if (!s.message().empty()) p.set_message(s.message());
-        if (s.enabled_realtime_ns()) {
-          p.set_enabled_unix_ns(static_cast<int64_t>(s.enabled_realtime_ns()));
-          // From the request (or the start time asked for) to CUPTI enabled in the process.
-          int64_t from = std::max(info_.requested_unix_ns(), info_.start_at_unix_ns());
-          p.set_start_latency_ns(static_cast<int64_t>(s.enabled_realtime_ns()) - from);
-        }
-        if (s.disabled_realtime_ns()) {
-          p.set_disabled_unix_ns(static_cast<int64_t>(s.disabled_realtime_ns()));
-        }
-        if (s.state() == v1::CAPTURE_STATE_FINISHED) {
-          p.set_dropped_records(std::max<uint64_t>(s.dropped_records(), proc.dropped_from_batches));
-          p.set_truncated(s.truncated());
-          if (s.events() != p.events()) {
-            LogWarning(kComponent, "capture %s pid %u: agent sent %u events, %u arrived",
-                       info_.capture_id(), p.pid(), s.events(), p.events());
-          }
+        if (!session_.ApplyStatus(i, s, proc.dropped_from_batches)) return false;
+        if (s.state() == v1::CAPTURE_STATE_FINISHED && s.events() != p.events()) {
+          LogWarning(kComponent, "capture %s pid %u: agent sent %u events, %u arrived",
+                     info_.capture_id(), p.pid(), s.events(), p.events());
         }
         return true;
       }
@@ -429,11 +420,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
   // Gives up on one process of the capture: its trace keeps what came before.
   bool FailProcess(int i, const std::string& why) {
-    v1::ProcessCapture& p = P(i);
-    if (ProcessTerminal(p.state())) return false;
-    LogWarning(kComponent, "capture %s pid %u: %s", info_.capture_id(), p.pid(), why);
-    p.set_state(v1::CAPTURE_STATE_FAILED);
-    p.set_message(why);
+    if (!session_.Fail(i, why)) return false;
+    LogWarning(kComponent, "capture %s pid %u: %s", info_.capture_id(), P(i).pid(), why);
     return true;
   }
 
@@ -521,69 +509,19 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     p.set_dropped_records(proc.dropped_from_batches);
   }
 
-  bool CheckDeadlines() {
-    absl::Time now = absl::Now();
-    absl::Time start_at =
-        absl::FromUnixNanos(std::max(info_.requested_unix_ns(), info_.start_at_unix_ns()));
-    absl::Time end_at = start_at + absl::Milliseconds(info_.duration_ms());
-    bool changed = CollectKineto();
-    for (size_t i = 0; i < targets_.size(); ++i) {
-      v1::ProcessCapture& p = P(i);
-      // Kineto processes keep their own deadlines (the offer's expiry, kineto_deadline).
-      if (ProcessTerminal(p.state()) || targets_[i].path == v1::CAPTURE_PATH_KINETO) continue;
-      if (p.state() == v1::CAPTURE_STATE_UNSPECIFIED &&
-          now > start_at + owner_->options_.start_timeout) {
-        p.set_state(v1::CAPTURE_STATE_FAILED);
-        p.set_message(absl::StrCat("the agent did not enable CUPTI within ",
-                                   absl::FormatDuration(owner_->options_.start_timeout),
-                                   " of the start time (process stalled?)"));
-        changed = true;
-      } else if (now > end_at + owner_->options_.finish_timeout) {
-        p.set_state(v1::CAPTURE_STATE_FAILED);
-        p.set_message(absl::StrCat("no end of capture from the agent ",
-                                   absl::FormatDuration(owner_->options_.finish_timeout),
-                                   " after the capture should have ended; the trace is partial"));
-        changed = true;
-      }
-    }
+  // The agents' deadlines, kept by the session; Kineto's, kept here (CollectKineto).
+  bool CheckDeadlines(absl::Time now) {
+    bool changed = CollectKineto(now);
+    changed |= session_.CheckDeadlines(now);
     return changed;
-  }
-
-  bool AllTerminal() const {
-    for (const auto& p : info_.processes()) {
-      if (!ProcessTerminal(p.state())) return false;
-    }
-    return true;
-  }
-
-  void UpdatePhase() {
-    bool any_started = false;
-    for (const auto& p : info_.processes()) {
-      any_started |= p.state() == v1::CAPTURE_STATE_STARTED;
-    }
-    if (info_.phase() == v1::CAPTURE_PHASE_PENDING && any_started) {
-      info_.set_phase(v1::CAPTURE_PHASE_RUNNING);
-      info_.set_started_unix_ns(absl::ToUnixNanos(absl::Now()));
-    }
-    if (info_.phase() == v1::CAPTURE_PHASE_RUNNING &&
-        absl::Now() > absl::FromUnixNanos(info_.started_unix_ns()) +
-                          absl::Milliseconds(info_.duration_ms())) {
-      info_.set_phase(v1::CAPTURE_PHASE_FINISHING);
-    }
   }
 
   void Finalize() {
     info_.set_phase(v1::CAPTURE_PHASE_FINISHING);
     Publish();
-    std::vector<std::string> errors;
-    size_t failed = 0;
     for (size_t i = 0; i < targets_.size(); ++i) {
       v1::ProcessCapture& p = P(i);
       Process& proc = processes_[i];
-      if (p.state() == v1::CAPTURE_STATE_FAILED) {
-        ++failed;
-        errors.push_back(absl::StrCat("pid ", p.pid(), ": ", p.message()));
-      }
       if (proc.writer) {
         ChromeTraceWriter::Footer footer;
         footer.dropped_records = p.dropped_records();
@@ -606,22 +544,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     }
     info_.mutable_summary()->set_dropped_records(dropped);
 
-    if (cancelled_) {
-      info_.set_phase(v1::CAPTURE_PHASE_CANCELLED);
-      info_.set_message("cancelled; the events captured until then are kept");
-    } else if (failed == targets_.size()) {
-      info_.set_phase(v1::CAPTURE_PHASE_FAILED);
-      info_.set_message(absl::StrJoin(errors, "; "));
-    } else {
-      info_.set_phase(v1::CAPTURE_PHASE_DONE);
-      if (!errors.empty()) info_.set_message(absl::StrJoin(errors, "; "));
-    }
-    if (!write_error_.empty()) {
-      info_.set_phase(v1::CAPTURE_PHASE_FAILED);
-      info_.set_message(absl::StrCat("writing the trace failed: ", write_error_,
-                                     " (disk full? see profd --capture_dir)"));
-    }
-    info_.set_finished_unix_ns(absl::ToUnixNanos(absl::Now()));
+    session_.Conclude(cancelled_, write_error_, absl::Now());
 
     if (info_.files_size() > 0) {
       info_.set_location(folder_.path());
@@ -688,7 +611,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   CaptureOrchestrator* const owner_;
-  v1::CaptureInfo info_;  // pipeline thread's working copy
+  // The phase and the processes' states; info_ is its record (the pipeline thread's working copy
+  // of what Publish shows).
+  CaptureSession session_;
+  v1::CaptureInfo& info_;
   const std::vector<Target> targets_;
   const uint64_t max_events_;
   CaptureFolder folder_;  // the files, their sizes and digests
