@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -14,12 +13,12 @@
 #include "daemon/capture/capture_folder.h"
 #include "daemon/capture/capture_session.h"
 #include "daemon/capture/kineto_source.h"
+#include "daemon/capture/process_sink.h"
 #include "daemon/checked_math.h"
 #include "daemon/common/capture_id.h"
 #include "daemon/log.h"
 #include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
-#include "daemon/trace/string_table.h"
 #include "google/protobuf/arena.h"
 
 namespace profd {
@@ -83,9 +82,25 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         max_events_(max_events),
         folder_(std::move(folder)),
         analysis_(std::make_unique<CaptureAnalysis>(BaseTimeNs(info_))) {
+    ProcessSink::Options sink_options;
+    sink_options.gzip_level = owner_->options_.gzip_level;
+    sink_options.max_string_bytes = owner_->options_.max_string_bytes_per_process;
+    sink_options.record_batches = owner_->options_.record_batches;
     for (const Target& t : targets_) {
+      TraceProcess process;
+      process.pid = t.info.pid();
+      process.comm = t.info.comm();
+      process.command_line = t.info.command_line();
+      process.hostname = info_.hostname();
+      process.capture_id = info_.capture_id();
+      process.pod_name = t.info.pod_name();
+      process.pod_namespace = t.info.pod_namespace();
+      process.base_time_ns = BaseTimeNs(info_);
       processes_.push_back(Process{});
-      processes_.back().devices.assign(t.info.devices().begin(), t.info.devices().end());
+      processes_.back().sink = std::make_unique<ProcessSink>(
+          std::move(process),
+          std::vector<v1::DeviceInfo>(t.info.devices().begin(), t.info.devices().end()), &folder_,
+          analysis_.get(), sink_options);
     }
     snapshot_ = info_;
   }
@@ -190,17 +205,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
  private:
   struct Process {
-    StringTable names;
-    // What `names` holds, against max_string_bytes_per_process: a slot per id up to the
-    // largest, and the text of each string.
-    uint64_t string_bytes = 0;
-    uint32_t string_slots = 0;
-    std::unique_ptr<ChromeTraceWriter> writer;
-    std::vector<v1::DeviceInfo> devices;
-    std::string file_name;
-    size_t analysis_index = 0;  // in analysis_, once the trace file exists
-    uint64_t dropped_from_batches = 0;
+    std::unique_ptr<ProcessSink> sink;  // through the agent: where its batches go
     // Through Kineto: the offer, then the trace file to collect by `kineto_deadline`.
+    std::string kineto_file;
     std::unique_ptr<KinetoSource> kineto;
     absl::Time kineto_deadline = absl::InfiniteFuture();
   };
@@ -278,7 +285,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       if (proc.kineto == nullptr || p.state() != v1::CAPTURE_STATE_STARTED) continue;
       absl::Status collected = proc.kineto->TryCollect();
       if (collected.ok()) {
-        proc.file_name = proc.kineto->file_name();
+        proc.kineto_file = proc.kineto->file_name();
         p.set_state(v1::CAPTURE_STATE_FINISHED);
         p.set_disabled_unix_ns(p.enabled_unix_ns() + int64_t{info_.duration_ms()} * 1'000'000);
         changed = true;
@@ -394,7 +401,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
                                              "EventBatch (",
                                              bytes.size(), " bytes); the trace stops there"));
         }
-        if (std::string over = ChargeStrings(i, *batch); !over.empty()) {
+        if (std::string over = proc.sink->ChargeStrings(*batch); !over.empty()) {
           return FailProcess(i, over);
         }
         WriteBatch(i, *batch, bytes);
@@ -404,7 +411,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         return session_.AgentGone(i);
       case Item::kStatus: {
         const v1::CaptureStatus& s = item.status;
-        if (!session_.ApplyStatus(i, s, proc.dropped_from_batches)) return false;
+        if (!session_.ApplyStatus(i, s, proc.sink->dropped_records())) return false;
         if (s.state() == v1::CAPTURE_STATE_FINISHED && s.events() != p.events()) {
           LogWarning(kComponent, "capture %s pid %u: agent sent %u events, %u arrived",
                      info_.capture_id(), p.pid(), s.events(), p.events());
@@ -425,88 +432,17 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     return true;
   }
 
-  // The string table of a process grows with the largest id (a slot per id) and the text of
-  // each string; an agent choosing ids and texts must not make it grow without bound. Returns
-  // why the batch is refused, or "".
-  std::string ChargeStrings(int i, const v1::EventBatch& batch) {
-    Process& proc = processes_[i];
-    uint32_t top = 0;
-    uint64_t text = 0;
-    for (const v1::StringDef& def : batch.strings()) {
-      top = std::max(top, def.id());
-      text += def.value().size();
-    }
-    // A slot is two std::string (text, quoted); a string is kept twice (demangled, quoted).
-    const uint64_t slots = top >= proc.string_slots ? top + 1 - proc.string_slots : 0;
-    proc.string_slots = std::max(proc.string_slots, top + 1);
-    proc.string_bytes += slots * 2 * sizeof(std::string) + 2 * text;
-    const uint64_t limit = owner_->options_.max_string_bytes_per_process;
-    if (proc.string_bytes <= limit) return "";
-    return absl::StrCat("the agent's kernel and API names need more than ", limit >> 20,
-                        " MiB (string ids up to ", top,
-                        "): the trace stops there (CaptureOptions::max_string_bytes_per_process)");
-  }
-
+  // One batch into process i's sink; the first trace that fails to write fails the capture.
   void WriteBatch(int i, const v1::EventBatch& batch, absl::string_view bytes) {
     v1::ProcessCapture& p = P(i);
-    Process& proc = processes_[i];
-    const uint64_t rejected_before = proc.names.rejected();
-    proc.names.Add(batch);
-    if (proc.names.rejected() != rejected_before) {
-      // Once per batch that had refused names; their events are written with an empty name.
-      LogWarning(kComponent, "capture %s pid %u: %s", info_.capture_id(), p.pid(),
-                 proc.names.status().message());
+    ProcessSink& sink = *processes_[i].sink;
+    absl::Status s = sink.Write(batch, bytes, write_error_.empty());
+    if (!s.ok() && write_error_.empty()) {
+      write_error_ = std::string(s.message());
+      LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
     }
-    if (batch.devices_size() > 0)
-      proc.devices.assign(batch.devices().begin(), batch.devices().end());
-    if (proc.writer == nullptr && write_error_.empty()) {
-      TraceProcess tp;
-      tp.pid = p.pid();
-      tp.comm = targets_[i].info.comm();
-      tp.command_line = targets_[i].info.command_line();
-      tp.hostname = info_.hostname();
-      tp.capture_id = info_.capture_id();
-      tp.pod_name = targets_[i].info.pod_name();
-      tp.pod_namespace = targets_[i].info.pod_namespace();
-      tp.base_time_ns = BaseTimeNs(info_);
-      proc.file_name = CaptureFolder::TraceFileName(p.pid());
-      proc.analysis_index = analysis_->AddProcess(p.pid(), folder_.PathOf(proc.file_name));
-      auto writer = folder_.CreateTrace(tp, owner_->options_.gzip_level);
-      if (!writer.ok()) {
-        write_error_ = std::string(writer.status().message());
-        LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
-      } else {
-        proc.writer = std::move(*writer);
-      }
-    }
-    if (proc.writer) {
-      absl::Status s = proc.writer->Write(batch, proc.names);
-      if (!s.ok() && write_error_.empty()) {
-        write_error_ = std::string(s.message());
-        LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
-      }
-    }
-    if (owner_->options_.record_batches && write_error_.empty()) {
-      std::ofstream raw(folder_.PathOf(absl::StrCat("batches-", p.pid(), ".pb")),
-                        std::ios::binary | std::ios::app);
-      uint64_t n = bytes.size();
-      while (n >= 0x80) {
-        raw.put(static_cast<char>((n & 0x7f) | 0x80));
-        n >>= 7;
-      }
-      raw.put(static_cast<char>(n));
-      raw << bytes;
-    }
-    if (proc.writer) analysis_->AddBatch(proc.analysis_index, batch, proc.names);
-    uint64_t n = batch.kernels_size() + batch.memcpys_size() + batch.memsets_size() +
-                 batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +
-                 batch.overheads_size() + batch.markers_size();
-    p.set_events(p.events() + n);
-    // Saturating: the count comes from the agent.
-    proc.dropped_from_batches = batch.dropped_records() > UINT64_MAX - proc.dropped_from_batches
-                                    ? UINT64_MAX
-                                    : proc.dropped_from_batches + batch.dropped_records();
-    p.set_dropped_records(proc.dropped_from_batches);
+    p.set_events(sink.events());
+    p.set_dropped_records(sink.dropped_records());
   }
 
   // The agents' deadlines, kept by the session; Kineto's, kept here (CollectKineto).
@@ -522,20 +458,18 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     for (size_t i = 0; i < targets_.size(); ++i) {
       v1::ProcessCapture& p = P(i);
       Process& proc = processes_[i];
-      if (proc.writer) {
-        ChromeTraceWriter::Footer footer;
-        footer.dropped_records = p.dropped_records();
-        footer.truncated = p.truncated();
-        footer.devices = proc.devices;
-        footer.error = p.state() == v1::CAPTURE_STATE_FAILED ? p.message() : "";
-        absl::Status s = proc.writer->Finish(footer);
+      if (proc.sink->has_trace()) {
+        absl::Status s =
+            proc.sink->FinishTrace(p.dropped_records(), p.truncated(),
+                                   p.state() == v1::CAPTURE_STATE_FAILED ? p.message() : "");
         if (!s.ok() && write_error_.empty()) write_error_ = std::string(s.message());
-        *info_.add_files() = folder_.Describe(proc.file_name, CaptureFolder::kChromeTrace, p.pid());
-        proc.writer.reset();
+        *info_.add_files() =
+            folder_.Describe(proc.sink->file_name(), CaptureFolder::kChromeTrace, p.pid());
       }
       if (proc.kineto && p.state() == v1::CAPTURE_STATE_FINISHED) {
         // Kineto's own JSON, as the process wrote it (gzip): CPU operators, kernels, flows.
-        *info_.add_files() = folder_.Describe(proc.file_name, CaptureFolder::kKinetoTrace, p.pid());
+        *info_.add_files() =
+            folder_.Describe(proc.kineto_file, CaptureFolder::kKinetoTrace, p.pid());
       }
     }
     uint64_t dropped = 0;
