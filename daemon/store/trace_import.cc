@@ -84,6 +84,14 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   }
 
   const int64_t now_ns = absl::ToUnixNanos(absl::Now());
+  const int64_t started_ns =
+      trace.has_base_time && trace.base_time_ns > 0 ? trace.base_time_ns : now_ns;
+  v1::StoredTrace& described = result.described;
+  described.set_capture_id(request.capture_id);
+  described.set_hostname(request.hostname);
+  described.set_label(request.label);
+  described.set_source("import");
+  described.set_started_unix_ns(started_ns);
   rapidjson::StringBuffer text;
   rapidjson::Writer<rapidjson::StringBuffer> w(text);
   w.StartObject();
@@ -100,7 +108,7 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   w.Key("requested_unix_ns");
   w.Int64(now_ns);
   w.Key("started_unix_ns");
-  w.Int64(trace.has_base_time && trace.base_time_ns > 0 ? trace.base_time_ns : now_ns);
+  w.Int64(started_ns);
   w.Key("events");
   w.Uint64(result.events);
   w.Key("processes");
@@ -119,11 +127,15 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
     absl::StatusOr<std::string> sha = Sha256OfFile(path);
     if (!sha.ok()) return sha.status();
     std::error_code ec;
+    v1::StoredFile* file = described.add_files();
+    file->set_name(name);
+    file->set_bytes(fs::file_size(path, ec));
+    file->set_sha256(*sha);
     w.StartObject();
     w.Key("name");
     w.String(name.c_str());
     w.Key("bytes");
-    w.Uint64(fs::file_size(path, ec));
+    w.Uint64(file->bytes());
     w.Key("sha256");
     w.String(sha->c_str());
     w.EndObject();

@@ -25,6 +25,9 @@ struct ImportResult {
   uint64_t events = 0;
   uint64_t kernels = 0;
   std::string trace_file;  // name inside the folder
+  // The store's row for the imported capture, its files listed with their digests (for
+  // Spool::Submit: the manifest is not read back).
+  v1::StoredTrace described;
 };
 
 // INVALID_ARGUMENT when the input is not a Chrome-trace JSON with a traceEvents array.

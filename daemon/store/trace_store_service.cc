@@ -261,7 +261,7 @@ grpc::Status TraceStoreService::ImportTrace(grpc::ServerContext*,
     spool_->Abandon(id);
     return ToGrpcStatus(status);
   }
-  absl::StatusOr<v1::StoredTrace> queued = spool_->Submit(id);
+  absl::StatusOr<v1::StoredTrace> queued = spool_->Submit(imported->described);
   if (!queued.ok()) {
     spool_->Abandon(id);
     return ToGrpcStatus(queued.status());
