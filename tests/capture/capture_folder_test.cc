@@ -13,11 +13,7 @@
 namespace profd {
 namespace {
 
-using testing::ReadRecordedBatches;
-using testing::SourcePath;
 using testing::TempDir;
-
-constexpr char kFixture[] = "tests/fixtures/burst_1000_kernels.batches.pb";
 
 TEST(CaptureFolderTest, TraceDigestIsTakenWhileWritingAndMatchesTheFile) {
   TempDir dir;
@@ -28,7 +24,8 @@ TEST(CaptureFolderTest, TraceDigestIsTakenWhileWritingAndMatchesTheFile) {
   auto writer = folder.CreateTrace(process, 1);
   ASSERT_TRUE(writer.ok()) << writer.status();
   StringTable names;
-  for (const v1::EventBatch& b : ReadRecordedBatches(SourcePath(kFixture))) {
+  for (const v1::EventBatch& b : testing::ReadRecordedBatches(
+           testing::SourcePath("tests/fixtures/burst_1000_kernels.batches.pb"))) {
     names.Add(b);
     ASSERT_TRUE((*writer)->Write(b, names).ok());
   }

@@ -26,18 +26,31 @@ TraceProcess Process() {
   return process;
 }
 
+// A sink for pid 465 writing into a temporary capture folder, with the raw record on.
+struct RecordingSink {
+  RecordingSink()
+      : folder(dir.path()), analysis(0), sink(Process(), {}, &folder, &analysis, With()) {}
+  static ProcessSink::Options With() {
+    ProcessSink::Options options;
+    options.record_batches = true;
+    return options;
+  }
+
+  TempDir dir;
+  CaptureFolder folder;
+  CaptureAnalysis analysis;
+  ProcessSink sink;
+};
+
 uint64_t EventsIn(const v1::EventBatch& b) {
   return b.kernels_size() + b.memcpys_size() + b.memsets_size() + b.api_calls_size() +
          b.syncs_size() + b.memory_ops_size() + b.overheads_size() + b.markers_size();
 }
 
 TEST(ProcessSinkTest, BatchesGoToTheTraceTheRecordAndTheAnalysis) {
-  TempDir dir;
-  CaptureFolder folder(dir.path());
-  CaptureAnalysis analysis(0);
-  ProcessSink::Options options;
-  options.record_batches = true;
-  ProcessSink sink(Process(), {}, &folder, &analysis, options);
+  RecordingSink recording;
+  ProcessSink& sink = recording.sink;
+  const TempDir& dir = recording.dir;
   EXPECT_FALSE(sink.has_trace());
 
   std::vector<v1::EventBatch> batches = ReadRecordedBatches(SourcePath(kFixture));
@@ -63,18 +76,15 @@ TEST(ProcessSinkTest, BatchesGoToTheTraceTheRecordAndTheAnalysis) {
   ASSERT_EQ(recorded.size(), batches.size());
   EXPECT_EQ(recorded.back().SerializeAsString(), batches.back().SerializeAsString());
 
-  absl::StatusOr<analysis::Report> report = analysis.Finish();
+  absl::StatusOr<analysis::Report> report = recording.analysis.Finish();
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_GT(report->kernel_count, 0u);
 }
 
 TEST(ProcessSinkTest, NoFileIsStartedOnceTheCaptureCannotWrite) {
-  TempDir dir;
-  CaptureFolder folder(dir.path());
-  CaptureAnalysis analysis(0);
-  ProcessSink::Options options;
-  options.record_batches = true;
-  ProcessSink sink(Process(), {}, &folder, &analysis, options);
+  RecordingSink recording;
+  ProcessSink& sink = recording.sink;
+  const TempDir& dir = recording.dir;
   v1::EventBatch batch = ReadRecordedBatches(SourcePath(kFixture)).front();
   EXPECT_TRUE(sink.Write(batch, batch.SerializeAsString(), false).ok());
   EXPECT_FALSE(sink.has_trace());
