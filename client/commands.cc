@@ -6,17 +6,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "google/protobuf/util/json_util.h"
+#include "daemon/common/proto_json.h"
 
 namespace profctl {
 
 void PrintJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
+  const std::string out = profd::ProtoToJson(message);
   std::cout << out;
   if (out.empty() || out.back() != '\n') std::cout << '\n';
 }

@@ -86,7 +86,7 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, std::vector<st
         status.error_code() == grpc::StatusCode::UNAVAILABLE) {
       std::cerr << "profctl: " << arg << " is neither a trace file here nor a capture profd knows ("
                 << client.Explain(status) << ")\n";
-      return status.error_code() == grpc::StatusCode::NOT_FOUND ? kExitNotFound : kExitUnreachable;
+      return ProfdClient::ExitCodeFor(status);
     }
     return Fail(client, status);
   }

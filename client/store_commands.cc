@@ -1,6 +1,5 @@
 // profctl list, show, get, import, spool: the captures in profd's trace store (local folder or
 // S3) and in its spool, through the profd.v1.TraceStore service.
-#include <openssl/evp.h>
 #include <sys/stat.h>
 
 #include <cerrno>
@@ -15,7 +14,6 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -24,7 +22,8 @@
 #include "client/commands.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
-#include "google/protobuf/util/json_util.h"
+#include "daemon/common/proto_json.h"
+#include "daemon/common/sha256.h"
 #include "profd/v1/store.grpc.pb.h"
 #include "rapidjson/document.h"
 
@@ -64,32 +63,6 @@ grpc::ClientContext* WithStreamDeadline(grpc::ClientContext* ctx) {
 std::string State(const profd::v1::StoredTrace& t) {
   return t.state() == profd::v1::TRACE_STATE_SPOOLED ? "spooled" : "stored";
 }
-
-std::string Json(const google::protobuf::Message& m) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(m, &out, options);
-  return out;
-}
-
-class Sha256 {
- public:
-  Sha256() : ctx_(EVP_MD_CTX_new()) { EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr); }
-  ~Sha256() { EVP_MD_CTX_free(ctx_); }
-  void Update(const std::string& data) { EVP_DigestUpdate(ctx_, data.data(), data.size()); }
-  std::string Hex() {
-    unsigned char out[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx_, out, &n);
-    return absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(out), n));
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-};
 
 bool ParseSince(const std::string& text, int64_t* unix_ns) {
   if (text.empty()) return true;
@@ -211,7 +184,7 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
   if (!status.ok()) return Fail(client, status);
   if (g.json) {
     // The manifest and summary as JSON objects, not strings.
-    std::cout << "{\n\"trace\": " << Json(response.trace()) << ",\n\"manifest\": "
+    std::cout << "{\n\"trace\": " << profd::ProtoToJson(response.trace()) << ",\n\"manifest\": "
               << (response.manifest_json().empty() ? "null" : response.manifest_json())
               << ",\n\"summary\": "
               << (response.summary_json().empty() ? "null" : response.summary_json()) << "\n}\n";
@@ -283,7 +256,7 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
   };
   std::vector<Received> received;
   std::ofstream out;
-  std::unique_ptr<Sha256> hash;
+  std::unique_ptr<profd::Sha256> hash;
   std::string part_path;
   while (reader->Read(&chunk)) {
     if (chunk.has_trace()) trace = chunk.trace();
@@ -295,7 +268,7 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
       received.push_back({chunk.file(), "", 0});
       part_path = (fs::path(dir) / ("." + chunk.file().name() + ".part")).string();
       out = std::ofstream(part_path, std::ios::binary | std::ios::trunc);
-      hash = std::make_unique<Sha256>();
+      hash = std::make_unique<profd::Sha256>();
     }
     if (received.empty() || !hash) continue;
     out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
@@ -307,7 +280,7 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
         std::cerr << "profctl: cannot write " << part_path << "\n";
         return kExitError;
       }
-      received.back().sha256 = hash->Hex();
+      received.back().sha256 = hash->HexDigest();
       hash.reset();
       std::error_code ec;
       fs::rename(part_path, fs::path(dir) / received.back().info.name(), ec);

@@ -515,7 +515,8 @@ int Main(int argc, char** argv) {
     capture_options.on_complete = [&spool](
                                       const v1::CaptureInfo& info,
                                       const std::string& folder) -> absl::StatusOr<std::string> {
-      absl::StatusOr<v1::StoredTrace> queued = spool->SubmitCopy(info.capture_id(), folder);
+      absl::StatusOr<v1::StoredTrace> queued =
+          spool->SubmitCopy(store::DescribeCapture(info), folder);
       if (!queued.ok()) return queued.status();
       return folder;
     };

@@ -1,9 +1,7 @@
 // ReportToJson / WriteReportJson: the report's JSON form (summary.json, profctl report --json).
-#include <cstdio>
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
 #include "daemon/analysis/analysis.h"
+#include "daemon/common/atomic_file.h"
 #include "rapidjson/prettywriter.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
@@ -351,20 +349,7 @@ std::string ReportToJson(const Report& report, bool pretty) {
 }
 
 absl::Status WriteReportJson(const Report& report, const std::string& path) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << ReportToJson(report);
-    out.close();
-    if (!out) {
-      return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(
-        absl::StrCat("cannot rename ", tmp, " to ", path, ": ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
+  return WriteFileAtomically(path, ReportToJson(report));
 }
 
 }  // namespace profd::analysis

@@ -1,79 +1,31 @@
 #include "daemon/capture/capture_orchestrator.h"
 
 #include <malloc.h>
-#include <openssl/evp.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
-#include <fstream>
-#include <random>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
-#include "daemon/trace/capture_analysis.h"
+#include "daemon/capture/capture_folder.h"
+#include "daemon/capture/capture_session.h"
 #include "daemon/capture/kineto_source.h"
+#include "daemon/capture/process_sink.h"
 #include "daemon/checked_math.h"
+#include "daemon/common/capture_id.h"
 #include "daemon/log.h"
+#include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
-#include "daemon/trace/string_table.h"
 #include "google/protobuf/arena.h"
-#include "google/protobuf/util/json_util.h"
 
 namespace profd {
 namespace {
 
 constexpr char kComponent[] = "capture";
 constexpr size_t kKeepFinished = 256;  // finished captures remembered for GetCapture/List
-
-std::string Sha256Hex(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-  char buf[1 << 16];
-  while (in.read(buf, sizeof(buf)) || in.gcount() > 0) {
-    EVP_DigestUpdate(ctx, buf, static_cast<size_t>(in.gcount()));
-  }
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int n = 0;
-  EVP_DigestFinal_ex(ctx, digest, &n);
-  EVP_MD_CTX_free(ctx);
-  std::string hex;
-  for (unsigned int i = 0; i < n; ++i) absl::StrAppend(&hex, absl::Hex(digest[i], absl::kZeroPad2));
-  return hex;
-}
-
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.add_whitespace = true;
-  options.preserve_proto_field_names = true;
-  options.always_print_primitive_fields = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
-}
-
-// Written under a temporary name, then renamed: a reader never sees half a file.
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    out << content;
-    out.flush();
-    if (!out) return absl::ResourceExhaustedError(absl::StrCat("cannot write ", path));
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
-}
-
-bool ProcessTerminal(v1::CaptureState state) {
-  return state == v1::CAPTURE_STATE_FINISHED || state == v1::CAPTURE_STATE_FAILED;
-}
 
 // The base of a capture's trace times: whole milliseconds before the request, so every event
 // comes after it and ts stays small.
@@ -113,8 +65,7 @@ v1::CaptureSummary SummaryOf(const analysis::Report& report, uint64_t dropped_re
 }  // namespace
 
 bool CaptureOrchestrator::Terminal(v1::CapturePhase phase) {
-  return phase == v1::CAPTURE_PHASE_DONE || phase == v1::CAPTURE_PHASE_FAILED ||
-         phase == v1::CAPTURE_PHASE_CANCELLED;
+  return CaptureSession::Terminal(phase);
 }
 
 // One capture: its targets, its pipeline thread, and the snapshot the gRPC side reads.
@@ -125,25 +76,57 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   Capture(CaptureOrchestrator* owner, v1::CaptureInfo info, std::vector<Target> targets,
           uint64_t max_events, std::string folder)
       : owner_(owner),
-        info_(std::move(info)),
+        session_(WithProcesses(std::move(info), targets), SelfTimed(targets),
+                 {owner->options_.start_timeout, owner->options_.finish_timeout}),
+        info_(session_.mutable_info()),
         targets_(std::move(targets)),
         max_events_(max_events),
         folder_(std::move(folder)),
         analysis_(std::make_unique<CaptureAnalysis>(BaseTimeNs(info_))) {
+    ProcessSink::Options sink_options;
+    sink_options.gzip_level = owner_->options_.gzip_level;
+    sink_options.max_string_bytes = owner_->options_.max_string_bytes_per_process;
+    sink_options.record_batches = owner_->options_.record_batches;
     for (const Target& t : targets_) {
-      v1::ProcessCapture* p = info_.add_processes();
-      p->set_pid(t.info.pid());
-      p->set_comm(t.info.comm());
-      p->set_pod_name(t.info.pod_name());
-      p->set_state(v1::CAPTURE_STATE_UNSPECIFIED);
-      p->set_path(t.path);
+      TraceProcess process;
+      process.pid = t.info.pid();
+      process.comm = t.info.comm();
+      process.command_line = t.info.command_line();
+      process.hostname = info_.hostname();
+      process.capture_id = info_.capture_id();
+      process.pod_name = t.info.pod_name();
+      process.pod_namespace = t.info.pod_namespace();
+      process.base_time_ns = BaseTimeNs(info_);
       processes_.push_back(Process{});
-      processes_.back().devices.assign(t.info.devices().begin(), t.info.devices().end());
+      processes_.back().sink = std::make_unique<ProcessSink>(
+          std::move(process),
+          std::vector<v1::DeviceInfo>(t.info.devices().begin(), t.info.devices().end()), &folder_,
+          analysis_.get(), sink_options);
     }
     snapshot_ = info_;
   }
 
   ~Capture() { Join(); }
+
+  // The capture as requested, with a process for each target in target order.
+  static v1::CaptureInfo WithProcesses(v1::CaptureInfo info, const std::vector<Target>& targets) {
+    for (const Target& t : targets) {
+      v1::ProcessCapture* p = info.add_processes();
+      p->set_pid(t.info.pid());
+      p->set_comm(t.info.comm());
+      p->set_pod_name(t.info.pod_name());
+      p->set_state(v1::CAPTURE_STATE_UNSPECIFIED);
+      p->set_path(t.path);
+    }
+    return info;
+  }
+
+  // Kineto processes keep their own deadlines (the offer's expiry, kineto_deadline).
+  static std::vector<bool> SelfTimed(const std::vector<Target>& targets) {
+    std::vector<bool> out;
+    for (const Target& t : targets) out.push_back(t.path == v1::CAPTURE_PATH_KINETO);
+    return out;
+  }
 
   void Launch(const v1::CaptureRequest& request) {
     // Tell every agent and offer every Kineto its config first (cheap, queued), then let the
@@ -223,17 +206,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
  private:
   struct Process {
-    StringTable names;
-    // What `names` holds, against max_string_bytes_per_process: a slot per id up to the
-    // largest, and the text of each string.
-    uint64_t string_bytes = 0;
-    uint32_t string_slots = 0;
-    std::unique_ptr<ChromeTraceWriter> writer;
-    std::vector<v1::DeviceInfo> devices;
-    std::string file_name;
-    size_t analysis_index = 0;  // in analysis_, once the trace file exists
-    uint64_t dropped_from_batches = 0;
+    std::unique_ptr<ProcessSink> sink;  // through the agent: where its batches go
     // Through Kineto: the offer, then the trace file to collect by `kineto_deadline`.
+    std::string kineto_file;
     std::unique_ptr<KinetoSource> kineto;
     absl::Time kineto_deadline = absl::InfiniteFuture();
   };
@@ -244,9 +219,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   void OfferToKineto(int i, const v1::CaptureRequest& request) {
     const Target& t = targets_[i];
     Process& proc = processes_[i];
-    proc.kineto = std::make_unique<KinetoSource>(owner_->kineto_, t.info.pid(), t.info.uid(),
-                                                 folder_, owner_->options_.kineto_max_trace_bytes,
-                                                 owner_->options_.gzip_level);
+    proc.kineto = std::make_unique<KinetoSource>(
+        owner_->kineto_, t.info.pid(), t.info.uid(), folder_.path(),
+        owner_->options_.kineto_max_trace_bytes, owner_->options_.gzip_level);
     kineto::KinetoTraceRequest config;
     config.capture_id = info_.capture_id();
     config.duration = absl::Milliseconds(info_.duration_ms());
@@ -274,7 +249,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   bool HandleKineto(int i, const KinetoSource::Event& event) {
     v1::ProcessCapture& p = P(i);
     Process& proc = processes_[i];
-    if (ProcessTerminal(p.state())) return false;
+    if (CaptureSession::Terminal(p.state())) return false;
     if (event.kind == KinetoSource::Event::kExpired) {
       p.set_state(v1::CAPTURE_STATE_FAILED);
       p.set_error(v1::CAPTURE_ERROR_CUPTI_IN_USE);
@@ -303,7 +278,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   // Pipeline thread, every turn: has Kineto written the trace of a process it started?
-  bool CollectKineto() {
+  bool CollectKineto(absl::Time now) {
     bool changed = false;
     for (size_t i = 0; i < targets_.size(); ++i) {
       v1::ProcessCapture& p = P(i);
@@ -311,11 +286,11 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       if (proc.kineto == nullptr || p.state() != v1::CAPTURE_STATE_STARTED) continue;
       absl::Status collected = proc.kineto->TryCollect();
       if (collected.ok()) {
-        proc.file_name = proc.kineto->file_name();
+        proc.kineto_file = proc.kineto->file_name();
         p.set_state(v1::CAPTURE_STATE_FINISHED);
         p.set_disabled_unix_ns(p.enabled_unix_ns() + int64_t{info_.duration_ms()} * 1'000'000);
         changed = true;
-      } else if (!absl::IsNotFound(collected) || absl::Now() > proc.kineto_deadline) {
+      } else if (!absl::IsNotFound(collected) || now > proc.kineto_deadline) {
         p.set_state(v1::CAPTURE_STATE_FAILED);
         p.set_message(absl::IsNotFound(collected)
                           ? absl::StrCat("Kineto took the capture but wrote no trace within ",
@@ -356,9 +331,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       }
       bool changed = false;
       for (Item& item : items) changed |= Handle(item);
-      changed |= CheckDeadlines();
-      UpdatePhase();
-      if (AllTerminal()) {
+      const absl::Time now = absl::Now();
+      changed |= CheckDeadlines(now);
+      session_.UpdatePhase(now);
+      if (session_.AllTerminal()) {
         Finalize();
         ReleaseWorkingState();
         return;
@@ -391,11 +367,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         const Target& t = targets_[i];
         if (t.path == v1::CAPTURE_PATH_KINETO) {
           // Not taken yet: withdrawn. Taken: Kineto cannot be stopped; its trace comes at the end.
-          v1::ProcessCapture& p = P(i);
-          if (!processes_[i].kineto->delivered() && !ProcessTerminal(p.state())) {
+          if (!processes_[i].kineto->delivered() && !CaptureSession::Terminal(P(i).state())) {
             processes_[i].kineto->Withdraw();
-            p.set_state(v1::CAPTURE_STATE_FAILED);
-            p.set_message("cancelled before Kineto took the capture");
+            session_.Fail(i, "cancelled before Kineto took the capture");
           }
           continue;
         }
@@ -428,39 +402,20 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
                                              "EventBatch (",
                                              bytes.size(), " bytes); the trace stops there"));
         }
-        if (std::string over = ChargeStrings(i, *batch); !over.empty()) {
+        if (std::string over = proc.sink->ChargeStrings(*batch); !over.empty()) {
           return FailProcess(i, over);
         }
         WriteBatch(i, *batch, bytes);
         return false;
       }
       case Item::kGone:
-        if (ProcessTerminal(p.state())) return false;
-        p.set_state(v1::CAPTURE_STATE_FAILED);
-        p.set_message("the agent disconnected during the capture (process exited or restarted?)");
-        return true;
+        return session_.AgentGone(i);
       case Item::kStatus: {
         const v1::CaptureStatus& s = item.status;
-        if (ProcessTerminal(p.state())) return false;
-        p.set_state(s.state());
-        if (s.error() != v1::CAPTURE_ERROR_NONE) p.set_error(s.error());
-        if (!s.message().empty()) p.set_message(s.message());
-        if (s.enabled_realtime_ns()) {
-          p.set_enabled_unix_ns(static_cast<int64_t>(s.enabled_realtime_ns()));
-          // From the request (or the start time asked for) to CUPTI enabled in the process.
-          int64_t from = std::max(info_.requested_unix_ns(), info_.start_at_unix_ns());
-          p.set_start_latency_ns(static_cast<int64_t>(s.enabled_realtime_ns()) - from);
-        }
-        if (s.disabled_realtime_ns()) {
-          p.set_disabled_unix_ns(static_cast<int64_t>(s.disabled_realtime_ns()));
-        }
-        if (s.state() == v1::CAPTURE_STATE_FINISHED) {
-          p.set_dropped_records(std::max<uint64_t>(s.dropped_records(), proc.dropped_from_batches));
-          p.set_truncated(s.truncated());
-          if (s.events() != p.events()) {
-            LogWarning(kComponent, "capture %s pid %u: agent sent %u events, %u arrived",
-                       info_.capture_id(), p.pid(), s.events(), p.events());
-          }
+        if (!session_.ApplyStatus(i, s, proc.sink->dropped_records())) return false;
+        if (s.state() == v1::CAPTURE_STATE_FINISHED && s.events() != p.events()) {
+          LogWarning(kComponent, "capture %s pid %u: agent sent %u events, %u arrived",
+                     info_.capture_id(), p.pid(), s.events(), p.events());
         }
         return true;
       }
@@ -473,194 +428,49 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
   // Gives up on one process of the capture: its trace keeps what came before.
   bool FailProcess(int i, const std::string& why) {
-    v1::ProcessCapture& p = P(i);
-    if (ProcessTerminal(p.state())) return false;
-    LogWarning(kComponent, "capture %s pid %u: %s", info_.capture_id(), p.pid(), why);
-    p.set_state(v1::CAPTURE_STATE_FAILED);
-    p.set_message(why);
+    if (!session_.Fail(i, why)) return false;
+    LogWarning(kComponent, "capture %s pid %u: %s", info_.capture_id(), P(i).pid(), why);
     return true;
   }
 
-  // The string table of a process grows with the largest id (a slot per id) and the text of
-  // each string; an agent choosing ids and texts must not make it grow without bound. Returns
-  // why the batch is refused, or "".
-  std::string ChargeStrings(int i, const v1::EventBatch& batch) {
-    Process& proc = processes_[i];
-    uint32_t top = 0;
-    uint64_t text = 0;
-    for (const v1::StringDef& def : batch.strings()) {
-      top = std::max(top, def.id());
-      text += def.value().size();
-    }
-    // A slot is two std::string (text, quoted); a string is kept twice (demangled, quoted).
-    const uint64_t slots = top >= proc.string_slots ? top + 1 - proc.string_slots : 0;
-    proc.string_slots = std::max(proc.string_slots, top + 1);
-    proc.string_bytes += slots * 2 * sizeof(std::string) + 2 * text;
-    const uint64_t limit = owner_->options_.max_string_bytes_per_process;
-    if (proc.string_bytes <= limit) return "";
-    return absl::StrCat("the agent's kernel and API names need more than ", limit >> 20,
-                        " MiB (string ids up to ", top,
-                        "): the trace stops there (CaptureOptions::max_string_bytes_per_process)");
-  }
-
+  // One batch into process i's sink; the first trace that fails to write fails the capture.
   void WriteBatch(int i, const v1::EventBatch& batch, absl::string_view bytes) {
     v1::ProcessCapture& p = P(i);
-    Process& proc = processes_[i];
-    const uint64_t rejected_before = proc.names.rejected();
-    proc.names.Add(batch);
-    if (proc.names.rejected() != rejected_before) {
-      // Once per batch that had refused names; their events are written with an empty name.
-      LogWarning(kComponent, "capture %s pid %u: %s", info_.capture_id(), p.pid(),
-                 proc.names.status().message());
+    ProcessSink& sink = *processes_[i].sink;
+    absl::Status s = sink.Write(batch, bytes, write_error_.empty());
+    if (!s.ok() && write_error_.empty()) {
+      write_error_ = std::string(s.message());
+      LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
     }
-    if (batch.devices_size() > 0)
-      proc.devices.assign(batch.devices().begin(), batch.devices().end());
-    if (proc.writer == nullptr && write_error_.empty()) {
-      TraceProcess tp;
-      tp.pid = p.pid();
-      tp.comm = targets_[i].info.comm();
-      tp.command_line = targets_[i].info.command_line();
-      tp.hostname = info_.hostname();
-      tp.capture_id = info_.capture_id();
-      tp.pod_name = targets_[i].info.pod_name();
-      tp.pod_namespace = targets_[i].info.pod_namespace();
-      tp.base_time_ns = BaseTimeNs(info_);
-      proc.file_name = absl::StrCat("trace-", p.pid(), ".json.gz");
-      proc.analysis_index = analysis_->AddProcess(p.pid(), folder_ + "/" + proc.file_name);
-      std::error_code ec;
-      std::filesystem::create_directories(folder_, ec);
-      auto writer = ChromeTraceWriter::Create(folder_ + "/" + proc.file_name, tp,
-                                              owner_->options_.gzip_level);
-      if (!writer.ok()) {
-        write_error_ = std::string(writer.status().message());
-        LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
-      } else {
-        proc.writer = std::move(*writer);
-      }
-    }
-    if (proc.writer) {
-      absl::Status s = proc.writer->Write(batch, proc.names);
-      if (!s.ok() && write_error_.empty()) {
-        write_error_ = std::string(s.message());
-        LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
-      }
-    }
-    if (owner_->options_.record_batches && write_error_.empty()) {
-      std::ofstream raw(absl::StrCat(folder_, "/batches-", p.pid(), ".pb"),
-                        std::ios::binary | std::ios::app);
-      uint64_t n = bytes.size();
-      while (n >= 0x80) {
-        raw.put(static_cast<char>((n & 0x7f) | 0x80));
-        n >>= 7;
-      }
-      raw.put(static_cast<char>(n));
-      raw << bytes;
-    }
-    if (proc.writer) analysis_->AddBatch(proc.analysis_index, batch, proc.names);
-    uint64_t n = batch.kernels_size() + batch.memcpys_size() + batch.memsets_size() +
-                 batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +
-                 batch.overheads_size() + batch.markers_size();
-    p.set_events(p.events() + n);
-    // Saturating: the count comes from the agent.
-    proc.dropped_from_batches = batch.dropped_records() > UINT64_MAX - proc.dropped_from_batches
-                                    ? UINT64_MAX
-                                    : proc.dropped_from_batches + batch.dropped_records();
-    p.set_dropped_records(proc.dropped_from_batches);
+    p.set_events(sink.events());
+    p.set_dropped_records(sink.dropped_records());
   }
 
-  bool CheckDeadlines() {
-    absl::Time now = absl::Now();
-    absl::Time start_at =
-        absl::FromUnixNanos(std::max(info_.requested_unix_ns(), info_.start_at_unix_ns()));
-    absl::Time end_at = start_at + absl::Milliseconds(info_.duration_ms());
-    bool changed = CollectKineto();
-    for (size_t i = 0; i < targets_.size(); ++i) {
-      v1::ProcessCapture& p = P(i);
-      // Kineto processes keep their own deadlines (the offer's expiry, kineto_deadline).
-      if (ProcessTerminal(p.state()) || targets_[i].path == v1::CAPTURE_PATH_KINETO) continue;
-      if (p.state() == v1::CAPTURE_STATE_UNSPECIFIED &&
-          now > start_at + owner_->options_.start_timeout) {
-        p.set_state(v1::CAPTURE_STATE_FAILED);
-        p.set_message(absl::StrCat("the agent did not enable CUPTI within ",
-                                   absl::FormatDuration(owner_->options_.start_timeout),
-                                   " of the start time (process stalled?)"));
-        changed = true;
-      } else if (now > end_at + owner_->options_.finish_timeout) {
-        p.set_state(v1::CAPTURE_STATE_FAILED);
-        p.set_message(absl::StrCat("no end of capture from the agent ",
-                                   absl::FormatDuration(owner_->options_.finish_timeout),
-                                   " after the capture should have ended; the trace is partial"));
-        changed = true;
-      }
-    }
+  // The agents' deadlines, kept by the session; Kineto's, kept here (CollectKineto).
+  bool CheckDeadlines(absl::Time now) {
+    bool changed = CollectKineto(now);
+    changed |= session_.CheckDeadlines(now);
     return changed;
-  }
-
-  bool AllTerminal() const {
-    for (const auto& p : info_.processes()) {
-      if (!ProcessTerminal(p.state())) return false;
-    }
-    return true;
-  }
-
-  void UpdatePhase() {
-    bool any_started = false;
-    for (const auto& p : info_.processes()) {
-      any_started |= p.state() == v1::CAPTURE_STATE_STARTED;
-    }
-    if (info_.phase() == v1::CAPTURE_PHASE_PENDING && any_started) {
-      info_.set_phase(v1::CAPTURE_PHASE_RUNNING);
-      info_.set_started_unix_ns(absl::ToUnixNanos(absl::Now()));
-    }
-    if (info_.phase() == v1::CAPTURE_PHASE_RUNNING &&
-        absl::Now() > absl::FromUnixNanos(info_.started_unix_ns()) +
-                          absl::Milliseconds(info_.duration_ms())) {
-      info_.set_phase(v1::CAPTURE_PHASE_FINISHING);
-    }
   }
 
   void Finalize() {
     info_.set_phase(v1::CAPTURE_PHASE_FINISHING);
     Publish();
-    std::vector<std::string> errors;
-    size_t failed = 0;
     for (size_t i = 0; i < targets_.size(); ++i) {
       v1::ProcessCapture& p = P(i);
       Process& proc = processes_[i];
-      if (p.state() == v1::CAPTURE_STATE_FAILED) {
-        ++failed;
-        errors.push_back(absl::StrCat("pid ", p.pid(), ": ", p.message()));
-      }
-      if (proc.writer) {
-        ChromeTraceWriter::Footer footer;
-        footer.dropped_records = p.dropped_records();
-        footer.truncated = p.truncated();
-        footer.devices = proc.devices;
-        footer.error = p.state() == v1::CAPTURE_STATE_FAILED ? p.message() : "";
-        absl::Status s = proc.writer->Finish(footer);
+      if (proc.sink->has_trace()) {
+        absl::Status s =
+            proc.sink->FinishTrace(p.dropped_records(), p.truncated(),
+                                   p.state() == v1::CAPTURE_STATE_FAILED ? p.message() : "");
         if (!s.ok() && write_error_.empty()) write_error_ = std::string(s.message());
-        std::string path = folder_ + "/" + proc.file_name;
-        v1::TraceFile* file = info_.add_files();
-        file->set_name(proc.file_name);
-        file->set_path(path);
-        file->set_format("chrome-json-gz");
-        file->set_pid(p.pid());
-        std::error_code ec;
-        file->set_bytes(std::filesystem::file_size(path, ec));
-        file->set_sha256(Sha256Hex(path));
-        proc.writer.reset();
+        *info_.add_files() =
+            folder_.Describe(proc.sink->file_name(), CaptureFolder::kChromeTrace, p.pid());
       }
       if (proc.kineto && p.state() == v1::CAPTURE_STATE_FINISHED) {
         // Kineto's own JSON, as the process wrote it (gzip): CPU operators, kernels, flows.
-        std::string path = folder_ + "/" + proc.file_name;
-        v1::TraceFile* file = info_.add_files();
-        file->set_name(proc.file_name);
-        file->set_path(path);
-        file->set_format("kineto-json-gz");
-        file->set_pid(p.pid());
-        std::error_code ec;
-        file->set_bytes(std::filesystem::file_size(path, ec));
-        file->set_sha256(Sha256Hex(path));
+        *info_.add_files() =
+            folder_.Describe(proc.kineto_file, CaptureFolder::kKinetoTrace, p.pid());
       }
     }
     uint64_t dropped = 0;
@@ -669,25 +479,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     }
     info_.mutable_summary()->set_dropped_records(dropped);
 
-    if (cancelled_) {
-      info_.set_phase(v1::CAPTURE_PHASE_CANCELLED);
-      info_.set_message("cancelled; the events captured until then are kept");
-    } else if (failed == targets_.size()) {
-      info_.set_phase(v1::CAPTURE_PHASE_FAILED);
-      info_.set_message(absl::StrJoin(errors, "; "));
-    } else {
-      info_.set_phase(v1::CAPTURE_PHASE_DONE);
-      if (!errors.empty()) info_.set_message(absl::StrJoin(errors, "; "));
-    }
-    if (!write_error_.empty()) {
-      info_.set_phase(v1::CAPTURE_PHASE_FAILED);
-      info_.set_message(absl::StrCat("writing the trace failed: ", write_error_,
-                                     " (disk full? see profd --capture_dir)"));
-    }
-    info_.set_finished_unix_ns(absl::ToUnixNanos(absl::Now()));
+    session_.Conclude(cancelled_, write_error_, absl::Now());
 
     if (info_.files_size() > 0) {
-      info_.set_location(folder_);
+      info_.set_location(folder_.path());
       // The seeds' bottleneck analysis, made as the batches arrived: summary.json is the report
       // `profctl report` prints, and the capture's summary comes from it (one definition of the
       // window, events, busy share and kernel table: docs/ANALYSIS.md). A Kineto trace arrives
@@ -696,7 +491,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       bool kineto = false;
       for (const auto& f : info_.files()) {
         paths.push_back(f.path());
-        kineto |= f.format() == "kineto-json-gz";
+        kineto |= f.format() == CaptureFolder::kKinetoTrace;
       }
       absl::Status s;
       absl::StatusOr<analysis::Report> report =
@@ -712,18 +507,18 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
             }
           }
         }
-        s = analysis::WriteReportJson(*report, folder_ + "/summary.json");
+        s = folder_.WriteSummary(*report);
       } else {
         LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
                    report.status().message());
-        s = WriteFileAtomically(folder_ + "/summary.json", ToJson(info_.summary()));
+        s = folder_.WriteSummary(info_.summary());
       }
-      if (s.ok()) s = WriteFileAtomically(folder_ + "/manifest.json", ToJson(info_));
+      if (s.ok()) s = folder_.WriteManifest(info_);
       if (!s.ok()) {
         info_.set_phase(v1::CAPTURE_PHASE_FAILED);
         info_.set_message(std::string(s.message()));
       } else if (owner_->options_.on_complete) {
-        absl::StatusOr<std::string> location = owner_->options_.on_complete(info_, folder_);
+        absl::StatusOr<std::string> location = owner_->options_.on_complete(info_, folder_.path());
         if (location.ok()) {
           info_.set_location(*location);
         } else {
@@ -751,10 +546,13 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   CaptureOrchestrator* const owner_;
-  v1::CaptureInfo info_;  // pipeline thread's working copy
+  // The phase and the processes' states; info_ is its record (the pipeline thread's working copy
+  // of what Publish shows).
+  CaptureSession session_;
+  v1::CaptureInfo& info_;
   const std::vector<Target> targets_;
   const uint64_t max_events_;
-  const std::string folder_;
+  CaptureFolder folder_;  // the files, their sizes and digests
   std::vector<Process> processes_;
   std::unique_ptr<CaptureAnalysis> analysis_;  // the report, made as the batches arrive
   std::string write_error_;
@@ -812,18 +610,6 @@ CaptureOrchestrator::~CaptureOrchestrator() {
   for (auto& c : all) c->Join();
 }
 
-std::string CaptureOrchestrator::NewId() const {
-  static std::mt19937_64 rng(std::random_device{}());
-  static absl::Mutex rng_mutex;
-  uint32_t suffix;
-  {
-    absl::MutexLock lock(&rng_mutex);
-    suffix = static_cast<uint32_t>(rng());
-  }
-  return absl::StrCat(absl::FormatTime("%Y%m%dT%H%M%SZ", absl::Now(), absl::UTCTimeZone()), "-",
-                      options_.hostname, "-", absl::Hex(suffix, absl::kZeroPad8));
-}
-
 absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest& request) {
   // What and for how long.
   if (request.duration_ms() == 0) {
@@ -875,7 +661,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   }
 
   v1::CaptureInfo info;
-  info.set_capture_id(NewId());
+  info.set_capture_id(NewCaptureId(options_.hostname, now));
   info.set_phase(v1::CAPTURE_PHASE_PENDING);
   info.set_requested_unix_ns(absl::ToUnixNanos(now));
   info.set_start_at_unix_ns(absl::ToUnixNanos(start_at));

@@ -1,6 +1,9 @@
 // Runs captures: validates a request against the agents profd knows, tells each agent when to
 // enable CUPTI and for how long, streams the event batches that come back into one trace file
 // per process, builds the summary, writes the capture folder, and hands it to the store.
+// It coordinates the parts that do the work: CaptureTargets (which processes, and how),
+// CaptureSession (phase, per-process states, timeouts), ProcessSink (one process's batches into
+// its trace, raw record and the streaming analysis) and CaptureFolder (the files and digests).
 //
 // Threads: Start/Get/List/Cancel/WaitForChange run on gRPC threads and take mutex_ briefly. The
 // AgentEventSink calls come from the agent I/O thread and only queue work. Each capture has one
@@ -93,7 +96,6 @@ class CaptureOrchestrator final : public AgentEventSink {
 
   std::shared_ptr<Capture> Find(const std::string& id) const;
   std::shared_ptr<Capture> FindByConnection(ConnectionId connection) const;
-  std::string NewId() const;
   std::string RunningCaptureOf(uint32_t pid) const;
 
   const CaptureOptions options_;

@@ -1,12 +1,9 @@
 #include "daemon/kineto/kineto_config.h"
 
-#include <sys/stat.h>
-
 #include <algorithm>
-#include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/atomic_file.h"
 
 namespace profd::kineto {
 
@@ -38,18 +35,13 @@ std::string BuildKinetoConfig(const KinetoTraceRequest& request) {
 absl::Status WriteKinetoBaseConfig(const std::string& path, absl::Duration poll_interval) {
   // Kineto reads whole seconds; one second is its floor here.
   const int64_t seconds = std::max<int64_t>(1, absl::ToInt64Seconds(poll_interval));
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "# Written by profd: PyTorch processes read it through KINETO_CONFIG.\n"
-        << "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=" << seconds << "\n";
-    if (!out.flush()) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  }
-  chmod(tmp.c_str(), 0644);
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
-  return absl::OkStatus();
+  AtomicWriteOptions options;
+  options.mode = 0644;  // every PyTorch process reads it, whichever user it runs as
+  return WriteFileAtomically(
+      path,
+      absl::StrCat("# Written by profd: PyTorch processes read it through KINETO_CONFIG.\n",
+                   "ON_DEMAND_CONFIG_UPDATE_INTERVAL_SECS=", seconds, "\n"),
+      options);
 }
 
 }  // namespace profd::kineto

@@ -1,17 +1,10 @@
 #include "daemon/server/profd_service.h"
 
 #include "absl/time/clock.h"
+#include "daemon/common/grpc_status.h"
 #include "profd/v1/control_limits.h"
 
 namespace profd {
-namespace {
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
-
-}  // namespace
-
 ProfdService::ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
                            const AgentChannelServer* channel, CaptureOrchestrator* captures,
                            const CaptureTargets* targets)
@@ -83,7 +76,7 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
 grpc::Status ProfdService::Capture(grpc::ServerContext* context, const v1::CaptureRequest* request,
                                    grpc::ServerWriter<v1::CaptureProgress>* writer) {
   absl::StatusOr<std::string> id = captures_->Start(*request);
-  if (!id.ok()) return ToGrpc(id.status());
+  if (!id.ok()) return ToGrpcStatus(id.status());
   absl::Time begun = absl::Now();
   uint64_t version = 0;
   v1::CaptureProgress progress;
@@ -134,7 +127,7 @@ grpc::Status ProfdService::CancelCapture(grpc::ServerContext*,
                                          const v1::CancelCaptureRequest* request,
                                          v1::CaptureInfo* response) {
   absl::StatusOr<v1::CaptureInfo> info = captures_->Cancel(request->capture_id());
-  if (!info.ok()) return ToGrpc(info.status());
+  if (!info.ok()) return ToGrpcStatus(info.status());
   *response = std::move(*info);
   return grpc::Status::OK;
 }

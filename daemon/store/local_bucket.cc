@@ -8,10 +8,10 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "daemon/common/atomic_file.h"
 
 namespace profd::store {
 
@@ -37,18 +37,15 @@ absl::Status MakeParent(const fs::path& target) {
   return absl::OkStatus();
 }
 
+// Objects survive a crash once Put returns: fsync before the rename.
+AtomicWriteOptions Durable() {
+  AtomicWriteOptions options;
+  options.sync = true;
+  return options;
+}
+
 absl::Status SyncAndRename(const std::string& temp, const fs::path& target) {
-  int fd = open(temp.c_str(), O_RDONLY);
-  if (fd >= 0) {
-    fsync(fd);
-    close(fd);
-  }
-  if (rename(temp.c_str(), target.c_str()) != 0) {
-    std::string error = std::strerror(errno);
-    unlink(temp.c_str());
-    return absl::InternalError(absl::StrCat("cannot rename into ", target.string(), ": ", error));
-  }
-  return absl::OkStatus();
+  return CommitFile(temp, target.string(), Durable());
 }
 
 }  // namespace
@@ -84,16 +81,9 @@ absl::Status LocalBucket::PutFile(const std::string& key, const std::string& pat
 absl::Status LocalBucket::PutBytes(const std::string& key, const std::string& data) {
   fs::path target = fs::path(root_) / key;
   if (absl::Status s = MakeParent(target); !s.ok()) return s;
-  std::string temp = TempNameFor(target);
-  {
-    std::ofstream out(temp, std::ios::binary | std::ios::trunc);
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!out.good()) {
-      unlink(temp.c_str());
-      return absl::InternalError(absl::StrCat("cannot write ", temp, ": ", std::strerror(errno)));
-    }
-  }
-  return SyncAndRename(temp, target);
+  AtomicWriteOptions options = Durable();
+  options.temp_path = TempNameFor(target);
+  return WriteFileAtomically(target.string(), data, options);
 }
 
 absl::Status LocalBucket::Read(const std::string& key, const ChunkSink& sink) {

@@ -16,6 +16,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon/common/sha256.h"
 #include "daemon/store/digest.h"
 
 namespace profd::store {

@@ -205,8 +205,7 @@ absl::Status Spool::Grow(const std::string& capture_id, uint64_t bytes) {
 absl::StatusOr<v1::StoredTrace> Spool::Submit(const std::string& capture_id,
                                               const std::string& folder) {
   if (absl::Status s = ValidateCaptureId(capture_id); !s.ok()) return s;
-  std::string source =
-      folder.empty() ? (fs::path(options_.dir) / "incoming" / capture_id).string() : folder;
+  const std::string source = SourceOf(capture_id, folder);
   absl::StatusOr<v1::StoredTrace> trace = DescribeCaptureFolder(source, options_.hostname);
   if (!trace.ok()) return trace.status();
   if (trace->capture_id() != capture_id) {
@@ -214,18 +213,45 @@ absl::StatusOr<v1::StoredTrace> Spool::Submit(const std::string& capture_id,
                                                       trace->capture_id(),
                                                       ", but it was submitted as ", capture_id));
   }
+  return Queue(*trace, source);
+}
+
+absl::StatusOr<v1::StoredTrace> Spool::Submit(v1::StoredTrace described,
+                                              const std::string& folder) {
+  if (absl::Status s = ValidateCaptureId(described.capture_id()); !s.ok()) return s;
+  if (described.hostname().empty()) described.set_hostname(options_.hostname);
+  if (described.source().empty()) described.set_source("capture");
+  const std::string source = SourceOf(described.capture_id(), folder);
+  if (absl::Status s = AddFolderFiles(source, &described); !s.ok()) return s;
+  // pending/ holds only folders a restarted profd can describe again.
+  if (std::none_of(described.files().begin(), described.files().end(),
+                   [](const v1::StoredFile& f) { return f.name() == kManifestFile; })) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "capture folder ", source, " has no manifest.json: a finished capture must have one"));
+  }
+  return Queue(described, source);
+}
+
+std::string Spool::SourceOf(const std::string& capture_id, const std::string& folder) const {
+  return folder.empty() ? (fs::path(options_.dir) / "incoming" / capture_id).string() : folder;
+}
+
+absl::StatusOr<v1::StoredTrace> Spool::Queue(const v1::StoredTrace& trace,
+                                             const std::string& source) {
+  const std::string& capture_id = trace.capture_id();
   std::string target = (fs::path(options_.dir) / "pending" / capture_id).string();
   absl::MutexLock lock(&mu_);
   if (absl::Status s = MoveFolder(source, target); !s.ok()) return s;
   reservations_.erase(capture_id);
-  Enqueue(*trace, target);
+  Enqueue(trace, target);
   LogInfo(kComponent, "capture %s spooled (%s), uploading to %s", capture_id,
-          FormatBytes(trace->bytes()), queue_.back().trace.location());
+          FormatBytes(trace.bytes()), queue_.back().trace.location());
   return queue_.back().trace;
 }
 
-absl::StatusOr<v1::StoredTrace> Spool::SubmitCopy(const std::string& capture_id,
+absl::StatusOr<v1::StoredTrace> Spool::SubmitCopy(v1::StoredTrace described,
                                                   const std::string& folder) {
+  const std::string capture_id = described.capture_id();
   absl::StatusOr<std::string> copy = Reserve(capture_id, FolderBytes(folder));
   if (!copy.ok()) return copy.status();
   std::error_code ec;
@@ -242,7 +268,7 @@ absl::StatusOr<v1::StoredTrace> Spool::SubmitCopy(const std::string& capture_id,
     return absl::InternalError(
         absl::StrCat("cannot copy ", folder, " into the spool ", *copy, ": ", ec.message()));
   }
-  absl::StatusOr<v1::StoredTrace> queued = Submit(capture_id);
+  absl::StatusOr<v1::StoredTrace> queued = Submit(std::move(described));
   if (!queued.ok()) Abandon(capture_id);
   return queued;
 }

@@ -19,9 +19,12 @@
 //   absl::StatusOr<std::string> folder = spool->Reserve(capture_id, expected_bytes);
 //   if (!folder.ok()) -> fail the capture with folder.status().message() (spool full, bad id)
 //   ... write manifest.json, trace-<pid>.json.gz, summary.json into *folder ...
-//   absl::StatusOr<v1::StoredTrace> queued = spool->Submit(capture_id);  // location() = final URI
+//   absl::StatusOr<v1::StoredTrace> queued = spool->Submit(described);  // location() = final URI
 //   or, if the capture failed: spool->Abandon(capture_id);
-// A capture that wrote its folder elsewhere and keeps it: spool->SubmitCopy(capture_id, folder)
+// `described` is the capture's row as its writer knows it (DescribeCapture, BuildImportedCapture):
+// the spool does not read manifest.json back, nor the digests the writer already took.
+// Submit(capture_id) describes the folder from its manifest instead (folders written by others).
+// A capture that wrote its folder elsewhere and keeps it: spool->SubmitCopy(described, folder)
 // (what profd_main wires into CaptureOptions::on_complete today).
 //
 // For /metrics (read from any thread): Spool::stats() returns a SpoolStats snapshot.
@@ -93,10 +96,12 @@ class Spool {
   // and Submit again, or Abandon).
   absl::StatusOr<v1::StoredTrace> Submit(const std::string& capture_id,
                                          const std::string& folder = "");
+  // The same for a capture its writer describes: described holds the row but for the files it
+  // has not listed (summary.json, manifest.json), which are added from the folder.
+  absl::StatusOr<v1::StoredTrace> Submit(v1::StoredTrace described, const std::string& folder = "");
   // For a capture folder its writer keeps (CaptureOrchestrator's --capture_dir): checks space,
   // hard-links (or copies) its files into the spool and submits them. The folder is left as is.
-  absl::StatusOr<v1::StoredTrace> SubmitCopy(const std::string& capture_id,
-                                             const std::string& folder);
+  absl::StatusOr<v1::StoredTrace> SubmitCopy(v1::StoredTrace described, const std::string& folder);
   // Drops a reservation and deletes what the capture wrote (a failed or cancelled capture).
   void Abandon(const std::string& capture_id);
 
@@ -120,6 +125,10 @@ class Spool {
   uint64_t UsedBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckSpaceLocked(uint64_t expected_bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(v1::StoredTrace trace, std::string folder) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Where a capture's folder is before Submit: `folder`, or its reserved folder in incoming/.
+  std::string SourceOf(const std::string& capture_id, const std::string& folder) const;
+  // Moves a described capture's folder to pending/ and queues its upload.
+  absl::StatusOr<v1::StoredTrace> Queue(const v1::StoredTrace& trace, const std::string& source);
 
   const SpoolOptions options_;
   TraceStore* const store_;

@@ -7,16 +7,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/analysis/trace_reader.h"
-#include "daemon/store/digest.h"
+#include "daemon/common/atomic_file.h"
+#include "daemon/common/sha256.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
 
@@ -53,24 +51,7 @@ absl::Status Gzip(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFile(const std::string& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << text;
-  out.close();
-  if (!out) return absl::InternalError(absl::StrCat("cannot write ", path));
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-std::string NewCaptureId(const std::string& hostname, absl::Time now) {
-  std::string host;
-  for (char c : hostname) host.push_back(absl::ascii_isalnum(c) || c == '-' ? c : '-');
-  if (host.empty()) host = "host";
-  std::random_device random;
-  return absl::StrCat(absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()), "-", host, "-",
-                      absl::StrFormat("%08x", random()));
-}
 
 absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) {
   // One streaming read both checks the input and gives the bottleneck report, the same
@@ -103,6 +84,14 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   }
 
   const int64_t now_ns = absl::ToUnixNanos(absl::Now());
+  const int64_t started_ns =
+      trace.has_base_time && trace.base_time_ns > 0 ? trace.base_time_ns : now_ns;
+  v1::StoredTrace& described = result.described;
+  described.set_capture_id(request.capture_id);
+  described.set_hostname(request.hostname);
+  described.set_label(request.label);
+  described.set_source("import");
+  described.set_started_unix_ns(started_ns);
   rapidjson::StringBuffer text;
   rapidjson::Writer<rapidjson::StringBuffer> w(text);
   w.StartObject();
@@ -119,7 +108,7 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   w.Key("requested_unix_ns");
   w.Int64(now_ns);
   w.Key("started_unix_ns");
-  w.Int64(trace.has_base_time && trace.base_time_ns > 0 ? trace.base_time_ns : now_ns);
+  w.Int64(started_ns);
   w.Key("events");
   w.Uint64(result.events);
   w.Key("processes");
@@ -138,18 +127,23 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
     absl::StatusOr<std::string> sha = Sha256OfFile(path);
     if (!sha.ok()) return sha.status();
     std::error_code ec;
+    v1::StoredFile* file = described.add_files();
+    file->set_name(name);
+    file->set_bytes(fs::file_size(path, ec));
+    file->set_sha256(*sha);
     w.StartObject();
     w.Key("name");
     w.String(name.c_str());
     w.Key("bytes");
-    w.Uint64(fs::file_size(path, ec));
+    w.Uint64(file->bytes());
     w.Key("sha256");
     w.String(sha->c_str());
     w.EndObject();
   }
   w.EndArray();
   w.EndObject();
-  if (absl::Status s = WriteFile(absl::StrCat(request.folder, "/manifest.json"), text.GetString());
+  if (absl::Status s =
+          WriteFileAtomically(absl::StrCat(request.folder, "/manifest.json"), text.GetString());
       !s.ok()) {
     return s;
   }

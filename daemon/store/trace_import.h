@@ -8,7 +8,6 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "profd/v1/store.pb.h"
 
 namespace profd::store {
@@ -26,12 +25,12 @@ struct ImportResult {
   uint64_t events = 0;
   uint64_t kernels = 0;
   std::string trace_file;  // name inside the folder
+  // The store's row for the imported capture, its files listed with their digests (for
+  // Spool::Submit: the manifest is not read back).
+  v1::StoredTrace described;
 };
 
 // INVALID_ARGUMENT when the input is not a Chrome-trace JSON with a traceEvents array.
 absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request);
-
-// <yyyymmdd>T<hhmmss>Z-<host>-<8 hex>, the capture id format of docs/TRACE_FORMAT.md.
-std::string NewCaptureId(const std::string& hostname, absl::Time now);
 
 }  // namespace profd::store

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -14,7 +15,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "daemon/store/digest.h"
+#include "daemon/common/proto_json.h"
+#include "daemon/common/sha256.h"
 #include "daemon/store/local_bucket.h"
 #include "google/protobuf/util/json_util.h"
 #include "rapidjson/document.h"
@@ -35,14 +37,6 @@ bool TimeFromId(const std::string& id, absl::Time* out) {
                                   id.substr(9, 2), ":", id.substr(11, 2), ":", id.substr(13, 2));
   std::string err;
   return absl::ParseTime("%Y-%m-%d %H:%M:%S", text, absl::UTCTimeZone(), out, &err);
-}
-
-std::string ToJson(const google::protobuf::Message& message) {
-  google::protobuf::util::JsonPrintOptions options;
-  options.preserve_proto_field_names = true;
-  std::string out;
-  (void)google::protobuf::util::MessageToJsonString(message, &out, options);
-  return out;
 }
 
 bool PodMatches(const v1::StoredTrace& t, const std::string& pod) {
@@ -147,6 +141,38 @@ absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
     }
   }
 
+  if (absl::Status s = AddFolderFiles(folder, &trace); !s.ok()) return s;
+  return trace;
+}
+
+v1::StoredTrace DescribeCapture(const v1::CaptureInfo& info) {
+  v1::StoredTrace trace;
+  trace.set_capture_id(info.capture_id());
+  trace.set_hostname(info.hostname());
+  trace.set_label(info.label());
+  trace.set_source("capture");
+  trace.set_started_unix_ns(info.started_unix_ns() != 0 ? info.started_unix_ns()
+                                                        : info.requested_unix_ns());
+  for (const v1::ProcessCapture& p : info.processes()) {
+    if (p.pod_name().empty()) continue;
+    if (std::find(trace.pods().begin(), trace.pods().end(), p.pod_name()) == trace.pods().end()) {
+      trace.add_pods(p.pod_name());
+    }
+  }
+  for (const v1::TraceFile& file : info.files()) {
+    v1::StoredFile* f = trace.add_files();
+    f->set_name(file.name());
+    f->set_bytes(file.bytes());
+    f->set_sha256(file.sha256());
+  }
+  return trace;
+}
+
+absl::Status AddFolderFiles(const std::string& folder, v1::StoredTrace* trace) {
+  std::map<std::string, v1::StoredFile> known;
+  for (const v1::StoredFile& f : trace->files()) {
+    if (!f.sha256().empty()) known[f.name()] = f;
+  }
   std::vector<std::string> names;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(folder, ec)) {
@@ -155,19 +181,24 @@ absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
   }
   if (ec) return absl::InternalError(absl::StrCat("cannot list ", folder, ": ", ec.message()));
   std::sort(names.begin(), names.end());
+  trace->clear_files();
   uint64_t total = 0;
   for (const std::string& name : names) {
-    std::string path = absl::StrCat(folder, "/", name);
-    absl::StatusOr<std::string> sha = Sha256OfFile(path);
-    if (!sha.ok()) return sha.status();
-    v1::StoredFile* f = trace.add_files();
-    f->set_name(name);
-    f->set_bytes(fs::file_size(path, ec));
-    f->set_sha256(*sha);
+    v1::StoredFile* f = trace->add_files();
+    if (auto it = known.find(name); it != known.end()) {
+      *f = it->second;
+    } else {
+      std::string path = absl::StrCat(folder, "/", name);
+      absl::StatusOr<std::string> sha = Sha256OfFile(path);
+      if (!sha.ok()) return sha.status();
+      f->set_name(name);
+      f->set_bytes(fs::file_size(path, ec));
+      f->set_sha256(*sha);
+    }
     total += f->bytes();
   }
-  trace.set_bytes(total);
-  return trace;
+  trace->set_bytes(total);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<TraceStore>> TraceStore::Open(const std::string& uri,
@@ -293,7 +324,7 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described
     }
   }
   *index.add_traces() = stored;
-  s = bucket_->PutBytes(index_key, ToJson(index));
+  s = bucket_->PutBytes(index_key, ProtoToJson(index, {.readable = false}));
   if (!s.ok()) return s;
   return stored;
 }

@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "daemon/store/object_bucket.h"
 #include "daemon/store/s3_bucket.h"
+#include "profd/v1/profd.pb.h"
 #include "profd/v1/store.pb.h"
 
 namespace profd::store {
@@ -51,6 +52,15 @@ absl::Status ValidateCaptureId(const std::string& capture_id);
 // .pod_namespace. Files in sub-folders are ignored.
 absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
                                                       const std::string& default_hostname);
+
+// The row of a capture profd just made, from its CaptureInfo rather than its manifest read back:
+// capture_id, hostname, label, source "capture", started_unix_ns (else requested_unix_ns), the
+// processes' pods, and its trace files with the sizes and digests taken as they were written.
+v1::StoredTrace DescribeCapture(const v1::CaptureInfo& info);
+
+// Lists every file of `folder` in trace (sorted by name, with sizes and SHA-256) and their total.
+// A file the trace already lists with a digest is not read again.
+absl::Status AddFolderFiles(const std::string& folder, v1::StoredTrace* trace);
 
 // Thread-safe: the spool's uploader thread calls Put while gRPC threads call List/Get/Read.
 class TraceStore {

@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/capture_id.h"
+#include "daemon/common/grpc_status.h"
 #include "daemon/log.h"
 #include "daemon/store/byte_size.h"
 #include "daemon/store/local_bucket.h"
@@ -34,11 +36,6 @@ bool Matches(const v1::StoredTrace& t, const v1::ListTracesRequest& r) {
 }
 
 }  // namespace
-
-grpc::Status ToGrpc(const absl::Status& status) {
-  if (status.ok()) return grpc::Status::OK;
-  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
-}
 
 TraceStoreService::TraceStoreService(TraceStore* store, Spool* spool, std::string hostname,
                                      std::string unavailable_reason)
@@ -120,7 +117,7 @@ grpc::Status TraceStoreService::ShowTrace(grpc::ServerContext*, const v1::ShowTr
   if (store_ == nullptr || spool_ == nullptr) return Unavailable();
   std::string folder;
   absl::StatusOr<v1::StoredTrace> trace = Find(request->capture_id(), &folder);
-  if (!trace.ok()) return ToGrpc(trace.status());
+  if (!trace.ok()) return ToGrpcStatus(trace.status());
   auto append_to = [](std::string* out) {
     return [out](absl::string_view chunk) {
       out->append(chunk.data(), chunk.size());
@@ -129,12 +126,12 @@ grpc::Status TraceStoreService::ShowTrace(grpc::ServerContext*, const v1::ShowTr
   };
   absl::Status s =
       ReadFile(*trace, folder, kManifestFile, append_to(response->mutable_manifest_json()));
-  if (!s.ok()) return ToGrpc(s);
+  if (!s.ok()) return ToGrpcStatus(s);
   bool has_summary = std::any_of(trace->files().begin(), trace->files().end(),
                                  [](const v1::StoredFile& f) { return f.name() == kSummaryFile; });
   if (has_summary) {
     s = ReadFile(*trace, folder, kSummaryFile, append_to(response->mutable_summary_json()));
-    if (!s.ok()) return ToGrpc(s);
+    if (!s.ok()) return ToGrpcStatus(s);
   }
   *response->mutable_trace() = *trace;
   return grpc::Status::OK;
@@ -146,7 +143,7 @@ grpc::Status TraceStoreService::GetTrace(grpc::ServerContext* context,
   if (store_ == nullptr || spool_ == nullptr) return Unavailable();
   std::string folder;
   absl::StatusOr<v1::StoredTrace> trace = Find(request->capture_id(), &folder);
-  if (!trace.ok()) return ToGrpc(trace.status());
+  if (!trace.ok()) return ToGrpcStatus(trace.status());
   std::vector<v1::StoredFile> files;
   for (const v1::StoredFile& f : trace->files()) {
     if (request->files().empty() || std::find(request->files().begin(), request->files().end(),
@@ -185,7 +182,7 @@ grpc::Status TraceStoreService::GetTrace(grpc::ServerContext* context,
       }
       return absl::OkStatus();
     });
-    if (!s.ok()) return ToGrpc(s);
+    if (!s.ok()) return ToGrpcStatus(s);
     chunk.set_end_of_file(true);
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
   }
@@ -209,7 +206,7 @@ grpc::Status TraceStoreService::ImportTrace(grpc::ServerContext*,
   // client that declares 0 (or lies) is stopped at the cap, not past it.
   uint64_t reserved = header.bytes() > UINT64_MAX / 2 ? UINT64_MAX : header.bytes() * 2;
   absl::StatusOr<std::string> folder = spool_->Reserve(id, reserved);
-  if (!folder.ok()) return ToGrpc(folder.status());
+  if (!folder.ok()) return ToGrpcStatus(folder.status());
 
   const std::string upload = *folder + "/.upload";
   absl::Status status;
@@ -262,12 +259,12 @@ grpc::Status TraceStoreService::ImportTrace(grpc::ServerContext*,
   std::filesystem::remove(upload, ec);
   if (!status.ok()) {
     spool_->Abandon(id);
-    return ToGrpc(status);
+    return ToGrpcStatus(status);
   }
-  absl::StatusOr<v1::StoredTrace> queued = spool_->Submit(id);
+  absl::StatusOr<v1::StoredTrace> queued = spool_->Submit(imported->described);
   if (!queued.ok()) {
     spool_->Abandon(id);
-    return ToGrpc(queued.status());
+    return ToGrpcStatus(queued.status());
   }
   LogInfo(kComponent, "imported %s as capture %s (%d events, %d kernels)", header.file_name(), id,
           imported->events, imported->kernels);

@@ -45,7 +45,4 @@ class TraceStoreService final : public v1::TraceStore::Service {
   const std::string unavailable_reason_;
 };
 
-// absl::Status -> grpc::Status, keeping the code and the message.
-grpc::Status ToGrpc(const absl::Status& status);
-
 }  // namespace profd::store

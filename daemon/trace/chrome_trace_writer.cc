@@ -70,13 +70,14 @@ std::string Bandwidth(uint64_t bytes, uint64_t start, uint64_t end) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Create(
-    const std::string& path, const TraceProcess& process, int gzip_level) {
+    const std::string& path, const TraceProcess& process, int gzip_level, BytesObserver on_bytes) {
   FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) {
     return absl::UnavailableError(
         absl::StrCat("cannot create trace file ", path, ": ", std::strerror(errno)));
   }
-  std::unique_ptr<ChromeTraceWriter> writer(new ChromeTraceWriter(path, file, process, gzip_level));
+  std::unique_ptr<ChromeTraceWriter> writer(
+      new ChromeTraceWriter(path, file, process, gzip_level, std::move(on_bytes)));
   writer->Append(absl::StrCat(
       "{\"schemaVersion\":1,\"displayTimeUnit\":\"ms\",\"traceName\":",
       StringTable::JsonQuote(absl::StrCat(process.capture_id, "/", process.pid)),
@@ -86,8 +87,8 @@ absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Create(
 }
 
 ChromeTraceWriter::ChromeTraceWriter(std::string path, FILE* file, const TraceProcess& process,
-                                     int level)
-    : path_(std::move(path)), file_(file), process_(process) {
+                                     int level, BytesObserver on_bytes)
+    : path_(std::move(path)), file_(file), process_(process), on_bytes_(std::move(on_bytes)) {
   // windowBits 15 + 16: a gzip wrapper, so `zcat` and every trace viewer read it.
   deflateInit2(&zs_, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
   json_capacity_ = kFlushBytes + 4 * kMaxEventBytes;
@@ -116,6 +117,7 @@ absl::Status ChromeTraceWriter::Flush(bool finish) {
           absl::StrCat("cannot write trace file ", path_, ": ", std::strerror(errno)));
     }
     compressed_bytes_ += produced;
+    if (on_bytes_ && produced > 0) on_bytes_(std::string_view(out_.data(), produced));
     if (finish ? rc == Z_STREAM_END : zs_.avail_in == 0 && zs_.avail_out != 0) break;
     if (rc != Z_OK && rc != Z_BUF_ERROR) return absl::InternalError("deflate failed");
   }

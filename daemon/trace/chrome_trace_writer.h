@@ -7,6 +7,7 @@
 #include <zlib.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -32,10 +33,14 @@ struct TraceProcess {
 
 class ChromeTraceWriter {
  public:
+  // Sees each run of compressed bytes once it is in the file, in file order (a capture folder
+  // takes the file's SHA-256 from them rather than reading the file back).
+  using BytesObserver = std::function<void(std::string_view compressed)>;
+
   // Creates (truncates) path and writes the header.
-  static absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> Create(const std::string& path,
-                                                                   const TraceProcess& process,
-                                                                   int gzip_level = 1);
+  static absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> Create(
+      const std::string& path, const TraceProcess& process, int gzip_level = 1,
+      BytesObserver on_bytes = nullptr);
   ~ChromeTraceWriter();
 
   // Formats every event of the batch. names must already hold the batch's StringDefs.
@@ -56,7 +61,8 @@ class ChromeTraceWriter {
   uint64_t compressed_bytes() const { return compressed_bytes_; }
 
  private:
-  ChromeTraceWriter(std::string path, FILE* file, const TraceProcess& process, int level);
+  ChromeTraceWriter(std::string path, FILE* file, const TraceProcess& process, int level,
+                    BytesObserver on_bytes);
   absl::Status Flush(bool finish);
   // The JSON buffer. Events are formatted straight into it: Reserve makes room for the most an
   // event can take, the formatters write through a pointer, Commit sets the new end. No string is
@@ -87,6 +93,7 @@ class ChromeTraceWriter {
   const std::string path_;
   FILE* file_;
   TraceProcess process_;
+  BytesObserver on_bytes_;
   z_stream zs_{};
   std::unique_ptr<char[]> json_;
   size_t json_size_ = 0;

@@ -6,7 +6,8 @@
 #include <fstream>
 
 #include "absl/time/clock.h"
-#include "daemon/store/digest.h"
+#include "daemon/common/capture_id.h"
+#include "daemon/common/sha256.h"
 #include "daemon/store/s3_bucket.h"
 #include "daemon/store/trace_import.h"
 #include "daemon/store/trace_store.h"
@@ -81,7 +82,7 @@ S3rverProcess* S3StoreTest::s3rver_ = nullptr;
 
 TEST_F(S3StoreTest, SinglePutListGetRoundTrip) {
   auto store = Open("s3://traces/fleet");
-  const std::string id = store::NewCaptureId("node-a", absl::Now());
+  const std::string id = NewCaptureId("node-a", absl::Now());
   auto stored = PutCapture(*store, id);
   ASSERT_TRUE(stored.ok()) << stored.status() << "\n" << s3rver_->log();
   std::string day = id.substr(0, 4) + "/" + id.substr(4, 2) + "/" + id.substr(6, 2);
@@ -114,13 +115,13 @@ TEST_F(S3StoreTest, SinglePutListGetRoundTrip) {
 
 TEST_F(S3StoreTest, LargeTraceGoesUpInPartsAndComesBackIdentical) {
   auto store = Open("s3://traces/multipart", 5 << 20);
-  const std::string id = store::NewCaptureId("node-a", absl::Now());
+  const std::string id = NewCaptureId("node-a", absl::Now());
   auto stored = PutCapture(*store, id, /*padding=*/14 << 20);  // ~10.5 MiB gzip: 3 parts
   ASSERT_TRUE(stored.ok()) << stored.status() << "\n" << s3rver_->log();
   const std::string original = scratch_.File(id + "/trace-777.json.gz");
   ASSERT_GT(std::filesystem::file_size(original), 10u << 20);
   std::string back = ReadBack(*store, id, "trace-777.json.gz");
-  EXPECT_EQ(store::Sha256Hex(back), Sha256File(original));
+  EXPECT_EQ(Sha256Hex(back), Sha256File(original));
   EXPECT_EQ(back.size(), std::filesystem::file_size(original));
   const std::string log = s3rver_->log();
   EXPECT_NE(log.find("?uploads"), std::string::npos) << log;
@@ -129,7 +130,7 @@ TEST_F(S3StoreTest, LargeTraceGoesUpInPartsAndComesBackIdentical) {
 
 TEST_F(S3StoreTest, MissingBucketSaysNoSuchBucket) {
   auto store = Open("s3://no-such-bucket/x");
-  auto stored = PutCapture(*store, store::NewCaptureId("node-a", absl::Now()));
+  auto stored = PutCapture(*store, NewCaptureId("node-a", absl::Now()));
   ASSERT_FALSE(stored.ok());
   EXPECT_TRUE(absl::IsNotFound(stored.status())) << stored.status();
   EXPECT_NE(stored.status().message().find("no such bucket"), std::string::npos) << stored.status();
@@ -142,7 +143,7 @@ TEST_F(S3StoreTest, MissingBucketSaysNoSuchBucket) {
 TEST_F(S3StoreTest, UnknownAccessKeySaysAccessDenied) {
   setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGKEY", 1);
   auto store = Open("s3://traces/denied");
-  auto stored = PutCapture(*store, store::NewCaptureId("node-a", absl::Now()));
+  auto stored = PutCapture(*store, NewCaptureId("node-a", absl::Now()));
   ASSERT_FALSE(stored.ok());
   EXPECT_TRUE(absl::IsPermissionDenied(stored.status())) << stored.status();
   EXPECT_NE(stored.status().message().find("access denied"), std::string::npos);
@@ -155,7 +156,7 @@ TEST_F(S3StoreTest, UnreachableEndpointSaysUnreachable) {
   o.endpoint = "http://127.0.0.1:" + std::to_string(FreeLoopbackPort());
   auto store = TraceStore::Open("s3://traces", o);
   ASSERT_TRUE(store.ok());
-  auto stored = PutCapture(**store, store::NewCaptureId("node-a", absl::Now()));
+  auto stored = PutCapture(**store, NewCaptureId("node-a", absl::Now()));
   ASSERT_FALSE(stored.ok());
   EXPECT_TRUE(absl::IsUnavailable(stored.status())) << stored.status();
   EXPECT_NE(stored.status().message().find("unreachable"), std::string::npos);
@@ -171,14 +172,14 @@ TEST_F(S3StoreTest, SharedCredentialsFileAndProfile) {
   setenv("AWS_SHARED_CREDENTIALS_FILE", scratch_.File("credentials").c_str(), 1);
   setenv("AWS_PROFILE", "ci", 1);
   auto store = Open("s3://traces/profile");
-  EXPECT_TRUE(PutCapture(*store, store::NewCaptureId("node-a", absl::Now())).ok());
+  EXPECT_TRUE(PutCapture(*store, NewCaptureId("node-a", absl::Now())).ok());
 
   setenv("AWS_PROFILE", "default", 1);
-  auto denied = PutCapture(*store, store::NewCaptureId("node-a", absl::Now()));
+  auto denied = PutCapture(*store, NewCaptureId("node-a", absl::Now()));
   EXPECT_TRUE(absl::IsPermissionDenied(denied.status())) << denied.status();
 
   setenv("AWS_PROFILE", "absent", 1);
-  auto none = PutCapture(*store, store::NewCaptureId("node-a", absl::Now()));
+  auto none = PutCapture(*store, NewCaptureId("node-a", absl::Now()));
   EXPECT_TRUE(absl::IsUnauthenticated(none.status())) << none.status();
   EXPECT_NE(none.status().message().find("no AWS credentials"), std::string::npos);
   unsetenv("AWS_SHARED_CREDENTIALS_FILE");

@@ -7,7 +7,8 @@
 #include <filesystem>
 
 #include "absl/time/clock.h"
-#include "daemon/store/digest.h"
+#include "daemon/common/capture_id.h"
+#include "daemon/common/sha256.h"
 #include "daemon/store/trace_import.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_util.h"
@@ -46,7 +47,7 @@ class SpoolTest : public ::testing::Test {
 
   // Reserve, write the capture's files into the reserved folder, submit.
   std::string Capture(Spool& spool, uint64_t padding = 0) {
-    std::string id = store::NewCaptureId("node-a", absl::Now());
+    std::string id = NewCaptureId("node-a", absl::Now());
     auto folder = spool.Reserve(id, 4096 + padding);
     EXPECT_TRUE(folder.ok()) << folder.status();
     EXPECT_EQ(
@@ -61,7 +62,7 @@ class SpoolTest : public ::testing::Test {
   std::string StoredSha(TraceStore& store, const std::string& id) {
     auto trace = store.Get(id);
     if (!trace.ok()) return trace.status().ToString();
-    store::Sha256 sha;
+    Sha256 sha;
     absl::Status s = store.Read(*trace, "trace-777.json.gz", [&](absl::string_view c) {
       sha.Update(c);
       return absl::OkStatus();
@@ -91,7 +92,7 @@ TEST_F(SpoolTest, FullSpoolRefusesNewCapturesAndKeepsFinishedOnes) {
   std::vector<std::string> kept;
   absl::Status refused;
   for (int i = 0; i < 20 && refused.ok(); ++i) {
-    std::string id = store::NewCaptureId("node-a", absl::Now());
+    std::string id = NewCaptureId("node-a", absl::Now());
     auto folder = spool->Reserve(id, 16 << 10);
     if (!folder.ok()) {
       refused = folder.status();
@@ -117,7 +118,7 @@ TEST_F(SpoolTest, FullSpoolRefusesNewCapturesAndKeepsFinishedOnes) {
 
 TEST_F(SpoolTest, RestartResumesPendingUploadsByteIdentical) {
   std::vector<std::string> ids;
-  std::string unfinished = store::NewCaptureId("node-a", absl::Now()) + "-x";
+  std::string unfinished = NewCaptureId("node-a", absl::Now()) + "-x";
   {
     auto spool = OpenSpool(down_.get());
     ids.push_back(Capture(*spool));
@@ -144,7 +145,7 @@ TEST_F(SpoolTest, RestartResumesPendingUploadsByteIdentical) {
 TEST_F(SpoolTest, ReserveChecksIdsAndAbandonFreesTheSpace) {
   auto spool = OpenSpool(down_.get(), 1 << 20);
   EXPECT_TRUE(absl::IsInvalidArgument(spool->Reserve("../escape", 1).status()));
-  std::string id = store::NewCaptureId("node-a", absl::Now());
+  std::string id = NewCaptureId("node-a", absl::Now());
   ASSERT_TRUE(spool->Reserve(id, 900 << 10).ok());
   EXPECT_TRUE(absl::IsAlreadyExists(spool->Reserve(id, 1).status()));
   EXPECT_TRUE(absl::IsResourceExhausted(spool->CheckSpace(200 << 10)));

@@ -16,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/store/digest.h"
+#include "daemon/common/sha256.h"
 
 namespace profd::testing {
 
@@ -101,7 +101,7 @@ std::string ReadFile(const std::string& path) {
 }
 
 std::string Sha256File(const std::string& path) {
-  auto sha = profd::store::Sha256OfFile(path);
+  auto sha = profd::Sha256OfFile(path);
   return sha.ok() ? *sha : "";
 }
 

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/capture_id.h"
 #include "daemon/store/trace_import.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_util.h"
@@ -35,7 +36,7 @@ v1::StoredTrace PutCapture(TraceStore& store, const std::string& scratch, const 
 TEST(TraceStoreTest, LocalStoreUsesTheFleetKeyLayoutAndReadsBack) {
   TempDir root, scratch;
   auto store = OpenLocal(root.path());
-  const std::string id = store::NewCaptureId("node-a", absl::Now());
+  const std::string id = NewCaptureId("node-a", absl::Now());
   v1::StoredTrace stored = PutCapture(*store, scratch.path(), id, "node-a", "llm-1");
 
   // <yyyy>/<mm>/<dd>/<hostname>/<capture-id>/ with the files, and the host's day index beside.
@@ -70,9 +71,9 @@ TEST(TraceStoreTest, ListFiltersByHostPodAndTimeNewestFirst) {
   TempDir root, scratch;
   auto store = OpenLocal(root.path());
   absl::Time now = absl::Now();
-  std::string old_id = store::NewCaptureId("node-a", now - absl::Hours(50));
-  std::string a = store::NewCaptureId("node-a", now - absl::Minutes(5));
-  std::string b = store::NewCaptureId("node-b", now);
+  std::string old_id = NewCaptureId("node-a", now - absl::Hours(50));
+  std::string a = NewCaptureId("node-a", now - absl::Minutes(5));
+  std::string b = NewCaptureId("node-b", now);
   PutCapture(*store, scratch.path(), old_id, "node-a", "llm-1", now - absl::Hours(50));
   PutCapture(*store, scratch.path(), a, "node-a", "llm-1", now - absl::Minutes(5));
   PutCapture(*store, scratch.path(), b, "node-b", "embed-2", now);
@@ -113,7 +114,7 @@ TEST(TraceStoreTest, ListFiltersByHostPodAndTimeNewestFirst) {
   EXPECT_EQ(store->List(recent)->size(), 0u);
 
   EXPECT_TRUE(store->Get(old_id).ok());
-  EXPECT_TRUE(absl::IsNotFound(store->Get(store::NewCaptureId("node-a", now)).status()));
+  EXPECT_TRUE(absl::IsNotFound(store->Get(NewCaptureId("node-a", now)).status()));
 }
 
 TEST(TraceStoreTest, RejectsBadIdsAndUris) {

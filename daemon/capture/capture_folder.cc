@@ -1,0 +1,62 @@
+#include "daemon/capture/capture_folder.h"
+
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/analysis/analysis.h"
+#include "daemon/common/atomic_file.h"
+#include "daemon/common/proto_json.h"
+
+namespace profd {
+
+std::string CaptureFolder::TraceFileName(uint32_t pid) {
+  return absl::StrCat("trace-", pid, ".json.gz");
+}
+
+absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> CaptureFolder::CreateTrace(
+    const TraceProcess& process, int gzip_level) {
+  std::error_code ec;
+  std::filesystem::create_directories(path_, ec);
+  const std::string name = TraceFileName(process.pid);
+  auto written = std::make_unique<Written>();
+  Written* digest = written.get();
+  absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> writer = ChromeTraceWriter::Create(
+      PathOf(name), process, gzip_level, [digest](std::string_view bytes) {
+        digest->sha256.Update(absl::string_view(bytes.data(), bytes.size()));
+        digest->bytes += bytes.size();
+      });
+  if (writer.ok()) written_[name] = std::move(written);
+  return writer;
+}
+
+v1::TraceFile CaptureFolder::Describe(const std::string& name, const std::string& format,
+                                      uint32_t pid) {
+  v1::TraceFile file;
+  file.set_name(name);
+  file.set_path(PathOf(name));
+  file.set_format(format);
+  file.set_pid(pid);
+  if (auto it = written_.find(name); it != written_.end()) {
+    file.set_bytes(it->second->bytes);
+    file.set_sha256(it->second->sha256.HexDigest());
+  } else {
+    std::error_code ec;
+    file.set_bytes(std::filesystem::file_size(file.path(), ec));
+    file.set_sha256(Sha256OfFile(file.path()).value_or(""));
+  }
+  return file;
+}
+
+absl::Status CaptureFolder::WriteSummary(const analysis::Report& report) const {
+  return analysis::WriteReportJson(report, PathOf("summary.json"));
+}
+
+absl::Status CaptureFolder::WriteSummary(const v1::CaptureSummary& summary) const {
+  return WriteFileAtomically(PathOf("summary.json"), ProtoToJson(summary));
+}
+
+absl::Status CaptureFolder::WriteManifest(const v1::CaptureInfo& info) const {
+  return WriteFileAtomically(PathOf("manifest.json"), ProtoToJson(info));
+}
+
+}  // namespace profd

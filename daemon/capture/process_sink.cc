@@ -1,0 +1,100 @@
+#include "daemon/capture/process_sink.h"
+
+#include <algorithm>
+#include <fstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/checked_math.h"
+#include "daemon/log.h"
+
+namespace profd {
+namespace {
+
+constexpr char kComponent[] = "capture";
+
+}  // namespace
+
+ProcessSink::ProcessSink(TraceProcess process, std::vector<v1::DeviceInfo> devices,
+                         CaptureFolder* folder, CaptureAnalysis* analysis, Options options)
+    : process_(std::move(process)),
+      folder_(folder),
+      analysis_(analysis),
+      options_(options),
+      devices_(std::move(devices)) {}
+
+std::string ProcessSink::ChargeStrings(const v1::EventBatch& batch) {
+  uint32_t top = 0;
+  uint64_t text = 0;
+  for (const v1::StringDef& def : batch.strings()) {
+    top = std::max(top, def.id());
+    text += def.value().size();
+  }
+  // A slot is two std::string (text, quoted); a string is kept twice (demangled, quoted).
+  const uint64_t slots = top >= string_slots_ ? top + 1 - string_slots_ : 0;
+  string_slots_ = std::max(string_slots_, top + 1);
+  string_bytes_ += slots * 2 * sizeof(std::string) + 2 * text;
+  const uint64_t limit = options_.max_string_bytes;
+  if (string_bytes_ <= limit) return "";
+  return absl::StrCat("the agent's kernel and API names need more than ", limit >> 20,
+                      " MiB (string ids up to ", top,
+                      "): the trace stops there (CaptureOptions::max_string_bytes_per_process)");
+}
+
+absl::Status ProcessSink::StartTrace() {
+  file_name_ = CaptureFolder::TraceFileName(process_.pid);
+  analysis_index_ = analysis_->AddProcess(process_.pid, folder_->PathOf(file_name_));
+  absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> writer =
+      folder_->CreateTrace(process_, options_.gzip_level);
+  if (!writer.ok()) return writer.status();
+  writer_ = std::move(*writer);
+  return absl::OkStatus();
+}
+
+absl::Status ProcessSink::Write(const v1::EventBatch& batch, absl::string_view bytes,
+                                bool files_ok) {
+  const uint64_t rejected_before = names_.rejected();
+  names_.Add(batch);
+  if (names_.rejected() != rejected_before) {
+    // Once per batch that had refused names; their events are written with an empty name.
+    LogWarning(kComponent, "capture %s pid %u: %s", process_.capture_id, process_.pid,
+               names_.status().message());
+  }
+  if (batch.devices_size() > 0) devices_.assign(batch.devices().begin(), batch.devices().end());
+  absl::Status error;
+  if (writer_ == nullptr && files_ok) error = StartTrace();
+  if (writer_) error = writer_->Write(batch, names_);
+  if (options_.record_batches && files_ok && error.ok()) Record(bytes);
+  if (writer_) analysis_->AddBatch(analysis_index_, batch, names_);
+  events_ += batch.kernels_size() + batch.memcpys_size() + batch.memsets_size() +
+             batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +
+             batch.overheads_size() + batch.markers_size();
+  dropped_records_ = SaturatingAdd(dropped_records_, batch.dropped_records());
+  return error;
+}
+
+void ProcessSink::Record(absl::string_view bytes) const {
+  std::ofstream raw(folder_->PathOf(absl::StrCat("batches-", process_.pid, ".pb")),
+                    std::ios::binary | std::ios::app);
+  uint64_t n = bytes.size();
+  while (n >= 0x80) {
+    raw.put(static_cast<char>((n & 0x7f) | 0x80));
+    n >>= 7;
+  }
+  raw.put(static_cast<char>(n));
+  raw << bytes;
+}
+
+absl::Status ProcessSink::FinishTrace(uint64_t dropped_records, bool truncated,
+                                      const std::string& error) {
+  ChromeTraceWriter::Footer footer;
+  footer.dropped_records = dropped_records;
+  footer.truncated = truncated;
+  footer.devices = devices_;
+  footer.error = error;
+  absl::Status s = writer_->Finish(footer);
+  writer_.reset();
+  return s;
+}
+
+}  // namespace profd

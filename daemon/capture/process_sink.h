@@ -1,0 +1,75 @@
+// Where one process's event batches go during a capture: its string table (bounded by
+// max_string_bytes: the agent chooses ids and texts), its trace file (started with the first
+// batch), the raw batch record (--record_batches), and the capture's streaming analysis. It
+// counts the process's events and the records its batches say were dropped.
+//
+// Threads: owned and called by one capture's pipeline thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "daemon/capture/capture_folder.h"
+#include "daemon/trace/capture_analysis.h"
+#include "daemon/trace/chrome_trace_writer.h"
+#include "daemon/trace/string_table.h"
+#include "profd/v1/events.pb.h"
+
+namespace profd {
+
+class ProcessSink {
+ public:
+  struct Options {
+    int gzip_level = 1;
+    uint64_t max_string_bytes = 64u << 20;
+    bool record_batches = false;  // batches-<pid>.pb: varint-delimited EventBatch
+  };
+
+  // folder and analysis belong to the capture and outlive the sink.
+  ProcessSink(TraceProcess process, std::vector<v1::DeviceInfo> devices, CaptureFolder* folder,
+              CaptureAnalysis* analysis, Options options);
+
+  // Charges the batch's strings against max_string_bytes; returns why the batch is refused, or
+  // "". Call before Write.
+  std::string ChargeStrings(const v1::EventBatch& batch);
+
+  // Takes one batch (bytes: as it came, for the raw record). files_ok: no trace of the capture
+  // has failed to write so far; once one has, no file is started or recorded to. Returns the
+  // error of this process's trace file, if writing it failed.
+  absl::Status Write(const v1::EventBatch& batch, absl::string_view bytes, bool files_ok);
+
+  // Whether the trace file exists (a batch came and the file could be created).
+  bool has_trace() const { return writer_ != nullptr; }
+  const std::string& file_name() const { return file_name_; }
+  // Writes the footer and closes the trace file.
+  absl::Status FinishTrace(uint64_t dropped_records, bool truncated, const std::string& error);
+
+  uint64_t events() const { return events_; }
+  uint64_t dropped_records() const { return dropped_records_; }  // saturating: the agent says
+
+ private:
+  absl::Status StartTrace();
+  void Record(absl::string_view bytes) const;
+
+  const TraceProcess process_;
+  CaptureFolder* const folder_;
+  CaptureAnalysis* const analysis_;
+  const Options options_;
+  std::vector<v1::DeviceInfo> devices_;  // from the target, then from the batches
+  StringTable names_;
+  // What names_ holds, against max_string_bytes: a slot per id up to the largest, and the text
+  // of each string.
+  uint64_t string_bytes_ = 0;
+  uint32_t string_slots_ = 0;
+  std::string file_name_;
+  std::unique_ptr<ChromeTraceWriter> writer_;
+  size_t analysis_index_ = 0;  // in analysis_, once the trace file was started
+  uint64_t events_ = 0;
+  uint64_t dropped_records_ = 0;
+};
+
+}  // namespace profd

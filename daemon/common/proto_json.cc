@@ -1,0 +1,17 @@
+#include "daemon/common/proto_json.h"
+
+#include "google/protobuf/util/json_util.h"
+
+namespace profd {
+
+std::string ProtoToJson(const google::protobuf::Message& message, const ProtoJsonOptions& options) {
+  google::protobuf::util::JsonPrintOptions json;
+  json.preserve_proto_field_names = true;
+  json.add_whitespace = options.readable;
+  json.always_print_primitive_fields = options.readable;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(message, &out, json);
+  return out;
+}
+
+}  // namespace profd
