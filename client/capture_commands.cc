@@ -5,12 +5,12 @@
 
 #include <atomic>
 #include <cstdio>
-#include <mutex>
-#include <optional>
-#include <thread>
 #include <filesystem>
 #include <iostream>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"

@@ -193,8 +193,7 @@ void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
       ->required();
   report->add_flag("--json", rf->json, "Print the report as JSON");
   report->add_option("--html", rf->html, "Also write a self-contained HTML report here");
-  report
-      ->add_option("--top", rf->top, "Rows in the operator, kernel and API tables (default 20)")
+  report->add_option("--top", rf->top, "Rows in the operator, kernel and API tables (default 20)")
       ->check(CLI::Range(1, 1 << 20));
   report->callback([&g, rc, rf] { *rc = RunReport(g, *rf); });
 

@@ -98,10 +98,10 @@ DurationStats Samples::Stats() {
   s.total_ns = total_;
   s.avg_ns = static_cast<double>(total_) / static_cast<double>(count_);
   const uint64_t n = count_;
-  s.median_ns = n % 2 == 1 ? static_cast<double>(AtRank(n / 2))
-                           : (static_cast<double>(AtRank(n / 2 - 1)) +
-                              static_cast<double>(AtRank(n / 2))) /
-                                 2;
+  s.median_ns =
+      n % 2 == 1
+          ? static_cast<double>(AtRank(n / 2))
+          : (static_cast<double>(AtRank(n / 2 - 1)) + static_cast<double>(AtRank(n / 2))) / 2;
   if (n > 1) {
     if (exact_mode_) {
       // Two passes over the values: the same digits as before the histogram existed.

@@ -401,8 +401,8 @@ struct StreamingAnalysis::State {
   // call's interval when the copy is analysed, at most launch_memory_ns after the call.
   int64_t SyncRetireBound() const {
     if (limits.launch_memory_ns == INT64_MAX) return INT64_MIN;
-    const int64_t newest = std::max(frontier, SaturatingSub(newest_host_start,
-                                                            limits.reorder_window_ns));
+    const int64_t newest =
+        std::max(frontier, SaturatingSub(newest_host_start, limits.reorder_window_ns));
     return SaturatingSub(newest, limits.launch_memory_ns);
   }
 
@@ -412,9 +412,9 @@ struct StreamingAnalysis::State {
     const int64_t ready_before = SaturatingSub(newest_start, limits.reorder_window_ns);
     // Also when launch calls pile up: analysing the oldest GPU work first lets the calls it
     // needed be forgotten, rather than calls whose GPU work is still waiting.
-    while (!pending.empty() &&
-           (pending.top().a.start_ns < ready_before || pending.size() > limits.max_buffered_events ||
-            launches.size() > limits.max_launch_calls)) {
+    while (!pending.empty() && (pending.top().a.start_ns < ready_before ||
+                                pending.size() > limits.max_buffered_events ||
+                                launches.size() > limits.max_launch_calls)) {
       PendingGpu p = pending.top();
       pending.pop();
       Process(p.a, p.launcher);
@@ -510,8 +510,8 @@ struct StreamingAnalysis::State {
       q.area += static_cast<double>(a.end_ns() - l->start);
       while (!q.in_flight.empty() && q.in_flight.top() <= l->start) q.in_flight.pop();
       q.in_flight.push(a.end_ns());
-      q.max_depth = std::max<uint32_t>(q.max_depth, static_cast<uint32_t>(std::min<size_t>(
-                                                        q.in_flight.size(), UINT32_MAX)));
+      q.max_depth = std::max<uint32_t>(
+          q.max_depth, static_cast<uint32_t>(std::min<size_t>(q.in_flight.size(), UINT32_MAX)));
     }
 
     // Kernel summary (cuda_gpu_kern_sum).
@@ -546,8 +546,9 @@ struct StreamingAnalysis::State {
     c.bytes = SaturatingAdd(c.bytes, a.bytes);
     c.total_ns = SaturatingAdd(c.total_ns, a.dur_ns);
     // Copies to or from pageable memory block the calling thread whatever the API says.
-    const bool pageable = a.type == GpuActivity::Type::kMemcpy &&
-                          (a.src_kind == MemoryKind::kPageable || a.dst_kind == MemoryKind::kPageable);
+    const bool pageable =
+        a.type == GpuActivity::Type::kMemcpy &&
+        (a.src_kind == MemoryKind::kPageable || a.dst_kind == MemoryKind::kPageable);
     if (!pageable || l == nullptr || l->pageable_counted || Blocking(l->name)) return;
     l->pageable_counted = true;
     CountSync(std::string(StripVersion(tables->names.Name(l->name))) + " (pageable copy)", "api",
@@ -626,7 +627,9 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
         "profiler."));
   }
   // The window: from the first start to the last end of any event in the trace (docs/ANALYSIS.md).
-  auto clamp = [](int64_t v) { return std::clamp<int64_t>(v, kMinTimeNs, kMaxTimeNs + kMaxDurationNs); };
+  auto clamp = [](int64_t v) {
+    return std::clamp<int64_t>(v, kMinTimeNs, kMaxTimeNs + kMaxDurationNs);
+  };
   const bool has_window = t.window_end_ns >= t.window_start_ns;
   const int64_t ws = has_window ? clamp(t.window_start_ns) : 0;
   const int64_t we = has_window ? clamp(t.window_end_ns) : 0;
@@ -883,9 +886,10 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
         "stay exact.");
   }
   if (s.late > 0) {
-    r.notes.push_back(absl::StrCat(
-        s.late, " GPU activities arrived more than the reorder window after later ones: the "
-                "busy, idle and queue-depth figures around them are approximate."));
+    r.notes.push_back(
+        absl::StrCat(s.late,
+                     " GPU activities arrived more than the reorder window after later ones: the "
+                     "busy, idle and queue-depth figures around them are approximate."));
   }
   if (s.ops_dropped > 0) {
     r.notes.push_back(absl::StrCat(s.ops_dropped,

@@ -94,16 +94,16 @@ namespace {
 
 constexpr const char* kCuptiCopyKinds[] = {"Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA",
                                            "AtoD",    "DtoA", "DtoD", "HtoH", "PtoP"};
-constexpr CopyKind kCopyKindOfCupti[] = {
-    CopyKind::kUnknown, CopyKind::kHtoD, CopyKind::kDtoH, CopyKind::kHtoD,
-    CopyKind::kDtoH,    CopyKind::kDtoD, CopyKind::kDtoD, CopyKind::kDtoD,
-    CopyKind::kDtoD,    CopyKind::kHtoH, CopyKind::kPtoP};
-constexpr const char* kCuptiMemoryKinds[] = {"Unknown", "Pageable", "Pinned",        "Device",
-                                             "Array",   "Managed",  "Device Static", "Managed Static"};
-constexpr MemoryKind kMemoryKindOfCupti[] = {MemoryKind::kUnknown, MemoryKind::kPageable,
-                                             MemoryKind::kPinned,  MemoryKind::kDevice,
-                                             MemoryKind::kArray,   MemoryKind::kManaged,
-                                             MemoryKind::kDevice,  MemoryKind::kManaged};
+constexpr CopyKind kCopyKindOfCupti[] = {CopyKind::kUnknown, CopyKind::kHtoD, CopyKind::kDtoH,
+                                         CopyKind::kHtoD,    CopyKind::kDtoH, CopyKind::kDtoD,
+                                         CopyKind::kDtoD,    CopyKind::kDtoD, CopyKind::kDtoD,
+                                         CopyKind::kHtoH,    CopyKind::kPtoP};
+constexpr const char* kCuptiMemoryKinds[] = {"Unknown",       "Pageable",      "Pinned",
+                                             "Device",        "Array",         "Managed",
+                                             "Device Static", "Managed Static"};
+constexpr MemoryKind kMemoryKindOfCupti[] = {
+    MemoryKind::kUnknown, MemoryKind::kPageable, MemoryKind::kPinned, MemoryKind::kDevice,
+    MemoryKind::kArray,   MemoryKind::kManaged,  MemoryKind::kDevice, MemoryKind::kManaged};
 constexpr int64_t kCopyKinds = sizeof(kCuptiCopyKinds) / sizeof(kCuptiCopyKinds[0]);
 constexpr int64_t kMemoryKinds = sizeof(kCuptiMemoryKinds) / sizeof(kCuptiMemoryKinds[0]);
 

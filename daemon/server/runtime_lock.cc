@@ -20,9 +20,8 @@ absl::StatusOr<int> LockRuntimeDir(const std::string& runtime_dir) {
   const std::string path = runtime_dir + "/profd.lock";
   int fd = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0644);
   if (fd < 0) {
-    return absl::FailedPreconditionError(absl::StrCat("cannot open ", path, ": ",
-                                                      std::strerror(errno),
-                                                      " (check --runtime_dir)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open ", path, ": ", std::strerror(errno), " (check --runtime_dir)"));
   }
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const int err = errno;
@@ -34,9 +33,9 @@ absl::StatusOr<int> LockRuntimeDir(const std::string& runtime_dir) {
           absl::StrCat("cannot lock ", path, ": ", std::strerror(err)));
     }
     std::string holder = n > 0 ? std::string(absl::StripAsciiWhitespace(buf)) : "unknown";
-    return absl::FailedPreconditionError(absl::StrCat(
-        "another profd (pid ", holder, ") is running with --runtime_dir=", runtime_dir,
-        ": stop it first, or give this one its own --runtime_dir (and sockets)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("another profd (pid ", holder, ") is running with --runtime_dir=", runtime_dir,
+                     ": stop it first, or give this one its own --runtime_dir (and sockets)"));
   }
   const std::string pid = absl::StrCat(getpid(), "\n");
   if (ftruncate(fd, 0) != 0 || pwrite(fd, pid.data(), pid.size(), 0) < 0) {

@@ -107,8 +107,8 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     c.pid = static_cast<int32_t>(p.pid);
     c.tid = static_cast<int32_t>(a.tid());
     c.file = file;
-    c.type = a.domain() == v1::API_DOMAIN_DRIVER ? HostCall::Type::kDriver
-                                                 : HostCall::Type::kRuntime;
+    c.type =
+        a.domain() == v1::API_DOMAIN_DRIVER ? HostCall::Type::kDriver : HostCall::Type::kRuntime;
     tables_.files[process].host_pid = static_cast<int32_t>(p.pid);
     analysis_.Add(c);
   }

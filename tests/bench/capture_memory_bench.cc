@@ -91,19 +91,20 @@ v1::AgentMessage Batch(const std::string& capture_id, uint64_t first_launch, int
 }
 
 struct CaptureRun {
-  double peak_mib = 0;       // VmRSS sampled during the capture
-  double hwm_mib = 0;        // VmHWM at the end
-  double after_mib = 0;      // VmRSS once the capture is done
-  double baseline_mib = 0;   // VmRSS before it
-  double finish_s = 0;       // agent's end of capture -> profctl returned
-  double send_s = 0;         // how long the agent took to send it all (paced)
-  uint64_t events = 0;       // as `profctl capture` counted them
+  double peak_mib = 0;      // VmRSS sampled during the capture
+  double hwm_mib = 0;       // VmHWM at the end
+  double after_mib = 0;     // VmRSS once the capture is done
+  double baseline_mib = 0;  // VmRSS before it
+  double finish_s = 0;      // agent's end of capture -> profctl returned
+  double send_s = 0;        // how long the agent took to send it all (paced)
+  uint64_t events = 0;      // as `profctl capture` counted them
 };
 
 CaptureRun OneCapture(uint64_t events, double seconds) {
   TempDir dir;
-  ProfdProcess profd({"--capture_dir=" + dir.File("captures"), "--store=file://" + dir.File("store"),
-                      "--spool_dir=" + dir.File("spool"), "--max_capture_duration=3600s",
+  ProfdProcess profd({"--capture_dir=" + dir.File("captures"),
+                      "--store=file://" + dir.File("store"), "--spool_dir=" + dir.File("spool"),
+                      "--max_capture_duration=3600s",
                       "--max_capture_events=" + std::to_string(events + 1000)});
   profd.Start();
   CaptureRun run;
@@ -205,8 +206,9 @@ int main(int argc, char** argv) {
       (void)absl::SimpleAtoi(a, &repeat);
     }
   }
-  std::printf("%-11s %-10s %-26s %-26s %-22s %-26s\n", "events", "counted", "peak RSS MiB (med/min/max)",
-              "RSS after MiB", "baseline MiB", "finish s (med/min/max)");
+  std::printf("%-11s %-10s %-26s %-26s %-22s %-26s\n", "events", "counted",
+              "peak RSS MiB (med/min/max)", "RSS after MiB", "baseline MiB",
+              "finish s (med/min/max)");
   for (uint64_t events : sizes) {
     std::vector<double> peak, after, base, finish;
     uint64_t counted = 0;
@@ -222,10 +224,11 @@ int main(int argc, char** argv) {
                    std::max(run.peak_mib, run.hwm_mib), run.finish_s);
     }
     Spread p = Of(peak), a = Of(after), b = Of(base), f = Of(finish);
-    std::printf("%-11llu %-10llu %6.1f %6.1f %6.1f        %6.1f %6.1f %6.1f  %6.1f %6.1f %6.1f  %6.3f %6.3f %6.3f\n",
-                static_cast<unsigned long long>(events), static_cast<unsigned long long>(counted),
-                p.median, p.min, p.max, a.median, a.min, a.max, b.median, b.min, b.max, f.median,
-                f.min, f.max);
+    std::printf(
+        "%-11llu %-10llu %6.1f %6.1f %6.1f        %6.1f %6.1f %6.1f  %6.1f %6.1f %6.1f  %6.3f "
+        "%6.3f %6.3f\n",
+        static_cast<unsigned long long>(events), static_cast<unsigned long long>(counted), p.median,
+        p.min, p.max, a.median, a.min, a.max, b.median, b.min, b.max, f.median, f.min, f.max);
     std::fflush(stdout);
   }
   return 0;

@@ -1,7 +1,8 @@
 // What profd's capture pipeline does with the event batches of one process, for the fuzz targets:
 // the steps of CaptureOrchestrator::WriteBatch (string table, trace writer, the capture's
 // streaming analysis, the raw batch record) and of its Finalize (close the trace, finish the
-// report that becomes summary.json), and `profctl report` of the trace file just written. The trace lives in a memfd, so fuzzing never touches the disk.
+// report that becomes summary.json), and `profctl report` of the trace file just written. The trace
+// lives in a memfd, so fuzzing never touches the disk.
 //
 // Besides not crashing, the pipeline checks what it promises (Check traps, so libFuzzer reports
 // the input): the trace it wrote is valid JSON the analysis reads, and no number in the report

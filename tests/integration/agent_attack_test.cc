@@ -679,7 +679,7 @@ TEST_F(AgentAttackTest, AFloodOfEventBatchesIsThrottledNotBuffered) {
                                                     " until its capture catches up")));
   const double grew = ProfdMemoryMiB("VmHWM") - peak_before_mib_;
   EXPECT_LT(grew, PeakBoundMiB(48)) << "the flood cost profd " << grew << " MiB at its peak ("
-                                   << attacker.bytes_sent() / (1 << 20) << " MiB sent)";
+                                    << attacker.bytes_sent() / (1 << 20) << " MiB sent)";
   std::cout << "the flood sent " << attacker.bytes_sent() / (1 << 20)
             << " MiB; profd's peak grew by " << grew << " MiB\n";
   attacker.SendMessage(Status(capture_id, v1::CAPTURE_STATE_FINISHED), absl::Seconds(5));

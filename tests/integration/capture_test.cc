@@ -96,8 +96,9 @@ double Num(const rapidjson::Value& v) {
 // share and kernel table (docs/ANALYSIS.md).
 TEST(CaptureNumbersTest, EveryCommandReportsTheSameNumbers) {
   TempDir dir;
-  ProfdProcess profd({"--capture_dir=" + dir.File("captures"), "--store=file://" + dir.File("store"),
-                      "--spool_dir=" + dir.File("spool"), "--max_capture_duration=10s"});
+  ProfdProcess profd({"--capture_dir=" + dir.File("captures"),
+                      "--store=file://" + dir.File("store"), "--spool_dir=" + dir.File("spool"),
+                      "--max_capture_duration=10s"});
   profd.Start();
   auto agent = StartReplayAgent(profd.agent_socket());
   ASSERT_TRUE(WaitFor([&] { return Registered(profd, agent->pid()); }, absl::Seconds(2)));
@@ -109,10 +110,12 @@ TEST(CaptureNumbersTest, EveryCommandReportsTheSameNumbers) {
 
   rapidjson::Document file = ReadGzipJson(std::string(c["location"].GetString()) + "/summary.json");
   rapidjson::Document by_id = profd.ProfctlJson({"report", id});
-  rapidjson::Document by_file =
-      profd.ProfctlJson({"report", c["files"][0]["path"].GetString()});
-  ASSERT_TRUE(WaitFor([&] { return profd.Profctl({"show", id}).exit_code == 0; },
-                      absl::Seconds(5)));
+  rapidjson::Document by_file = profd.ProfctlJson({"report", c["files"][0]["path"].GetString()});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return profd.Profctl({"show", id}).exit_code == 0;
+      },
+      absl::Seconds(5)));
   rapidjson::Document show = profd.ProfctlJson({"show", id});
   rapidjson::Document list = profd.ProfctlJson({"captures"});
   const rapidjson::Value* listed = nullptr;
@@ -205,8 +208,7 @@ TEST_F(CaptureTest, CtrlCStopsTheCaptureEarlyAndASecondOneDetaches) {
     EXPECT_EQ(rc, 130) << said;
     EXPECT_NE(said.find("detached; capture " + id + " goes on"), std::string::npos) << said;
     // The capture goes on without profctl, to its end.
-    EXPECT_TRUE(
-        WaitFor([&] { return phase_of(id) == "CAPTURE_PHASE_DONE"; }, absl::Seconds(15)));
+    EXPECT_TRUE(WaitFor([&] { return phase_of(id) == "CAPTURE_PHASE_DONE"; }, absl::Seconds(15)));
   }
   EXPECT_TRUE(detached) << "a second Ctrl-C never detached: " << said;
 }

@@ -156,7 +156,8 @@ TEST(RegistrationTest, ProfctlSaysItsVersionCommandsAndTakesOptionsAfterTheComma
   profd.Start();
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--json", "agents"}, std::vector<std::string>{"agents", "--json"},
-        std::vector<std::string>{"status", "--json"}, std::vector<std::string>{"captures", "--json"},
+        std::vector<std::string>{"status", "--json"},
+        std::vector<std::string>{"captures", "--json"},
         std::vector<std::string>{"list", "--json"}}) {
     std::vector<std::string> argv = {profctl};
     argv.insert(argv.end(), args.begin(), args.end());

@@ -117,8 +117,7 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
   EXPECT_TRUE(fs::exists(dir + "/summary.json"));
 
   const std::string nowhere = scratch_.File("nowhere");
-  RunResult unknown =
-      profd->Profctl({"get", "20200101T000000Z-nowhere-00000000", "-o", nowhere});
+  RunResult unknown = profd->Profctl({"get", "20200101T000000Z-nowhere-00000000", "-o", nowhere});
   EXPECT_EQ(unknown.exit_code, 4) << unknown.out << unknown.err;
   EXPECT_NE(unknown.err.find("no capture"), std::string::npos) << unknown.err;
   EXPECT_FALSE(fs::exists(nowhere)) << "a failed get leaves no folder behind";

@@ -1,5 +1,5 @@
-// The trace writer and the capture's report, fed with event batches recorded from a real capture on an
-// H200 (tests/fixtures/README.md): 1000 launches of profd_test_kernel, 8 MiB each way, a memset.
+// The trace writer and the capture's report, fed with event batches recorded from a real capture on
+// an H200 (tests/fixtures/README.md): 1000 launches of profd_test_kernel, 8 MiB each way, a memset.
 #include "daemon/trace/chrome_trace_writer.h"
 
 #include <map>
