@@ -95,6 +95,28 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
   const uint16_t file = static_cast<uint16_t>(process);
   auto correlation = [&](uint32_t id) { return static_cast<int64_t>(id) + p.correlation_offset; };
   int64_t start = 0, dur = 0;
+  // What every GPU record gives alike (kernels, copies, memsets), once its interval is known.
+  auto on_gpu = [&](const auto& record, GpuActivity::Type type) {
+    GpuActivity a;
+    a.start_ns = start;
+    a.dur_ns = dur;
+    a.correlation = correlation(record.correlation());
+    a.device = static_cast<int32_t>(record.device());
+    a.stream = static_cast<int32_t>(record.stream());
+    a.file = file;
+    a.type = type;
+    return a;
+  };
+  auto on_host_op = [&](uint32_t tid, CpuOp::Kind kind) {
+    CpuOp op;
+    op.start_ns = start;
+    op.dur_ns = dur;
+    op.pid = static_cast<int32_t>(p.pid);
+    op.tid = static_cast<int32_t>(tid);
+    op.file = file;
+    op.kind = kind;
+    return op;
+  };
 
   // API calls first: the GPU work they launched finds them by correlation id.
   for (const v1::ApiCall& a : batch.api_calls()) {
@@ -133,15 +155,8 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
         !GpuRowFits(k.device(), k.stream()) ||
         uint64_t{k.static_shared_bytes()} + k.dynamic_shared_bytes() > UINT32_MAX;
     if (!Interval(process, k.start_ns(), k.end_ns(), impossible, &start, &dur)) continue;
-    GpuActivity a;
-    a.start_ns = start;
-    a.dur_ns = dur;
-    a.correlation = correlation(k.correlation());
+    GpuActivity a = on_gpu(k, GpuActivity::Type::kKernel);
     a.name = NameOf(p, k.name_id(), names);
-    a.device = static_cast<int32_t>(k.device());
-    a.stream = static_cast<int32_t>(k.stream());
-    a.file = file;
-    a.type = GpuActivity::Type::kKernel;
     analysis::LaunchConfig config;
     // The trace writes the dimensions as signed numbers and the reader keeps them as read.
     config.grid[0] = static_cast<uint32_t>(k.grid_x());
@@ -158,16 +173,9 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
   for (const v1::Memcpy& m : batch.memcpys()) {
     const bool impossible = !GpuRowFits(m.device(), m.stream()) || m.bytes() > INT64_MAX;
     if (!Interval(process, m.start_ns(), m.end_ns(), impossible, &start, &dur)) continue;
-    GpuActivity a;
-    a.start_ns = start;
-    a.dur_ns = dur;
-    a.correlation = correlation(m.correlation());
+    GpuActivity a = on_gpu(m, GpuActivity::Type::kMemcpy);
     a.bytes = m.bytes();
     a.name = Intern(CopyName(m.copy_kind(), m.src_kind(), m.dst_kind()));
-    a.device = static_cast<int32_t>(m.device());
-    a.stream = static_cast<int32_t>(m.stream());
-    a.file = file;
-    a.type = GpuActivity::Type::kMemcpy;
     a.copy_kind = analysis::CopyKindFromCupti(m.copy_kind());
     a.src_kind = analysis::MemoryKindFromCupti(m.src_kind());
     a.dst_kind = analysis::MemoryKindFromCupti(m.dst_kind());
@@ -176,40 +184,21 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
   for (const v1::Memset& m : batch.memsets()) {
     const bool impossible = !GpuRowFits(m.device(), m.stream()) || m.bytes() > INT64_MAX;
     if (!Interval(process, m.start_ns(), m.end_ns(), impossible, &start, &dur)) continue;
-    GpuActivity a;
-    a.start_ns = start;
-    a.dur_ns = dur;
-    a.correlation = correlation(m.correlation());
+    GpuActivity a = on_gpu(m, GpuActivity::Type::kMemset);
     a.bytes = m.bytes();
     a.name = Intern(MemsetName(m.memory_kind()));
-    a.device = static_cast<int32_t>(m.device());
-    a.stream = static_cast<int32_t>(m.stream());
-    a.file = file;
-    a.type = GpuActivity::Type::kMemset;
     analysis_.Add(a);
   }
   for (const v1::Marker& m : batch.markers()) {
     if (!Interval(process, m.start_ns(), m.end_ns(), m.tid() > INT32_MAX, &start, &dur)) continue;
-    CpuOp op;
-    op.start_ns = start;
-    op.dur_ns = dur;
+    CpuOp op = on_host_op(m.tid(), CpuOp::Kind::kUserAnnotation);
     op.name = tables_.names.Intern(analysis::OperatorKey(names.Text(m.name_id())));
-    op.pid = static_cast<int32_t>(p.pid);
-    op.tid = static_cast<int32_t>(m.tid());
-    op.file = file;
-    op.kind = CpuOp::Kind::kUserAnnotation;
     analysis_.Add(op);
   }
   for (const v1::Overhead& o : batch.overheads()) {
     if (!Interval(process, o.start_ns(), o.end_ns(), o.tid() > INT32_MAX, &start, &dur)) continue;
-    CpuOp op;
-    op.start_ns = start;
-    op.dur_ns = dur;
+    CpuOp op = on_host_op(o.tid(), CpuOp::Kind::kOverhead);
     op.name = Intern(OverheadName(o.kind()));
-    op.pid = static_cast<int32_t>(p.pid);
-    op.tid = static_cast<int32_t>(o.tid());
-    op.file = file;
-    op.kind = CpuOp::Kind::kOverhead;
     analysis_.Add(op);
   }
   // Memory allocations are instants: counted as records, not analysed.

@@ -259,46 +259,37 @@ void ChromeTraceWriter::WriteKernel(const v1::Kernel& k, const StringTable& name
   AppendFlowEnd(k.correlation(), k.device(), k.stream(), k.start_ns());
 }
 
-void ChromeTraceWriter::WriteMemcpy(const v1::Memcpy& m) {
-  const char* copy = analysis::CuptiCopyKindName(m.copy_kind());
-  const char* src = analysis::CuptiMemoryKindName(m.src_kind());
-  const char* dst = analysis::CuptiMemoryKindName(m.dst_kind());
-  const std::string name =
-      absl::StrCat("\"", CopyName(m.copy_kind(), m.src_kind(), m.dst_kind()), "\"");
+// A copy or a memset: the GPU row's header, its correlation, bytes and bandwidth, then `extra`
+// (the copy's kinds) before the closing braces.
+template <typename Transfer>
+void ChromeTraceWriter::WriteTransfer(const Transfer& m, const char* cat, const std::string& name,
+                                      const std::string& extra) {
   const std::string bandwidth = Bandwidth(m.bytes(), m.start_ns(), m.end_ns());
-  char* p = BeginEvent(kMaxEventBytes + name.size() + bandwidth.size());
-  p = PutGpuHeader(p, "gpu_memcpy", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
+  char* p = BeginEvent(kMaxEventBytes + name.size() + bandwidth.size() + extra.size());
+  p = PutGpuHeader(p, cat, name, m.device(), m.stream(), m.start_ns(), m.end_ns());
   p = Put(p, ",\"correlation\":");
   p = PutUint(p, m.correlation());
   p = Put(p, ",\"bytes\":");
   p = PutUint(p, m.bytes());
   p = Put(p, ",\"memory bandwidth (GB/s)\":");
   p = Put(p, bandwidth);
-  p = Put(p, ",\"copy kind\":\"");
-  p = Put(p, copy);
-  p = Put(p, "\",\"src kind\":\"");
-  p = Put(p, src);
-  p = Put(p, "\",\"dst kind\":\"");
-  p = Put(p, dst);
-  p = Put(p, "\"}}");
+  p = Put(p, extra);
+  p = Put(p, "}}");
   Commit(p);
   AppendFlowEnd(m.correlation(), m.device(), m.stream(), m.start_ns());
 }
 
+void ChromeTraceWriter::WriteMemcpy(const v1::Memcpy& m) {
+  WriteTransfer(
+      m, "gpu_memcpy",
+      absl::StrCat("\"", CopyName(m.copy_kind(), m.src_kind(), m.dst_kind()), "\""),
+      absl::StrCat(",\"copy kind\":\"", analysis::CuptiCopyKindName(m.copy_kind()),
+                   "\",\"src kind\":\"", analysis::CuptiMemoryKindName(m.src_kind()),
+                   "\",\"dst kind\":\"", analysis::CuptiMemoryKindName(m.dst_kind()), "\""));
+}
+
 void ChromeTraceWriter::WriteMemset(const v1::Memset& m) {
-  const std::string name = absl::StrCat("\"", MemsetName(m.memory_kind()), "\"");
-  const std::string bandwidth = Bandwidth(m.bytes(), m.start_ns(), m.end_ns());
-  char* p = BeginEvent(kMaxEventBytes + name.size() + bandwidth.size());
-  p = PutGpuHeader(p, "gpu_memset", name, m.device(), m.stream(), m.start_ns(), m.end_ns());
-  p = Put(p, ",\"correlation\":");
-  p = PutUint(p, m.correlation());
-  p = Put(p, ",\"bytes\":");
-  p = PutUint(p, m.bytes());
-  p = Put(p, ",\"memory bandwidth (GB/s)\":");
-  p = Put(p, bandwidth);
-  p = Put(p, "}}");
-  Commit(p);
-  AppendFlowEnd(m.correlation(), m.device(), m.stream(), m.start_ns());
+  WriteTransfer(m, "gpu_memset", absl::StrCat("\"", MemsetName(m.memory_kind()), "\""), "");
 }
 
 void ChromeTraceWriter::WriteApiCall(const v1::ApiCall& a, const StringTable& names) {

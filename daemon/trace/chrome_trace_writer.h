@@ -80,6 +80,9 @@ class ChromeTraceWriter {
                      uint32_t stream, uint64_t start, uint64_t end);
   void AppendFlowEnd(uint32_t correlation, uint32_t device, uint32_t stream, uint64_t ts);
   void WriteKernel(const v1::Kernel& k, const StringTable& names);
+  template <typename Transfer>
+  void WriteTransfer(const Transfer& m, const char* cat, const std::string& name,
+                     const std::string& extra);
   void WriteMemcpy(const v1::Memcpy& m);
   void WriteMemset(const v1::Memset& m);
   void WriteApiCall(const v1::ApiCall& a, const StringTable& names);
