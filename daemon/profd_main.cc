@@ -526,6 +526,14 @@ int Main(int argc, char** argv) {
   capture_options.on_finished = [&daemon_metrics](const v1::CaptureInfo& info) {
     daemon_metrics.OnCaptureFinished(info);
   };
+  if (spool) {
+    // profd_uploads_total and profd_trace_uploaded_bytes_total: what the spool really did.
+    daemon_metrics.SetUploadSource([&spool] {
+      const store::SpoolStats s = spool->stats();
+      return DaemonMetrics::Uploads{s.uploaded_total, s.upload_failures_total,
+                                    s.uploaded_bytes_total};
+    });
+  }
   std::string kineto_dir = absl::GetFlag(FLAGS_kineto_socket_dir);
   if (kineto_dir.empty()) kineto_dir = runtime_dir + "/kineto";
   std::unique_ptr<kineto::KinetoIpcServer> kineto_server;

@@ -59,14 +59,9 @@ void DaemonMetrics::OnCaptureFinished(const v1::CaptureInfo& info) {
   OnCaptureFinished(result, duration, events, dropped, bytes);
 }
 
-void DaemonMetrics::OnUpload(bool ok, uint64_t bytes) {
+void DaemonMetrics::SetUploadSource(std::function<Uploads()> source) {
   absl::MutexLock lock(&mutex_);
-  if (ok) {
-    ++state_.uploads_succeeded;
-    state_.trace_bytes_uploaded += bytes;
-  } else {
-    ++state_.uploads_failed;
-  }
+  uploads_ = std::move(source);
 }
 
 void DaemonMetrics::OnTraceBytesWritten(uint64_t bytes) {
@@ -75,8 +70,20 @@ void DaemonMetrics::OnTraceBytesWritten(uint64_t bytes) {
 }
 
 DaemonMetrics::Snapshot DaemonMetrics::Read() const {
-  absl::MutexLock lock(&mutex_);
-  return state_;
+  std::function<Uploads()> source;
+  Snapshot snapshot;
+  {
+    absl::MutexLock lock(&mutex_);
+    snapshot = state_;
+    source = uploads_;
+  }
+  if (source) {  // outside our mutex: it takes the spool's
+    const Uploads u = source();
+    snapshot.uploads_succeeded = u.succeeded;
+    snapshot.uploads_failed = u.failed;
+    snapshot.trace_bytes_uploaded = u.bytes;
+  }
+  return snapshot;
 }
 
 }  // namespace profd

@@ -10,8 +10,9 @@
 //                         trace_bytes) when it ends, whatever the outcome. duration is request ->
 //                         final state; events and dropped_records sum over the processes;
 //                         trace_bytes is what was written to the local spool/store (compressed).
-//   Store uploader:       OnUpload(ok, bytes) once per upload attempt of one object (a retry is
-//                         another attempt); bytes counts only when ok.
+//   Store uploader:       the spool counts its own uploads (store::SpoolStats); profd_main.cc
+//                         hands SetUploadSource a function that reads them, called on each
+//                         Read(): one count, exported as the spool keeps it.
 //   Trace writers that write outside a capture (e.g. profctl import): OnTraceBytesWritten(bytes).
 //
 // These become profd_captures_total{result}, profd_captures_running,
@@ -22,6 +23,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -64,7 +66,12 @@ class DaemonMetrics {
   // The same from a finished capture's record: result from its phase, duration from request to
   // finish, events and dropped records summed over its processes, bytes over its files.
   void OnCaptureFinished(const v1::CaptureInfo& info);
-  void OnUpload(bool ok, uint64_t bytes);
+  struct Uploads {
+    uint64_t succeeded = 0;  // captures stored
+    uint64_t failed = 0;     // failed attempts (each retry counts)
+    uint64_t bytes = 0;      // of the captures stored
+  };
+  void SetUploadSource(std::function<Uploads()> source);
   void OnTraceBytesWritten(uint64_t bytes);
 
   Snapshot Read() const;
@@ -72,6 +79,7 @@ class DaemonMetrics {
  private:
   mutable absl::Mutex mutex_;
   Snapshot state_ ABSL_GUARDED_BY(mutex_);
+  std::function<Uploads()> uploads_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace profd

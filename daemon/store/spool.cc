@@ -345,6 +345,7 @@ void Spool::UploadLoop() {
       if (status.ok()) {
         fs::remove_all(item.folder, ec);
         ++stats_.uploaded_total;
+        stats_.uploaded_bytes_total += item.trace.bytes();
         stats_.last_upload = absl::Now();
         stats_.last_error.clear();
         LogInfo(kComponent, "capture %s stored at %s", item.trace.capture_id(),

@@ -65,7 +65,8 @@ struct SpoolStats {
   uint32_t pending = 0;         // finished captures waiting for upload
   uint32_t reserved = 0;        // captures being written
   uint32_t failed = 0;          // folders in failed/ (never stored, kept for a person to look at)
-  uint64_t uploaded_total = 0;
+  uint64_t uploaded_total = 0;  // captures stored
+  uint64_t uploaded_bytes_total = 0;   // their files' bytes
   uint64_t upload_failures_total = 0;  // failed upload attempts (each retry counts)
   uint64_t refused_total = 0;          // captures refused because the spool was full
   std::string last_error;              // of the last failed attempt; cleared by a success

@@ -212,8 +212,8 @@ TEST_F(MetricsCollectorTest, CaptureAndUploadHealth) {
   daemon_.OnCaptureStarted();
   daemon_.OnCaptureFinished(CaptureResult::kSucceeded, absl::Seconds(2), 1000, 3, 5000);
   daemon_.OnCaptureFinished(CaptureResult::kFailed, absl::Milliseconds(50), 0, 0, 0);
-  daemon_.OnUpload(true, 4000);
-  daemon_.OnUpload(false, 999);
+  // The spool's own counts, read on each scrape.
+  daemon_.SetUploadSource([] { return DaemonMetrics::Uploads{1, 1, 4000}; });
   daemon_.OnTraceBytesWritten(100);
   const std::string text = Scrape();
   const std::string h = "hostname=\"node-a\"";

@@ -268,5 +268,40 @@ TEST_F(PrometheusDashboardTest, EveryPanelHasDataWithNvml) {
       absl::Seconds(10)));
 }
 
+// The upload series count what the spool did: a capture stored moves them (and the dashboard's
+// upload panels), where before they stayed at zero and ProfdUploadsFailing could never fire.
+TEST_F(PrometheusDashboardTest, UploadSeriesMoveWhenCapturesAreStored) {
+  ProfdProcess profd({"--nvml_library=/nonexistent/libnvidia-ml.so.1"});
+  profd.Start();
+  Subprocess agent({BuildPath("tests/integration/replay_agent"),
+                    SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")},
+                   {{"PROFD_AGENT_SOCKET", profd.agent_socket()}});
+  PrometheusServer prometheus(MetricsAddress(profd));
+  ASSERT_TRUE(
+      WaitFor([&] { return prometheus.Value("profd_uploads_total{result=\"succeeded\"}") == 0; },
+              absl::Seconds(15)))
+      << prometheus.log();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return profd
+                   .Profctl(
+                       {"capture", "--pid", std::to_string(agent.pid()), "--duration", "300ms"})
+                   .exit_code == 0;
+      },
+      absl::Seconds(10)));
+  rapidjson::Document stored = profd.ProfctlJson({"list"});
+  ASSERT_EQ(stored["traces"].Size(), 1u);
+  const double bytes = std::stod(stored["traces"][0]["bytes"].GetString());
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return prometheus.Value("profd_uploads_total{result=\"succeeded\"}") == 1 &&
+               prometheus.Value("profd_trace_uploaded_bytes_total") == bytes;
+      },
+      absl::Seconds(15)))
+      << "uploads " << prometheus.Value("profd_uploads_total{result=\"succeeded\"}") << ", bytes "
+      << prometheus.Value("profd_trace_uploaded_bytes_total") << " (want " << bytes << ")";
+  EXPECT_EQ(prometheus.Value("profd_uploads_total{result=\"failed\"}"), 0);
+}
+
 }  // namespace
 }  // namespace profd::testing
