@@ -128,8 +128,29 @@ int RunStatus(const GlobalOptions& g) {
   if (!response.metrics_address().empty()) {
     std::cout << "  metrics:           http://" << response.metrics_address() << "/metrics\n";
   }
+  std::cout << "  GPU metrics:       "
+            << (response.nvml_available()
+                    ? std::string("NVML")
+                    : "off: " + (response.nvml_error().empty() ? std::string("NVML not loaded")
+                                                               : response.nvml_error()))
+            << "\n";
   if (!response.store_uri().empty()) {
     std::cout << "  store:             " << response.store_uri() << "\n";
+    // What waits for the store, and why: an on-call engineer's first question.
+    grpc::ClientContext spool_ctx;
+    profd::v1::SpoolStatus spool;
+    if (StoreStub(client)
+            ->GetSpoolStatus(WithDeadline(&spool_ctx, g), profd::v1::GetSpoolStatusRequest(),
+                             &spool)
+            .ok()) {
+      std::cout << "  uploads:           " << spool.uploaded_total() << " stored, "
+                << spool.pending() << " waiting";
+      if (!spool.last_error().empty()) {
+        std::cout << "; FAILING (" << spool.upload_failures_total()
+                  << " failed attempts): " << spool.last_error();
+      }
+      std::cout << "\n";
+    }
   }
   std::cout << "  captures:          " << response.captures_running() << " running, "
             << response.captures_completed() << " completed, " << response.captures_failed()

@@ -41,6 +41,10 @@ std::string ParseDurationFlag(const std::string& flag, const std::string& text, 
   return "";
 }
 
+std::unique_ptr<profd::v1::TraceStore::Stub> StoreStub(const ProfdClient& client) {
+  return profd::v1::TraceStore::NewStub(client.channel());
+}
+
 grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx, const GlobalOptions& g) {
   absl::Duration timeout = absl::Seconds(10);
   (void)ParseDurationFlag("--timeout", g.timeout, absl::ZeroDuration(), absl::Hours(24), &timeout);

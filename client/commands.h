@@ -9,6 +9,7 @@
 #include "absl/time/time.h"
 #include "client/profd_client.h"
 #include "google/protobuf/message.h"
+#include "profd/v1/store.grpc.pb.h"
 
 namespace profctl {
 
@@ -27,6 +28,8 @@ std::string Ago(int64_t unix_ns);
 // number has no unit), or lies outside [min, max]; "" when *out is set.
 std::string ParseDurationFlag(const std::string& flag, const std::string& text, absl::Duration min,
                               absl::Duration max, absl::Duration* out);
+// The store's stub on profctl's one channel to profd (same target, same TLS credentials).
+std::unique_ptr<profd::v1::TraceStore::Stub> StoreStub(const ProfdClient& client);
 // Sets the --timeout deadline on ctx and returns it.
 grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx, const GlobalOptions& g);
 // Prints the explanation of a failed call on stderr and returns its exit code.

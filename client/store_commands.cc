@@ -49,11 +49,6 @@ struct ImportOptions {
   std::string label;
 };
 
-// The store's stub on profctl's one channel to profd (same target, same TLS credentials).
-std::unique_ptr<profd::v1::TraceStore::Stub> StoreStub(const ProfdClient& client) {
-  return profd::v1::TraceStore::NewStub(client.channel());
-}
-
 // Streams can take long (big traces, a slow store): an hour, not --timeout.
 grpc::ClientContext* WithStreamDeadline(grpc::ClientContext* ctx) {
   ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));

@@ -211,6 +211,11 @@ TEST_F(PrometheusDashboardTest, EveryPanelAnswersWithoutNvmlAndExitedProcessesVa
       WaitFor([&] { return prometheus.Count("profd_nvml_available") == 1; }, absl::Seconds(15)))
       << prometheus.log();
   ASSERT_EQ(prometheus.Value("profd_nvml_available"), 0);
+  // And `profctl status` says so, with the reason.
+  RunResult status = profd.Profctl({"status"});
+  EXPECT_NE(status.out.find("GPU metrics:       off: cannot load /nonexistent/libnvidia-ml.so.1"),
+            std::string::npos)
+      << status.out;
   const int exempt = ExpectDashboardHasData(prometheus, /*nvml_required=*/false);
   EXPECT_GT(exempt, 0);  // the GPU panels are there, and empty here
   EXPECT_EQ(prometheus.Value("profd_agents_connected"), 2);

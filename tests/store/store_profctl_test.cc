@@ -155,12 +155,18 @@ TEST_F(StoreProfctlTest, StoreDownWhenTraceFinishesItWaitsAndArrivesIntact) {
   EXPECT_NE(human_list.err.find("could not be read"), std::string::npos) << human_list.err;
   // Still readable from the spool.
   EXPECT_EQ(profd->Profctl({"show", id}).exit_code, 0);
+  // `profctl status` says the uploads are failing, and why.
+  RunResult status = profd->Profctl({"status"});
+  EXPECT_NE(status.out.find("0 stored, 1 waiting; FAILING"), std::string::npos) << status.out;
+  EXPECT_NE(status.out.find("unreachable"), std::string::npos) << status.out;
 
   s3rver_->Start();
   ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(30))) << profd->log();
   std::string dir = Get(*profd, id);
   EXPECT_EQ(Sha256File(dir + "/trace-777.json.gz"), Sha256File(file));
   EXPECT_NE(profd->Profctl({"spool"}).out.find("pending  0"), std::string::npos);
+  EXPECT_NE(profd->Profctl({"status"}).out.find("uploads:           1 stored, 0 waiting\n"),
+            std::string::npos);
 }
 
 TEST_F(StoreProfctlTest, ProfdKilledWithUploadsPendingResumesAfterRestart) {
