@@ -37,6 +37,19 @@ std::string Env(const char* name) {
   return v ? v : "";
 }
 
+// A decimal number below 2^31, and nothing else.
+bool ParseUint(const std::string& text, uint32_t* out) {
+  if (text.empty() || text.size() > 10) return false;
+  uint64_t v = 0;
+  for (char c : text) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (v > INT32_MAX) return false;
+  *out = static_cast<uint32_t>(v);
+  return true;
+}
+
 }  // namespace
 
 Agent* Agent::StartOnce(const AgentOptions& options, CaptureHandlerFactory make_handler) {
@@ -64,6 +77,16 @@ Agent::Agent(const AgentOptions& options) : options_(options) {
   hello_.pod_namespace = Env("POD_NAMESPACE");
   hello_.container_name = Env("CONTAINER_NAME");
   hello_.injected = options.injected;
+  // A rank of a distributed job, as torchrun (and most launchers) tell the process: the trace
+  // then carries it for HTA's multi-rank analysis.
+  uint32_t rank = 0, world_size = 0, local_rank = 0;
+  if (ParseUint(Env("RANK"), &rank) && ParseUint(Env("WORLD_SIZE"), &world_size) &&
+      world_size > 0 && rank < world_size) {
+    hello_.distributed = true;
+    hello_.rank = rank;
+    hello_.world_size = world_size;
+    hello_.local_rank = ParseUint(Env("LOCAL_RANK"), &local_rank) ? local_rank : 0;
+  }
   hello_.start_realtime_ns = NowNs(CLOCK_REALTIME);
 }
 

@@ -115,6 +115,10 @@ void EncodeHello(const Hello& h, std::string* out) {
   for (const DeviceInfo& d : h.devices) WriteDeviceInfo(w, 9, d);
   w.Bool(10, h.injected);
   w.Varint(11, h.start_realtime_ns);
+  w.Bool(12, h.distributed);
+  w.Varint(13, h.rank);
+  w.Varint(14, h.world_size);
+  w.Varint(15, h.local_rank);
   w.EndNested(at);
 }
 

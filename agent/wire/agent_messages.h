@@ -49,6 +49,10 @@ struct Hello {
   std::vector<DeviceInfo> devices;
   bool injected = false;
   uint64_t start_realtime_ns = 0;
+  bool distributed = false;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  uint32_t local_rank = 0;
 };
 
 // Mirrors profd.v1.CuptiSharingMode / CuptiSharing.

@@ -17,6 +17,12 @@ v1::AgentInfo InfoOf(uint32_t pid, uint32_t uid, const ProcessIdentity& identity
   info.set_container_id(identity.container_id);
   info.set_pod_uid(identity.pod_uid);
   info.set_pod_name(hello.pod_name());
+  if (hello.distributed() && hello.rank() < hello.world_size()) {
+    info.set_distributed(true);
+    info.set_rank(hello.rank());
+    info.set_world_size(hello.world_size());
+    info.set_local_rank(hello.local_rank());
+  }
   info.set_pod_namespace(hello.pod_namespace());
   info.set_container_name(hello.container_name());
   *info.mutable_devices() = hello.devices();

@@ -97,6 +97,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       process.pod_name = t.info.pod_name();
       process.pod_namespace = t.info.pod_namespace();
       process.base_time_ns = BaseTimeNs(info_);
+      process.distributed = t.info.distributed();
+      process.rank = t.info.rank();
+      process.world_size = t.info.world_size();
+      process.local_rank = t.info.local_rank();
       processes_.push_back(Process{});
       processes_.back().sink = std::make_unique<ProcessSink>(
           std::move(process),

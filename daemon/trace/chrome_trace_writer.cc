@@ -82,7 +82,11 @@ absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Create(
       "{\"schemaVersion\":1,\"displayTimeUnit\":\"ms\",\"traceName\":",
       StringTable::JsonQuote(absl::StrCat(process.capture_id, "/", process.pid)),
       ",\"baseTimeNanoseconds\":", process.base_time_ns,
-      ",\"distributedInfo\":{\"rank\":0,\"world_size\":1,\"backend\":\"\"},\"traceEvents\":["));
+      process.distributed ? absl::StrCat(",\"distributedInfo\":{\"rank\":", process.rank,
+                                         ",\"world_size\":", process.world_size, ",\"local_rank\":",
+                                         process.local_rank, ",\"backend\":\"\"}")
+                          : std::string(),
+      ",\"traceEvents\":["));
   return writer;
 }
 

@@ -29,6 +29,12 @@ struct TraceProcess {
   std::string pod_name;
   std::string pod_namespace;
   int64_t base_time_ns = 0;  // ts/dur are µs relative to this (CLOCK_REALTIME ns)
+  // Its rank in a distributed job (AgentInfo.distributed ...): the trace's distributedInfo, which
+  // HTA reads to line ranks up. Left out when the process is not a rank.
+  bool distributed = false;
+  uint32_t rank = 0;
+  uint32_t world_size = 0;
+  uint32_t local_rank = 0;
 };
 
 class ChromeTraceWriter {

@@ -213,6 +213,37 @@ TEST_F(CaptureTest, CtrlCStopsTheCaptureEarlyAndASecondOneDetaches) {
   EXPECT_TRUE(detached) << "a second Ctrl-C never detached: " << said;
 }
 
+// A rank of a distributed job (RANK/WORLD_SIZE/LOCAL_RANK, as torchrun sets them) says so in
+// its trace's distributedInfo, for HTA; a process that is no rank gets no such block.
+TEST_F(CaptureTest, TracesCarryTheProcessRank) {
+  std::vector<std::string> argv = {BuildPath("tests/integration/replay_agent"),
+                                   SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")};
+  Subprocess rank(argv, {{"PROFD_AGENT_SOCKET", profd_->agent_socket()},
+                         {"RANK", "3"},
+                         {"WORLD_SIZE", "8"},
+                         {"LOCAL_RANK", "1"}});
+  auto plain = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(
+      WaitFor([&] { return Registered(*profd_, rank.pid()) && Registered(*profd_, plain->pid()); },
+              absl::Seconds(2)));
+  rapidjson::Document c =
+      profd_->ProfctlJson({"capture", "--pid", std::to_string(rank.pid()), "--pid",
+                           std::to_string(plain->pid()), "--duration", "300ms"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log();
+  ASSERT_EQ(c["files"].Size(), 2u);
+  for (const auto& f : c["files"].GetArray()) {
+    rapidjson::Document trace = ReadGzipJson(f["path"].GetString());
+    if (f["pid"].GetInt() == rank.pid()) {
+      ASSERT_TRUE(trace.HasMember("distributedInfo"));
+      EXPECT_EQ(trace["distributedInfo"]["rank"].GetInt(), 3);
+      EXPECT_EQ(trace["distributedInfo"]["world_size"].GetInt(), 8);
+      EXPECT_EQ(trace["distributedInfo"]["local_rank"].GetInt(), 1);
+    } else {
+      EXPECT_FALSE(trace.HasMember("distributedInfo"));
+    }
+  }
+}
+
 TEST_F(CaptureTest, HumanOutputAndOutputCopy) {
   auto agent = StartReplayAgent(profd_->agent_socket());
   ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
