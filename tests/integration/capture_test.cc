@@ -171,7 +171,8 @@ TEST_F(CaptureTest, CtrlCStopsTheCaptureEarlyAndASecondOneDetaches) {
     return std::string(d["captures"][0]["phase"].GetString()) == "CAPTURE_PHASE_RUNNING";
   };
   auto phase_of = [&](const std::string& id) {
-    for (const auto& c : profd_->ProfctlJson({"captures"})["captures"].GetArray()) {
+    rapidjson::Document list = profd_->ProfctlJson({"captures"});  // alive for the loop
+    for (const auto& c : list["captures"].GetArray()) {
       if (id == c["capture_id"].GetString()) return std::string(c["phase"].GetString());
     }
     return std::string();
