@@ -215,7 +215,6 @@ struct GpuState {
   uint64_t kernels_shorter_than_launch = 0;
   RunningUnion busy;  // kernels
   RunningUnion all;   // kernels, copies, memsets
-  int64_t last_start = INT64_MIN;
   // The first activity: the gap before it is classified once the window is known.
   int64_t first_start = 0;
   bool first_launched = false;
@@ -472,7 +471,6 @@ struct StreamingAnalysis::State {
     }
     int64_t cs, ce;
     g.all.Add(a.start_ns, a.end_ns(), &cs, &ce);
-    g.last_start = std::max(g.last_start, a.start_ns);
 
     if (a.type != GpuActivity::Type::kKernel) {
       ProcessCopy(a, l);

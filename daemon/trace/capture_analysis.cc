@@ -41,12 +41,6 @@ size_t CaptureAnalysis::AddProcess(uint32_t pid, const std::string& trace_path) 
   return processes_.size() - 1;
 }
 
-uint32_t CaptureAnalysis::Intern(const std::string& name) {
-  auto [it, inserted] = fixed_names_.try_emplace(name, 0);
-  if (inserted) it->second = tables_.names.Intern(name);
-  return it->second;
-}
-
 uint32_t CaptureAnalysis::NameOf(Process& p, uint32_t string_id, const StringTable& names) {
   auto [it, inserted] = p.names.try_emplace(string_id, 0);
   if (inserted) it->second = tables_.names.Intern(names.Text(string_id));
@@ -140,7 +134,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     c.start_ns = start;
     c.dur_ns = dur;
     c.correlation = correlation(s.correlation());
-    c.name = Intern(SyncKindName(s.kind()));
+    c.name = tables_.names.Intern(SyncKindName(s.kind()));
     c.pid = static_cast<int32_t>(p.pid);
     c.tid = 0;
     c.file = file;
@@ -175,7 +169,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     if (!Interval(process, m.start_ns(), m.end_ns(), impossible, &start, &dur)) continue;
     GpuActivity a = on_gpu(m, GpuActivity::Type::kMemcpy);
     a.bytes = m.bytes();
-    a.name = Intern(CopyName(m.copy_kind(), m.src_kind(), m.dst_kind()));
+    a.name = tables_.names.Intern(CopyName(m.copy_kind(), m.src_kind(), m.dst_kind()));
     a.copy_kind = analysis::CopyKindFromCupti(m.copy_kind());
     a.src_kind = analysis::MemoryKindFromCupti(m.src_kind());
     a.dst_kind = analysis::MemoryKindFromCupti(m.dst_kind());
@@ -186,7 +180,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     if (!Interval(process, m.start_ns(), m.end_ns(), impossible, &start, &dur)) continue;
     GpuActivity a = on_gpu(m, GpuActivity::Type::kMemset);
     a.bytes = m.bytes();
-    a.name = Intern(MemsetName(m.memory_kind()));
+    a.name = tables_.names.Intern(MemsetName(m.memory_kind()));
     analysis_.Add(a);
   }
   for (const v1::Marker& m : batch.markers()) {
@@ -198,7 +192,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
   for (const v1::Overhead& o : batch.overheads()) {
     if (!Interval(process, o.start_ns(), o.end_ns(), o.tid() > INT32_MAX, &start, &dur)) continue;
     CpuOp op = on_host_op(o.tid(), CpuOp::Kind::kOverhead);
-    op.name = Intern(OverheadName(o.kind()));
+    op.name = tables_.names.Intern(OverheadName(o.kind()));
     analysis_.Add(op);
   }
   // Memory allocations are instants: counted as records, not analysed.

@@ -38,8 +38,6 @@ class CaptureAnalysis {
   uint64_t events(size_t process) const { return tables_.files[process].events; }
   analysis::Report Finish();
 
-  const analysis::StreamingAnalysis& streaming() const { return analysis_; }
-
  private:
   struct Process {
     uint32_t pid = 0;
@@ -48,7 +46,6 @@ class CaptureAnalysis {
     absl::flat_hash_map<uint32_t, uint32_t> names;
   };
   uint32_t NameOf(Process& p, uint32_t string_id, const StringTable& names);
-  uint32_t Intern(const std::string& name);
   // Times relative to the trace's base. False for a record the trace writer leaves out, and for
   // one a reader of the trace would find impossible (counted as invalid, as it would).
   bool Interval(size_t process, uint64_t start, uint64_t end, bool impossible, int64_t* start_ns,
@@ -58,7 +55,6 @@ class CaptureAnalysis {
   analysis::Trace tables_;  // names, launch configurations, devices, files, window: no events
   analysis::StreamingAnalysis analysis_;
   std::vector<Process> processes_;
-  absl::flat_hash_map<std::string, uint32_t> fixed_names_;  // copies, memsets, syncs, overheads
 };
 
 }  // namespace profd
