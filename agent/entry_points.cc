@@ -54,7 +54,6 @@ int Start(const char* socket_path, bool injected) {
     agent->set_counters_fn([](profagent::wire::Heartbeat* hb) {
       if (g_counters_on.load()) {
         profagent::LaunchCounters::Get().FillHeartbeat(hb);
-        profagent::LaunchCounters::Get().Tick();
       }
       hb->cupti_sharing = profagent::CuptiBroker::Get().Report();
       hb->has_cupti_sharing = true;

@@ -1,9 +1,16 @@
 #include "agent/counters/launch_counters.h"
 
 #include <cuda.h>
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <new>
+#include <thread>
 
 #include "agent/cuda_devices.h"
 #include "agent/cupti/cupti_broker.h"
@@ -55,6 +62,26 @@ uint32_t DeviceOf(CUcontext context) {
   return device;
 }
 
+// Sampled mode: one window per 10 ms period (launch_sampler.h).
+constexpr uint64_t kSamplePeriodNs = 10'000'000;
+
+std::mutex g_toggle_mutex;  // EnableLaunchCallbacks: the sampler thread and SetActive
+
+uint64_t MonotonicNs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void SleepUntil(uint64_t ns) {
+  timespec ts{static_cast<time_t>(ns / 1000000000ull), static_cast<long>(ns % 1000000000ull)};
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+  }
+}
+
+// A forked child has only the forking thread: a mutex the sampler held stays locked for good.
+void ResetToggleMutexInChild() { new (&g_toggle_mutex) std::mutex; }
+
 }  // namespace
 
 LaunchCounters& LaunchCounters::Get() {
@@ -65,8 +92,7 @@ LaunchCounters& LaunchCounters::Get() {
 void LaunchCounters::OnLaunch(uint32_t device, bool graph) {
   if (device >= kMaxDevices) return;
   Device& d = devices_[device];
-  (graph ? d.graph_launches : d.launches)
-      .fetch_add(weight_.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  (graph ? d.graph_launches : d.launches).fetch_add(1, std::memory_order_relaxed);
   if (!d.seen.load(std::memory_order_relaxed)) d.seen.store(true, std::memory_order_relaxed);
 }
 
@@ -168,7 +194,6 @@ std::string LaunchCounters::Enable() {
     const char* every = std::getenv("PROFD_AGENT_LAUNCH_SAMPLE_EVERY");
     sample_every_ = every && std::atoi(every) > 0 ? static_cast<uint32_t>(std::atoi(every)) : 10;
   }
-  weight_.store(sample_every_ == 0 ? 1 : sample_every_);
   if (!QueryCudaDevices().driver_loaded) return "the process has no CUDA driver loaded";
   const CuptiLibrary& cupti = LoadCupti();
   if (!cupti.loaded) return "cannot load CUPTI: " + cupti.error;
@@ -182,6 +207,10 @@ std::string LaunchCounters::Enable() {
   }
   subscribed_.store(true);
   if (!SetActive(true)) return "cannot enable CUPTI callbacks";
+  if (sample_every_ > 1) {
+    pthread_atfork(nullptr, nullptr, &ResetToggleMutexInChild);
+    std::thread([this] { SampleLoop(); }).detach();  // sleeps; never holds up the exit
+  }
   return "";
 }
 
@@ -190,13 +219,13 @@ bool LaunchCounters::SetActive(bool active) {
   CuptiBroker::Get().EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kMemory,
                                           sizeof(kMemory) / sizeof(kMemory[0]), active);
   active_.store(active);
-  // Exact counting, or the start of a sampling interval.
-  EnableLaunchCallbacks(active && sample_every_ != 0 &&
-                        (sample_every_ == 1 || ticks_ % sample_every_ == 0));
+  // Exact counting; sampled windows are the sampler thread's.
+  EnableLaunchCallbacks(active && sample_every_ == 1);
   return true;
 }
 
 void LaunchCounters::EnableLaunchCallbacks(bool on) {
+  std::lock_guard<std::mutex> lock(g_toggle_mutex);
   if (!subscribed_.load() || launches_on_.load() == on) return;
   CuptiBroker& broker = CuptiBroker::Get();
   broker.EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kLaunches,
@@ -206,21 +235,56 @@ void LaunchCounters::EnableLaunchCallbacks(bool on) {
   launches_on_.store(on);
 }
 
-void LaunchCounters::Tick() {
-  if (sample_every_ <= 1 || !active_.load()) return;
-  ++ticks_;
-  EnableLaunchCallbacks(ticks_ % sample_every_ == 0);
+void LaunchCounters::SampleLoop() {
+  pthread_setname_np(pthread_self(), "profagent-smpl");
+  WindowSchedule schedule(kSamplePeriodNs, kSamplePeriodNs / sample_every_,
+                          MonotonicNs() ^ (static_cast<uint64_t>(getpid()) << 32));
+  const uint64_t period = schedule.period_ns();
+  uint64_t period_start = MonotonicNs();
+  for (;;) {
+    SleepUntil(period_start + schedule.NextOffset());
+    if (active_.load()) {
+      // The callbacks start and stop somewhere inside each toggle: count from the middles.
+      uint64_t before = MonotonicNs();
+      EnableLaunchCallbacks(true);
+      uint64_t on = before + (MonotonicNs() - before) / 2;
+      SleepUntil(on + schedule.window_ns());
+      before = MonotonicNs();
+      EnableLaunchCallbacks(false);
+      uint64_t off = before + (MonotonicNs() - before) / 2;
+      FoldWindow(period, off - on);
+    }
+    period_start += period;
+    uint64_t now = MonotonicNs();
+    if (now >= period_start + period) period_start = now - (now - period_start) % period;
+    SleepUntil(period_start);
+  }
+}
+
+void LaunchCounters::FoldWindow(uint64_t period_ns, uint64_t watched_ns) {
+  for (Device& d : devices_) {
+    if (!d.seen.load(std::memory_order_relaxed)) continue;
+    d.launches_estimate.Fold(d.launches.load(std::memory_order_relaxed), period_ns, watched_ns);
+    d.graph_launches_estimate.Fold(d.graph_launches.load(std::memory_order_relaxed), period_ns,
+                                   watched_ns);
+    d.launches_reported.store(d.launches_estimate.estimate(), std::memory_order_relaxed);
+    d.graph_launches_reported.store(d.graph_launches_estimate.estimate(),
+                                    std::memory_order_relaxed);
+  }
 }
 
 void LaunchCounters::FillHeartbeat(wire::Heartbeat* heartbeat) const {
   heartbeat->launch_sample_every = sample_every_;
+  const bool sampled = sample_every_ > 1;
   for (uint32_t i = 0; i < kMaxDevices; ++i) {
     const Device& d = devices_[i];
     if (!d.seen.load(std::memory_order_relaxed)) continue;
     wire::DeviceCounters c;
     c.device = i;
-    c.kernel_launches = d.launches.load(std::memory_order_relaxed);
-    c.graph_launches = d.graph_launches.load(std::memory_order_relaxed);
+    c.kernel_launches =
+        (sampled ? d.launches_reported : d.launches).load(std::memory_order_relaxed);
+    c.graph_launches =
+        (sampled ? d.graph_launches_reported : d.graph_launches).load(std::memory_order_relaxed);
     c.memory_allocated_bytes = d.allocated.load(std::memory_order_relaxed);
     c.memory_peak_bytes = d.peak.load(std::memory_order_relaxed);
     heartbeat->devices.push_back(c);

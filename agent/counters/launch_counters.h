@@ -8,11 +8,11 @@
 // never missed.
 //
 // What it costs decides how launches are counted (docs/OVERHEAD.md): a CUPTI launch callback
-// costs ~3 % of a launch-bound loop, so by default (PROFD_AGENT_COUNTERS=sampled) launches are
-// counted during one heartbeat interval in PROFD_AGENT_LAUNCH_SAMPLE_EVERY (10), each counting
-// 10: rate() stays right for steady work at a tenth of the cost. Memory calls are rare and always
-// counted exactly. PROFD_AGENT_COUNTERS=exact counts every launch, =memory counts no launches,
-// =off holds no CUPTI at all.
+// costs 3-9 % of a launch-bound loop, so by default (PROFD_AGENT_COUNTERS=sampled) launches are
+// counted in short windows at random offsets, a tenth of the time, and scaled up by a sampler
+// thread (launch_sampler.h). Memory calls are rare and always counted exactly.
+// PROFD_AGENT_COUNTERS=exact counts every launch, =memory counts no launches, =off holds no
+// CUPTI at all.
 //
 // The callbacks come through the CUPTI broker (cupti/cupti_broker.h), which holds CUPTI's one
 // subscriber and shares it with torch.profiler's Kineto and other CUPTI clients of the process.
@@ -26,6 +26,7 @@
 #include <string>
 
 #include "agent/counters/address_table.h"
+#include "agent/counters/launch_sampler.h"
 #include "agent/wire/agent_messages.h"
 #include "profd/v1/agent_frame.h"
 
@@ -43,13 +44,15 @@ class LaunchCounters {
   // Turns the callbacks off and on again without giving up the subscription (A/B overhead
   // measurement, profagent_set_counters). False when counters are not enabled.
   bool SetActive(bool active);
-  // Agent thread, at each heartbeat: moves the launch-sampling duty cycle on.
-  void Tick();
-  // 1 exact, N sampled one interval in N, 0 no launch counting.
+  // 1 exact, N sampled a time share of 1/N, 0 no launch counting.
   uint32_t launch_sample_every() const { return sample_every_; }
 
-  // Agent thread: the counters of every device seen so far.
+  // Agent thread: the counters of every device seen so far (launches estimated when sampled).
   void FillHeartbeat(wire::Heartbeat* heartbeat) const;
+
+  // The sampler's step, exposed for tests: one window of `watched_ns` has just closed; fold what
+  // it saw into the estimates.
+  void FoldWindow(uint64_t period_ns, uint64_t watched_ns);
 
   // The callback path, exposed for tests: one successful driver call.
   void OnLaunch(uint32_t device, bool graph);
@@ -62,20 +65,25 @@ class LaunchCounters {
                                 const void* data);
 
   struct Device {
-    std::atomic<uint64_t> launches{0};
+    std::atomic<uint64_t> launches{0};  // seen by the callbacks
     std::atomic<uint64_t> graph_launches{0};
     std::atomic<uint64_t> allocated{0};
     std::atomic<uint64_t> peak{0};
     std::atomic<bool> seen{false};
+    // Sampled mode: the sampler thread's estimates, published for the heartbeat.
+    SampledCount launches_estimate;
+    SampledCount graph_launches_estimate;
+    std::atomic<uint64_t> launches_reported{0};
+    std::atomic<uint64_t> graph_launches_reported{0};
   };
   void EnableLaunchCallbacks(bool on);
+  // The sampler thread: one window per period while active.
+  void SampleLoop();
 
   Device devices_[kMaxDevices];
   uint32_t sample_every_ = 0;             // set by Enable, before any callback
-  std::atomic<uint64_t> weight_{1};       // what one counted launch adds
   std::atomic<bool> active_{false};       // SetActive
   std::atomic<bool> launches_on_{false};  // launch callbacks enabled now
-  uint64_t ticks_ = 0;                    // agent thread
   AddressTable pointers_;  // device pointers, and cuMemCreate handles with the top bit set
   std::atomic<bool> subscribed_{false};
 };

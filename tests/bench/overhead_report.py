@@ -47,6 +47,6 @@ for name, values in groups.items():
 if "on" in out and "off" in out:
     out["overhead_pct_of_medians"] = 100.0 * (out["on"]["median"] / out["off"]["median"] - 1)
 for name in list(out):
-    if name not in ("on", "off") and "off" in out and "median" in out[name]:
+    if name not in ("on", "off") and "off" in out and isinstance(out[name], dict):
         out[name]["overhead_pct"] = 100.0 * (out[name]["median"] / out["off"]["median"] - 1)
 print(json.dumps(out))

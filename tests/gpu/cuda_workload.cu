@@ -11,6 +11,10 @@
 //         raw-cupti  plain CUPTI activity tracing of kernels, copies, memsets and the runtime
 //                    API done by this program itself (the anchor: what CUPTI costs with no
 //                    profiler around it); run without the agent
+//   cuda_workload pulse --on-ms A --off-ms B --cycles C
+//       C cycles of A ms of empty-kernel launches then B ms idle (B = 0: a steady loop), printing
+//       for each cycle its CLOCK_REALTIME start and end of launching and its exact launch count:
+//       the known counts the sampled launch counter is checked against
 #include <cuda_runtime.h>
 #include <cupti.h>
 #include <dlfcn.h>
@@ -139,6 +143,26 @@ static int Loop(long launches, long windows, const std::string& toggle) {
   return 0;
 }
 
+static int Pulse(long on_ms, long off_ms, long cycles) {
+  Check(cudaFree(nullptr), "init");
+  std::printf("ready %d\n", getpid());
+  std::fflush(stdout);
+  for (long c = 0; c < cycles; ++c) {
+    unsigned long long start = RealtimeNs(), end = start, launches = 0;
+    const unsigned long long until = start + on_ms * 1000000ull;
+    while (end < until) {
+      for (int i = 0; i < 256; ++i) profd_empty_kernel<<<1, 1>>>();
+      launches += 256;
+      end = RealtimeNs();
+    }
+    std::printf("cycle %ld %llu %llu %llu\n", c, start, end, launches);
+    std::fflush(stdout);
+    Check(cudaDeviceSynchronize(), "sync");
+    if (off_ms > 0) usleep(static_cast<useconds_t>(off_ms * 1000));
+  }
+  return 0;
+}
+
 int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "burst";
   if (mode == "burst")
@@ -150,6 +174,10 @@ int main(int argc, char** argv) {
     }
     return Loop(Arg(argc, argv, "--launches", 100000), Arg(argc, argv, "--windows", 10), toggle);
   }
-  std::fprintf(stderr, "usage: cuda_workload burst|loop [...]\n");
+  if (mode == "pulse") {
+    return Pulse(Arg(argc, argv, "--on-ms", 1000), Arg(argc, argv, "--off-ms", 4000),
+                 Arg(argc, argv, "--cycles", 13));
+  }
+  std::fprintf(stderr, "usage: cuda_workload burst|loop|pulse [...]\n");
   return 2;
 }

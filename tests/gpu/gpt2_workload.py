@@ -132,7 +132,7 @@ def loop(args):
             set_counters(1 if on else 0)
         prof = None
         capture = None
-        mix = MIX[w % len(MIX)] if args.toggle == "mix" else None
+        mix = args.mix[w % len(args.mix)] if args.toggle == "mix" else None
         if (args.toggle == "torch" and on) or mix == "torch_cuda":
             prof = profile(activities=[ProfilerActivity.CUDA])
             prof.start()
@@ -141,6 +141,8 @@ def loop(args):
             prof.start()
         elif mix in ("profd", "profd_nosync"):
             capture = profd_capture("" if mix == "profd" else "kernel,memcpy,memset,runtime")
+        elif mix and mix.startswith("profd:"):  # profd:kernel+runtime: a capture of those kinds
+            capture = profd_capture(mix[len("profd:"):].replace("+", ","))
         start = time.time_ns()
         t0 = time.perf_counter()
         for _ in range(args.steps):
@@ -167,6 +169,9 @@ if __name__ == "__main__":
     p.add_argument("--windows", type=int, default=16)
     p.add_argument("--toggle", default="none", choices=["none", "counters", "torch", "mix"])
     p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--mix", type=lambda v: v.split(","), default=MIX,
+                   help="--toggle mix's conditions in turn: off, profd, profd_nosync, "
+                   "profd:KIND+KIND, torch_cuda, torch_cpu_cuda")
     p.add_argument("--out", default="torch_trace.json")
     a = p.parse_args()
     if a.mode in ("torchprof", "loop"):
