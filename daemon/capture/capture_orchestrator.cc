@@ -269,7 +269,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       return true;
     }
     proc.kineto->Delivered(event.pid_in_namespace);
-    const absl::Time start = std::max(event.at, absl::FromUnixNanos(info_.start_at_unix_ns()));
+    const absl::Time start =
+        kineto::KinetoStart(absl::FromUnixNanos(info_.start_at_unix_ns()), event.at);
     p.set_state(v1::CAPTURE_STATE_STARTED);
     p.set_enabled_unix_ns(absl::ToUnixNanos(start));
     p.set_start_latency_ns(absl::ToInt64Nanoseconds(

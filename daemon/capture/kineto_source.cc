@@ -28,7 +28,9 @@ absl::Status KinetoSource::Offer(const kineto::KinetoTraceRequest& request, absl
                                  std::function<void(Event)> notify) {
   capture_id_ = request.capture_id;
   kineto::KinetoIpcServer::Offer offer;
-  offer.config = kineto::BuildKinetoConfig(request);
+  offer.config = [request](absl::Time delivered) {
+    return kineto::BuildKinetoConfig(request, delivered);
+  };
   offer.expires = expires;
   offer.on_delivered = [notify](const kineto::KinetoClient& client, absl::Time at) {
     notify(Event{Event::kDelivered, at, client.ns_pid});

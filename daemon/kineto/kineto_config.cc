@@ -15,16 +15,15 @@ std::string KinetoTraceFileAsWritten(const std::string& capture_id, int32_t ns_p
   return absl::StrCat("/tmp/profd-", capture_id, "_", ns_pid, ".json");
 }
 
-std::string BuildKinetoConfig(const KinetoTraceRequest& request) {
+std::string BuildKinetoConfig(const KinetoTraceRequest& request, absl::Time delivered) {
   const char* yes_no[] = {"false", "true"};
   std::string out;
   absl::StrAppend(&out, "ACTIVITIES_LOG_FILE=", KinetoLogFile(request.capture_id), "\n");
   absl::StrAppend(&out, "ACTIVITIES_DURATION_MSECS=", absl::ToInt64Milliseconds(request.duration),
                   "\n");
   absl::StrAppend(&out, "ACTIVITIES_WARMUP_PERIOD_SECS=0\n");
-  absl::StrAppend(
-      &out, "PROFILE_START_TIME=",
-      request.start_at == absl::InfinitePast() ? 0 : absl::ToUnixMillis(request.start_at), "\n");
+  absl::StrAppend(&out, "PROFILE_START_TIME=",
+                  absl::ToUnixMillis(KinetoStart(request.start_at, delivered)), "\n");
   absl::StrAppend(&out, "PROFILE_REPORT_INPUT_SHAPES=", yes_no[request.record_shapes], "\n");
   absl::StrAppend(&out, "PROFILE_WITH_STACK=", yes_no[request.with_stack], "\n");
   absl::StrAppend(&out, "PROFILE_PROFILE_MEMORY=", yes_no[request.profile_memory], "\n");

@@ -247,7 +247,7 @@ void KinetoIpcServer::OnDatagram(std::string_view bytes, uint32_t pid, uint32_t 
     }
   }
   if (!deliver) return;
-  Reply(endpoint, deliver->config);
+  Reply(endpoint, deliver->config(now));
   if (deliver->on_delivered) deliver->on_delivered(client, now);
 }
 

@@ -71,7 +71,9 @@ class KinetoIpcServer {
   void Stop();
 
   struct Offer {
-    std::string config;  // KEY=VALUE lines (kineto_config.h)
+    // The KEY=VALUE lines (kineto_config.h), made when they go out: the start time is set from
+    // the moment of the reply.
+    std::function<std::string(absl::Time delivered)> config;
     absl::Time expires;  // not delivered by then: dropped, on_expired is called
     // Called on the server thread when the config went out with a poll, or expired.
     std::function<void(const KinetoClient& client, absl::Time delivered)> on_delivered;

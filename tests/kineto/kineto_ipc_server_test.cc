@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "daemon/kineto/kineto_config.h"
 #include "daemon/kineto/kineto_wire.h"
@@ -122,6 +123,11 @@ class KinetoIpcServerTest : public ::testing::Test {
   std::unique_ptr<KinetoIpcServer> server_;
 };
 
+// An offer whose config does not depend on when it goes out.
+std::function<std::string(absl::Time)> Fixed(std::string text) {
+  return [text](absl::Time) { return text; };
+}
+
 TEST(KinetoWireTest, DecodesThePollsKinetoSentOnTheGpuHost) {
   std::vector<std::string> polls = RecordedPolls();
   ASSERT_FALSE(polls.empty());
@@ -189,7 +195,11 @@ TEST_F(KinetoIpcServerTest, AnOfferGoesOutWithTheNextPollThatAsksForActivities) 
   ASSERT_TRUE(Known());
   absl::Notification delivered;
   KinetoTraceRequest request{"20261130T120000Z-node-0badcafe", absl::Milliseconds(500)};
-  const std::string config = BuildKinetoConfig(request);
+  absl::Time made_at;  // the config is made as it goes out: its start time counts from then
+  auto config = [&](absl::Time delivered) {
+    made_at = delivered;
+    return BuildKinetoConfig(request, delivered);
+  };
   ASSERT_TRUE(server_
                   ->Make(getpid(), {config, absl::Now() + absl::Seconds(30),
                                     [&](const KinetoClient& c, absl::Time) {
@@ -204,15 +214,20 @@ TEST_F(KinetoIpcServerTest, AnOfferGoesOutWithTheNextPollThatAsksForActivities) 
   ASSERT_TRUE(WaitFor([&] { return server_->Find(getpid())->busy; }, absl::Seconds(2)));
   EXPECT_FALSE(delivered.HasBeenNotified());
 
+  const absl::Time before_poll = absl::Now();
   ASSERT_TRUE(kineto.Poll(/*type=*/3));
   std::optional<std::string> reply = kineto.Receive();
   ASSERT_TRUE(reply.has_value());
-  EXPECT_EQ(*reply, config);
+  ASSERT_TRUE(delivered.WaitForNotificationWithTimeout(absl::Seconds(2)));
+  EXPECT_GE(made_at, before_poll);
+  EXPECT_EQ(*reply, BuildKinetoConfig(request, made_at));
+  EXPECT_THAT(*reply,
+              HasSubstr(absl::StrCat(
+                  "PROFILE_START_TIME=", absl::ToUnixMillis(made_at + kKinetoStartLead), "\n")));
   EXPECT_THAT(*reply, HasSubstr("ACTIVITIES_LOG_FILE=/tmp/profd-20261130T120000Z-node-0badcafe"
                                 ".json\n"));
   EXPECT_THAT(*reply, HasSubstr("ACTIVITIES_WARMUP_PERIOD_SECS=0\n"));
   EXPECT_THAT(*reply, HasSubstr("ACTIVITIES_DURATION_MSECS=500\n"));
-  EXPECT_TRUE(delivered.WaitForNotificationWithTimeout(absl::Seconds(2)));
   EXPECT_EQ(KinetoTraceFileAsWritten(request.capture_id, 4242),
             "/tmp/profd-20261130T120000Z-node-0badcafe_4242.json");
   // Delivered once: the next poll gets nothing.
@@ -220,16 +235,32 @@ TEST_F(KinetoIpcServerTest, AnOfferGoesOutWithTheNextPollThatAsksForActivities) 
   EXPECT_FALSE(kineto.Receive(10).has_value());
 }
 
+TEST(KinetoConfigTest, StartsOneTickAndAMarginAfterTheReplyOrWhenAsked) {
+  // Kineto refuses a start time that has passed when its 1 s loop takes the config, and without
+  // one waits two more ticks: the soonest safe start is a tick and a margin after the reply.
+  const absl::Time delivered = absl::FromUnixMillis(1796000000000);
+  KinetoTraceRequest request{"id", absl::Seconds(1)};
+  EXPECT_THAT(BuildKinetoConfig(request, delivered),
+              HasSubstr("PROFILE_START_TIME=1796000001100\n"));
+  request.start_at = delivered + absl::Seconds(30);  // --start-at: a common start, kept
+  EXPECT_THAT(BuildKinetoConfig(request, delivered),
+              HasSubstr("PROFILE_START_TIME=1796000030000\n"));
+  request.start_at = delivered + absl::Milliseconds(200);  // too soon for Kineto: the lead wins
+  EXPECT_THAT(BuildKinetoConfig(request, delivered),
+              HasSubstr("PROFILE_START_TIME=1796000001100\n"));
+}
+
 TEST_F(KinetoIpcServerTest, OffersForUnknownPidsAreRefusedAndStaleOffersExpire) {
   EXPECT_EQ(
-      server_->Make(999999, {"X=1\n", absl::Now() + absl::Seconds(1), nullptr, nullptr}).code(),
+      server_->Make(999999, {Fixed("X=1\n"), absl::Now() + absl::Seconds(1), nullptr, nullptr})
+          .code(),
       absl::StatusCode::kNotFound);
   FakeKineto kineto(options_.socket_dir);
   ASSERT_TRUE(kineto.Poll());
   ASSERT_TRUE(Known());
   absl::Notification expired;
   ASSERT_TRUE(server_
-                  ->Make(getpid(), {"X=1\n", absl::Now() + absl::Milliseconds(100), nullptr,
+                  ->Make(getpid(), {Fixed("X=1\n"), absl::Now() + absl::Milliseconds(100), nullptr,
                                     [&] { expired.Notify(); }})
                   .ok());
   EXPECT_TRUE(expired.WaitForNotificationWithTimeout(absl::Seconds(3)));
@@ -261,7 +292,8 @@ TEST_F(KinetoIpcServerTest, MalformedOversizedAndFloodingDatagramsAreCountedNeve
       absl::Seconds(5)))
       << server_->protocol_errors() - before;
   ASSERT_TRUE(
-      server_->Make(getpid(), {"X=1\n", absl::Now() + absl::Seconds(10), nullptr, nullptr}).ok());
+      server_->Make(getpid(), {Fixed("X=1\n"), absl::Now() + absl::Seconds(10), nullptr, nullptr})
+          .ok());
   std::optional<std::string> reply;
   ASSERT_TRUE(WaitFor(
       [&] {
