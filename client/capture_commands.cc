@@ -280,9 +280,9 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   }
   request.set_pod_name(pod);
   request.set_pod_namespace(pod_namespace);
-  // The request carries whole milliseconds (32 bits): at least 1 ms, at most ~49 days; profd
-  // then applies its own --max_capture_duration.
-  const absl::Duration most = absl::Milliseconds(UINT32_MAX);
+  // The request carries whole milliseconds (int64): at least 1 ms; profd applies its own
+  // --max_capture_duration and says so. A year keeps the sum with --delay far from overflow.
+  const absl::Duration most = absl::Hours(24 * 366);
   absl::Duration duration;
   if (std::string bad =
           ParseDurationFlag("--duration", f.duration, absl::Milliseconds(1), most, &duration);
@@ -290,7 +290,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     std::cerr << "profctl: " << bad << "\n";
     return kExitUsage;
   }
-  request.set_duration_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(duration)));
+  request.set_duration_ms(absl::ToInt64Milliseconds(duration));
   if (!f.delay.empty()) {
     absl::Duration delay;
     if (std::string bad = ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(), most, &delay);
@@ -298,7 +298,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
       std::cerr << "profctl: " << bad << "\n";
       return kExitUsage;
     }
-    request.set_delay_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(delay)));
+    request.set_delay_ms(absl::ToInt64Milliseconds(delay));
   }
   if (!f.start_at.empty()) {
     absl::Time t;

@@ -343,6 +343,13 @@ TEST_F(CaptureTest, RequestsThatCannotBeServedSayWhy) {
       profd_->Profctl({"capture", "--pid", std::to_string(host->pid()), "--duration", "1h"});
   EXPECT_EQ(long_one.exit_code, 2);
   EXPECT_NE(long_one.err.find("over this profd's limit of 10s"), std::string::npos) << long_one.err;
+  // Past 32 bits of milliseconds: profd sees the whole 1193 h (it once saw 2 s and ran them).
+  RunResult wrapped = profd_->Profctl(
+      {"capture", "--pid", std::to_string(host->pid()), "--duration", "4294969296ms"});
+  EXPECT_EQ(wrapped.exit_code, 2);
+  EXPECT_NE(wrapped.err.find("duration 1193h2m49.296s is over this profd's limit"),
+            std::string::npos)
+      << wrapped.err;
   // Nothing named, bad duration, unknown kind: usage errors before profd is asked.
   EXPECT_EQ(profd_->Profctl({"capture", "--duration", "1s"}).exit_code, 2);
   EXPECT_EQ(profd_->Profctl({"capture", "--pid", "1", "--duration", "soon"}).exit_code, 2);
