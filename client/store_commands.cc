@@ -358,7 +358,11 @@ int RunImport(const GlobalOptions& g, const ImportOptions& o) {
   }
   writer->WritesDone();
   grpc::Status status = writer->Finish();
-  if (!status.ok()) return Fail(client, status);
+  if (!status.ok()) {
+    // Said about the file the user gave (profd only knows its base name).
+    std::cerr << "profctl: cannot import " << o.file << ": " << client.Explain(status) << "\n";
+    return client.ExitCode(status);
+  }
   if (g.json) {
     PrintJson(response);
     return kExitOk;
