@@ -103,7 +103,7 @@ TEST_F(RetentionTest, CaptureDirKeepsWhatTheStoreHasNot) {
   // Folders without a manifest: a capture being written (young) and one a crash left (old).
   fs::create_directories(capture_dir_.File("writing"));
   fs::create_directories(capture_dir_.File("crashed"));
-  Age(capture_dir_.File("crashed"), absl::Hours(30));
+  Age(capture_dir_.File("crashed"), absl::Hours(80));
   // Not in the store at all (its upload never happened): kept whatever its age.
   const std::string unstored = NewCaptureId("node-a", absl::Now() - absl::Hours(200));
   MakeCaptureFolder(capture_dir_.path(), unstored, "node-a", "llm-1");
