@@ -199,9 +199,11 @@ int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
                                                                       : fs::path(output) / f.name();
     if (info.files_size() > 1) fs::create_directory(output, ec);
     if (std::error_code source_ec; !fs::exists(f.path(), source_ec)) {
-      std::cerr << "profctl: cannot copy the trace to " << to.string() << ": " << f.path()
-                << " is not on this machine (profd runs elsewhere); fetch it with `profctl get "
-                << info.capture_id() << " -o DIR`\n";
+      std::cerr
+          << "profctl: cannot copy the trace to " << to.string() << ": " << f.path()
+          << " is not on this machine (profd runs elsewhere, or retention already removed it from "
+             "--capture_dir); fetch it from the store with `profctl get "
+          << info.capture_id() << " -o DIR`\n";
       return kExitError;
     }
     fs::copy_file(f.path(), to, fs::copy_options::overwrite_existing, ec);
