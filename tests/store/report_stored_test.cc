@@ -3,6 +3,7 @@
 // another node's capture, and a capture folder of several processes, reported per process and
 // together. No S3 server needed.
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -74,6 +75,19 @@ TEST(ReportStoredTest, AnImportIsReportedFromTheStoreAsItsFileIs) {
   EXPECT_EQ(Uint(from_store["kernel_count"]), Uint(from_file["kernel_count"]));
   EXPECT_EQ(Uint(from_store["kernel_time_ns"]), Uint(from_file["kernel_time_ns"]));
   EXPECT_FALSE(from_store.HasMember("per_process"));  // one process: the report as it was
+
+  // A file that is no trace: said about the file given, with the cause, and nothing of profd's
+  // spool (its copy was <spool>/incoming/<id>/.upload).
+  const std::string not_json = scratch.File("notes.txt");
+  std::ofstream(not_json) << "not a trace\n";
+  RunResult bad = profd.Profctl({"import", not_json});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("cannot import " + not_json +
+                         ": notes.txt is not a Chrome trace JSON (plain or .gz): not a valid JSON"),
+            std::string::npos)
+      << bad.err;
+  EXPECT_EQ(bad.err.find("spool"), std::string::npos) << bad.err;
+  EXPECT_EQ(bad.err.find(".upload"), std::string::npos) << bad.err;
 
   // An id nothing knows: exit 4, and where profctl looked.
   RunResult unknown = profd.Profctl({"report", "20200101T000000Z-nowhere-00000000"});
