@@ -103,7 +103,7 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
 
   RunResult show = profd->Profctl({"show", big_id});
   EXPECT_EQ(show.exit_code, 0) << show.err;
-  EXPECT_NE(show.out.find("top kernels by total time"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("TOP KERNELS BY TOTAL TIME"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("kernel_0"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("big.json.gz"), std::string::npos) << show.out;  // manifest
   rapidjson::Document shown = profd->ProfctlJson({"show", big_id});
