@@ -284,6 +284,11 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, FetchedTraces*
               << " is still running; report it when it is done (profctl captures)\n";
     return kExitError;
   }
+  if (status.ok() && info.files_size() == 0) {
+    std::cerr << "profctl: capture " << arg << " has no trace"
+              << (info.message().empty() ? "" : ": " + info.message()) << "\n";
+    return kExitNotFound;
+  }
   // A recent capture whose traces are on this machine is read where profd wrote them.
   std::vector<std::string> local;
   bool all_local = status.ok();
