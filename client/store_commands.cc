@@ -470,7 +470,8 @@ int RunImport(const GlobalOptions& g, const ImportOptions& o) {
   }
   const auto& t = response.trace();
   std::cout << "imported " << o.file << " as capture " << t.capture_id() << " ("
-            << response.events() << " events, " << response.kernels() << " kernels)\n"
+            << analysis::FormatCount(response.events()) << " events, "
+            << analysis::FormatCount(response.kernels()) << " kernels)\n"
             << "  location: " << t.location()
             << (t.state() == profd::v1::TRACE_STATE_SPOOLED ? " (uploading in the background)" : "")
             << "\n";
