@@ -115,6 +115,7 @@ void Retention::SweepCaptureDir() {
     captures.push_back(
         {entry.path().filename().string(), FolderBytes(entry.path()), ToAbslTime(mtime)});
   }
+  if (ec == std::errc::no_such_file_or_directory) return;  // made by the first capture
   if (ec) {
     LogWarning(kComponent, "cannot list --capture_dir %s: %s", options_.capture_dir, ec.message());
     return;
