@@ -81,7 +81,7 @@ class Agent {
   std::string in_buffer_;
   std::string out_frame_;  // the frame being written, header included
   size_t out_offset_ = 0;
-  uint32_t heartbeat_interval_ms_ = 1000;
+  uint64_t heartbeat_interval_ms_ = 1000;
   uint64_t next_heartbeat_ns_ = 0;
   uint64_t next_tick_ns_ = 0;
   bool devices_sent_ = false;

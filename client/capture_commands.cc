@@ -4,7 +4,9 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <iostream>
 #include <mutex>
@@ -160,6 +162,30 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
   }
 }
 
+// --output's folder must exist: profctl makes no folders but the last one (-o DIR for several
+// processes), so a typo fails at once, before the capture runs, not after it as "cannot copy".
+// "" when the path can be written to, else the message.
+std::string CheckOutput(const std::string& output) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::is_directory(output, ec)) return "";
+  fs::path parent = fs::path(output).parent_path();
+  if (parent.empty()) parent = ".";
+  if (!fs::exists(parent, ec)) {
+    return absl::StrCat("--output ", output, ": the folder ", parent.string(),
+                        " does not exist; create it first (mkdir -p ", parent.string(),
+                        ") or give a path in an existing folder");
+  }
+  if (!fs::is_directory(parent, ec)) {
+    return absl::StrCat("--output ", output, ": ", parent.string(), " is not a folder");
+  }
+  if (access(parent.c_str(), W_OK) != 0) {
+    return absl::StrCat("--output ", output, ": cannot write into ", parent.string(), ": ",
+                        std::strerror(errno));
+  }
+  return "";
+}
+
 // Copies the trace(s) next to the user: one process -> FILE, several -> FILE is a folder.
 int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
   namespace fs = std::filesystem;
@@ -171,12 +197,19 @@ int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
   for (const auto& f : info.files()) {
     fs::path to = info.files_size() == 1 && !fs::is_directory(output) ? fs::path(output)
                                                                       : fs::path(output) / f.name();
-    if (info.files_size() > 1) fs::create_directories(output, ec);
+    if (info.files_size() > 1) fs::create_directory(output, ec);
+    if (std::error_code source_ec; !fs::exists(f.path(), source_ec)) {
+      std::cerr
+          << "profctl: cannot copy the trace to " << to.string() << ": " << f.path()
+          << " is not on this machine (profd runs elsewhere, or retention already removed it from "
+             "--capture_dir); fetch it from the store with `profctl get "
+          << info.capture_id() << " -o DIR`\n";
+      return kExitError;
+    }
     fs::copy_file(f.path(), to, fs::copy_options::overwrite_existing, ec);
     if (ec) {
-      std::cerr << "profctl: cannot copy " << f.path() << " to " << to.string() << ": "
-                << ec.message() << " (the trace is on the profd host; fetch it with `profctl get "
-                << info.capture_id() << "`)\n";
+      std::cerr << "profctl: cannot write " << to.string() << ": " << ec.message()
+                << " (the trace stays in " << f.path() << ")\n";
       return kExitError;
     }
     std::cout << "Copied to " << to.string() << "\n";
@@ -264,6 +297,12 @@ class InterruptWatch {
 };
 
 int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
+  if (!f.output.empty()) {
+    if (std::string bad = CheckOutput(f.output); !bad.empty()) {
+      std::cerr << "profctl: " << bad << "\n";
+      return kExitUsage;
+    }
+  }
   profd::v1::CaptureRequest request;
   for (uint32_t pid : f.pids) request.add_pids(pid);
   request.set_all(f.all);
@@ -280,9 +319,9 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   }
   request.set_pod_name(pod);
   request.set_pod_namespace(pod_namespace);
-  // The request carries whole milliseconds (32 bits): at least 1 ms, at most ~49 days; profd
-  // then applies its own --max_capture_duration.
-  const absl::Duration most = absl::Milliseconds(UINT32_MAX);
+  // The request carries whole milliseconds (int64): at least 1 ms; profd applies its own
+  // --max_capture_duration and says so. A year keeps the sum with --delay far from overflow.
+  const absl::Duration most = absl::Hours(24 * 366);
   absl::Duration duration;
   if (std::string bad =
           ParseDurationFlag("--duration", f.duration, absl::Milliseconds(1), most, &duration);
@@ -290,7 +329,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     std::cerr << "profctl: " << bad << "\n";
     return kExitUsage;
   }
-  request.set_duration_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(duration)));
+  request.set_duration_ms(absl::ToInt64Milliseconds(duration));
   if (!f.delay.empty()) {
     absl::Duration delay;
     if (std::string bad = ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(), most, &delay);
@@ -298,7 +337,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
       std::cerr << "profctl: " << bad << "\n";
       return kExitUsage;
     }
-    request.set_delay_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(delay)));
+    request.set_delay_ms(absl::ToInt64Milliseconds(delay));
   }
   if (!f.start_at.empty()) {
     absl::Time t;

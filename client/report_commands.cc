@@ -1,12 +1,19 @@
 // profctl report, profctl diff: the bottleneck analysis of a trace, on this machine, with no
-// profd needed for a file. A capture id is resolved through profd (GetCapture gives the trace
-// files; the local store's files are read in place).
+// profd needed for a file or a capture folder. A capture id is resolved through profd: a recent
+// capture's traces are read where profd wrote them when they are on this machine; any other
+// capture its store holds (profctl list) is downloaded to a temporary folder and checked.
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,13 +23,25 @@
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
 #include "daemon/analysis/analysis.h"
+#include "daemon/analysis/format.h"
 #include "daemon/analysis/render.h"
 #include "daemon/analysis/report_diff.h"
+#include "daemon/analysis/text_table.h"
+#include "daemon/common/sha256.h"
+#include "profd/v1/store.grpc.pb.h"
+#include "rapidjson/document.h"
+#include "rapidjson/prettywriter.h"
+#include "rapidjson/stringbuffer.h"
 
 namespace profctl {
 namespace {
 
 namespace analysis = profd::analysis;
+namespace fs = std::filesystem;
+
+// The two files of a capture folder that are not traces (docs/TRACE_FORMAT.md).
+constexpr char kManifestName[] = "manifest.json";
+constexpr char kSummaryName[] = "summary.json";
 
 struct ReportFlags {
   std::vector<std::string> inputs;
@@ -50,15 +69,187 @@ bool IsFile(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
+bool IsFolder(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
 // Capture ids look like 20260101T120000Z-host-1a2b3c4d: no slash, no .json suffix.
 bool LooksLikeCaptureId(const std::string& s) {
   return !s.empty() && s.find('/') == std::string::npos && !absl::EndsWith(s, ".json") &&
          !absl::EndsWith(s, ".gz");
 }
 
-// The trace files an argument names: the file itself, or the files of a capture in profd's
-// store. On failure prints why and returns the exit code.
-int ResolveInputs(const GlobalOptions& g, const std::string& arg, std::vector<std::string>* out) {
+// A process's trace in a capture folder (docs/TRACE_FORMAT.md): trace-<pid>.json.gz, or a trace
+// file another tool left there (rank0.json, *.pt.trace.json.gz). Not manifest.json or
+// summary.json, which are no traces.
+bool IsTraceName(const std::string& name) {
+  if (name == kManifestName || name == kSummaryName || absl::StartsWith(name, ".")) return false;
+  return absl::EndsWith(name, ".json") || absl::EndsWith(name, ".json.gz");
+}
+
+// Folders profctl made for traces it fetched from the store; removed when the report is done.
+class FetchedTraces {
+ public:
+  FetchedTraces() = default;
+  FetchedTraces(const FetchedTraces&) = delete;
+  FetchedTraces& operator=(const FetchedTraces&) = delete;
+  ~FetchedTraces() {
+    for (const std::string& dir : dirs_) {
+      std::error_code ec;
+      fs::remove_all(dir, ec);
+    }
+  }
+  // A new private folder under $TMPDIR (else /tmp); "" with *error set when none can be made.
+  std::string NewFolder(std::string* error) {
+    const char* tmp = std::getenv("TMPDIR");
+    std::string pattern =
+        absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/profctl-report-XXXXXX");
+    if (mkdtemp(pattern.data()) == nullptr) {
+      *error = absl::StrCat("cannot make a folder for the traces in ", pattern, ": ",
+                            std::strerror(errno), " (set TMPDIR to a writable folder)");
+      return "";
+    }
+    dirs_.push_back(pattern);
+    return pattern;
+  }
+  // How a fetched file is named in the report: <capture id>/<file>, not its temporary copy.
+  void Name(const std::string& path, std::string shown) { shown_[path] = std::move(shown); }
+  std::string Shown(const std::string& path) const {
+    auto it = shown_.find(path);
+    return it == shown_.end() ? path : it->second;
+  }
+
+ private:
+  std::vector<std::string> dirs_;
+  std::map<std::string, std::string> shown_;
+};
+
+// The trace files of a capture folder, sorted; kExitNotFound and why when it holds none.
+int FolderTraces(const std::string& folder, std::vector<std::string>* out) {
+  std::vector<std::string> found;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(folder, ec)) {
+    std::error_code type_ec;
+    if (!entry.is_regular_file(type_ec)) continue;
+    if (IsTraceName(entry.path().filename().string())) found.push_back(entry.path().string());
+  }
+  if (ec) {
+    std::cerr << "profctl: cannot read the folder " << folder << ": " << ec.message() << "\n";
+    return kExitError;
+  }
+  if (found.empty()) {
+    std::cerr << "profctl: the folder " << folder
+              << " holds no trace (.json or .json.gz besides manifest.json and summary.json). "
+                 "Give a capture folder (trace-<pid>.json.gz per process) or trace files.\n";
+    return kExitNotFound;
+  }
+  std::sort(found.begin(), found.end());
+  out->insert(out->end(), found.begin(), found.end());
+  return kExitOk;
+}
+
+// Downloads the traces of a stored capture (any profctl list shows: imports, captures from
+// before a restart, other nodes', spooled ones) into a folder of `fetched`, each checked against
+// the SHA-256 the store recorded. On failure prints why and returns the exit code.
+int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::string& id,
+                      FetchedTraces* fetched, std::vector<std::string>* out) {
+  auto store = StoreStub(client);
+  profd::v1::ShowTraceRequest show_request;
+  show_request.set_capture_id(id);
+  profd::v1::ShowTraceResponse shown;
+  grpc::ClientContext show_ctx;
+  grpc::Status status = store->ShowTrace(WithDeadline(&show_ctx, g), show_request, &shown);
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+      std::cerr << "profctl: " << id
+                << " is neither a trace file here, nor a capture profd has in memory or in its "
+                   "store ("
+                << status.error_message() << ")\n";
+      return kExitNotFound;
+    }
+    return Fail(client, status);
+  }
+  profd::v1::GetTraceRequest request;
+  request.set_capture_id(id);
+  std::map<std::string, std::string> want;  // name -> sha256 the store recorded
+  for (const profd::v1::StoredFile& f : shown.trace().files()) {
+    if (!IsTraceName(f.name())) continue;
+    request.add_files(f.name());
+    want[f.name()] = f.sha256();
+  }
+  if (want.empty()) {
+    std::cerr << "profctl: capture " << id << " in " << shown.trace().location()
+              << " has no trace file to report on (profctl show " << id << " lists its files)\n";
+    return kExitNotFound;
+  }
+  std::string error;
+  const std::string dir = fetched->NewFolder(&error);
+  if (dir.empty()) {
+    std::cerr << "profctl: " << error << "\n";
+    return kExitError;
+  }
+  grpc::ClientContext ctx;
+  // Big traces from a slow store: an hour, not --timeout, as `profctl get`.
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+  auto reader = store->GetTrace(&ctx, request);
+  profd::v1::TraceChunk chunk;
+  std::ofstream file;
+  std::unique_ptr<profd::Sha256> hash;
+  std::string name;
+  std::vector<std::string> written;
+  while (reader->Read(&chunk)) {
+    if (chunk.has_file()) {
+      name = chunk.file().name();
+      // The name comes from profd: keep it inside our folder whatever it holds.
+      if (want.count(name) == 0 || name.find('/') != std::string::npos) {
+        ctx.TryCancel();
+        std::cerr << "profctl: the store sent a file that was not asked for: "
+                  << analysis::Printable(name) << "\n";
+        return kExitError;
+      }
+      written.push_back((fs::path(dir) / name).string());
+      fetched->Name(written.back(), absl::StrCat(id, "/", name));
+      file = std::ofstream(written.back(), std::ios::binary | std::ios::trunc);
+      hash = std::make_unique<profd::Sha256>();
+    }
+    if (!hash) continue;
+    file.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    hash->Update(chunk.data());
+    if (chunk.end_of_file()) {
+      file.close();
+      if (!file) {
+        ctx.TryCancel();
+        std::cerr << "profctl: cannot write " << written.back() << " (is " << dir
+                  << "'s disk full? set TMPDIR elsewhere)\n";
+        return kExitError;
+      }
+      if (const std::string& sha = want[name]; !sha.empty() && sha != hash->HexDigest()) {
+        ctx.TryCancel();
+        std::cerr << "profctl: checksum mismatch for " << name << " of capture " << id
+                  << ": the store recorded sha256 " << sha << ", the copy received is "
+                  << hash->HexDigest() << ". Retry; if it persists the stored copy is damaged.\n";
+        return kExitError;
+      }
+      hash.reset();
+    }
+  }
+  status = reader->Finish();
+  if (!status.ok()) return Fail(client, status);
+  if (written.size() != want.size()) {
+    std::cerr << "profctl: the store sent " << written.size() << " of the " << want.size()
+              << " traces of capture " << id << "; retry\n";
+    return kExitError;
+  }
+  out->insert(out->end(), written.begin(), written.end());
+  return kExitOk;
+}
+
+// The trace files an argument names: the file itself, the traces of a capture folder, or those
+// of a capture profd knows (its recent captures, read in place when they are on this machine) or
+// keeps in its store (downloaded). On failure prints why and returns the exit code.
+int ResolveInputs(const GlobalOptions& g, const std::string& arg, FetchedTraces* fetched,
+                  std::vector<std::string>* out) {
   if (ReadDenied(arg)) {
     std::cerr << "profctl: permission denied: cannot read " << arg
               << ". profd keeps traces readable by root and its --access_group only: run "
@@ -69,10 +260,11 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, std::vector<st
     out->push_back(arg);
     return kExitOk;
   }
+  if (IsFolder(arg)) return FolderTraces(arg, out);
   if (!LooksLikeCaptureId(arg)) {
     std::cerr << "profctl: no trace file " << arg
               << ". Give a .json or .json.gz trace (profd capture, torch.profiler "
-                 "export_chrome_trace) or a capture id from `profctl captures`.\n";
+                 "export_chrome_trace), a capture folder, or a capture id from `profctl list`.\n";
     return kExitNotFound;
   }
   ProfdClient client(ResolveTarget(g.target), g.tls);
@@ -81,49 +273,139 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, std::vector<st
   request.set_capture_id(arg);
   profd::v1::CaptureInfo info;
   grpc::Status status = client.stub().GetCapture(WithDeadline(&ctx, g), request, &info);
-  if (!status.ok()) {
-    if (status.error_code() == grpc::StatusCode::NOT_FOUND ||
-        status.error_code() == grpc::StatusCode::UNAVAILABLE) {
-      std::cerr << "profctl: " << arg << " is neither a trace file here nor a capture profd knows ("
-                << client.Explain(status) << ")\n";
-      return ProfdClient::ExitCodeFor(status);
+  if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+      status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    std::cerr << "profctl: " << arg << " is neither a trace file here nor a capture profd knows ("
+              << client.Explain(status) << ")\n";
+    return ProfdClient::ExitCodeFor(status);
+  }
+  if (status.ok() && !CaptureIsOver(info)) {
+    std::cerr << "profctl: capture " << arg
+              << " is still running; report it when it is done (profctl captures)\n";
+    return kExitError;
+  }
+  if (status.ok() && info.files_size() == 0) {
+    std::cerr << "profctl: capture " << arg << " has no trace"
+              << (info.message().empty() ? "" : ": " + info.message()) << "\n";
+    return kExitNotFound;
+  }
+  // A recent capture whose traces are on this machine is read where profd wrote them.
+  std::vector<std::string> local;
+  bool all_local = status.ok();
+  for (const profd::v1::TraceFile& f : info.files()) {
+    if (!IsTraceName(f.name())) continue;
+    if (IsFile(f.path()) && !ReadDenied(f.path())) {
+      local.push_back(f.path());
+    } else {
+      all_local = false;
     }
+  }
+  if (all_local && !local.empty()) {
+    out->insert(out->end(), local.begin(), local.end());
+    return kExitOk;
+  }
+  if (!status.ok() && status.error_code() != grpc::StatusCode::NOT_FOUND) {
     return Fail(client, status);
   }
-  std::vector<std::string> unreadable;
-  for (const profd::v1::TraceFile& f : info.files()) {
-    if (!absl::StrContains(f.name(), "trace")) continue;
-    // The local store keeps the files where the path says. (Traces in a remote store need the
-    // store's GetTrace download: add it here, writing each file to a temp dir.)
-    if (IsFile(f.path())) {
-      out->push_back(f.path());
-    } else {
-      unreadable.push_back(f.path().empty() ? f.name() : f.path());
+  // Not in profd's memory (older, imported, another node's), or its files are elsewhere.
+  return FetchStoredTraces(g, client, arg, fetched, out);
+}
+
+// One row per trace file of a multi-process input, each from its own analysis.
+struct ProcessReport {
+  std::string path;
+  analysis::Report report;
+};
+
+int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
+            const analysis::AnalysisOptions& options, analysis::Report* report,
+            std::vector<ProcessReport>* per_process = nullptr) {
+  FetchedTraces fetched;
+  std::vector<std::string> paths;
+  for (const std::string& arg : args) {
+    int rc = ResolveInputs(g, arg, &fetched, &paths);
+    if (rc != kExitOk) return rc;
+  }
+  auto analyze = [](const std::vector<std::string>& files,
+                    const analysis::AnalysisOptions& o) -> absl::StatusOr<analysis::Report> {
+    absl::StatusOr<analysis::Report> r = analysis::AnalyzeTraceFiles(files, o);
+    if (!r.ok()) std::cerr << "profctl: " << r.status().message() << "\n";
+    return r;
+  };
+  auto exit_code = [](const absl::Status& s) {
+    return s.code() == absl::StatusCode::kNotFound ? kExitNotFound : kExitError;
+  };
+  absl::StatusOr<analysis::Report> r = analyze(paths, options);
+  if (!r.ok()) return exit_code(r.status());
+  *report = std::move(*r);
+  if (per_process != nullptr && paths.size() > 1) {
+    // Each process alone too: its own window, busy time and findings (the files are read again;
+    // the analysis keeps no per-file state to split the joint report by).
+    for (const std::string& path : paths) {
+      absl::StatusOr<analysis::Report> one = analyze({path}, options);
+      if (!one.ok()) return exit_code(one.status());
+      per_process->push_back({path, *std::move(one)});
     }
   }
-  if (!unreadable.empty() || out->empty()) {
-    std::cerr << "profctl: capture " << arg << " has no trace file readable on this machine"
-              << (unreadable.empty() ? "" : " (" + absl::StrJoin(unreadable, ", ") + ")")
-              << ". Copy the trace here (profctl capture -o) and run profctl report FILE.\n";
-    return kExitNotFound;
+  // Reports name their inputs: a fetched trace by the capture it came from, not its temp copy.
+  for (analysis::InputSummary& in : report->inputs) in.path = fetched.Shown(in.path);
+  if (per_process != nullptr) {
+    for (ProcessReport& p : *per_process) {
+      p.path = fetched.Shown(p.path);
+      for (analysis::InputSummary& in : p.report.inputs) in.path = fetched.Shown(in.path);
+    }
   }
   return kExitOk;
 }
 
-int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
-            const analysis::AnalysisOptions& options, analysis::Report* report) {
-  std::vector<std::string> paths;
-  for (const std::string& arg : args) {
-    int rc = ResolveInputs(g, arg, &paths);
-    if (rc != kExitOk) return rc;
+// Per process, side by side: each trace's own window, busy GPUs, kernels and findings.
+std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
+  analysis::TextTable table({"TRACE", "PID>", "WINDOW>", "EVENTS>", "KERNELS>", "KERNEL TIME>",
+                             "GPU BUSY", "TOP KERNEL", "FINDINGS"},
+                            48);
+  for (const ProcessReport& p : processes) {
+    const analysis::Report& r = p.report;
+    std::vector<std::string> pids, busy, findings;
+    for (const analysis::ProcessRow& row : r.processes) pids.push_back(absl::StrCat(row.pid));
+    for (const analysis::GpuRow& gpu : r.gpus) {
+      busy.push_back(
+          absl::StrCat("GPU ", gpu.device, " ", analysis::FormatPercent(gpu.busy_ratio)));
+    }
+    for (const analysis::Finding& f : r.findings) findings.push_back(f.id);
+    table.AddRow({analysis::Printable(p.path), pids.empty() ? "-" : absl::StrJoin(pids, ","),
+                  analysis::FormatDuration(static_cast<double>(r.window_ns)),
+                  analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),
+                  analysis::FormatDuration(static_cast<double>(r.kernel_time_ns)),
+                  busy.empty() ? "-" : absl::StrJoin(busy, ", "),
+                  r.top_kernels.empty() ? "-" : analysis::Printable(r.top_kernels[0].name),
+                  findings.empty() ? "-" : absl::StrJoin(findings, ", ")});
   }
-  absl::StatusOr<analysis::Report> r = analysis::AnalyzeTraceFiles(paths, options);
-  if (!r.ok()) {
-    std::cerr << "profctl: " << r.status().message() << "\n";
-    return r.status().code() == absl::StatusCode::kNotFound ? kExitNotFound : kExitError;
+  return absl::StrCat("PER PROCESS (each trace analysed alone)\n", table.Render(), "\n");
+}
+
+// The joint report's JSON with "per_process": [{"trace", "report"}] added, one per trace.
+std::string ReportJsonWithProcesses(const analysis::Report& report,
+                                    const std::vector<ProcessReport>& processes) {
+  const std::string overall = analysis::ReportToJson(report);
+  if (processes.empty()) return overall;
+  rapidjson::Document doc;
+  doc.Parse(overall.c_str());
+  auto& alloc = doc.GetAllocator();
+  rapidjson::Value list(rapidjson::kArrayType);
+  for (const ProcessReport& p : processes) {
+    rapidjson::Document one(&alloc);
+    one.Parse(analysis::ReportToJson(p.report, /*pretty=*/false).c_str());
+    rapidjson::Value entry(rapidjson::kObjectType);
+    entry.AddMember("trace", rapidjson::Value(p.path.c_str(), alloc), alloc);
+    entry.AddMember("report", rapidjson::Value(one, alloc), alloc);
+    list.PushBack(entry, alloc);
   }
-  *report = std::move(*r);
-  return kExitOk;
+  doc.AddMember("per_process", list, alloc);
+  rapidjson::StringBuffer buffer;
+  rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buffer);
+  w.SetIndent(' ', 1);
+  doc.Accept(w);
+  return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
 }
 
 int RunReport(const GlobalOptions& g, const ReportFlags& f) {
@@ -132,7 +414,8 @@ int RunReport(const GlobalOptions& g, const ReportFlags& f) {
   options.top_apis = f.top;
   options.top_operators = f.top;
   analysis::Report report;
-  int rc = Analyze(g, f.inputs, options, &report);
+  std::vector<ProcessReport> per_process;
+  int rc = Analyze(g, f.inputs, options, &report, &per_process);
   if (rc != kExitOk) return rc;
   if (report.events == 0) {
     std::cerr << "profctl: " << absl::StrJoin(f.inputs, ", ")
@@ -150,8 +433,12 @@ int RunReport(const GlobalOptions& g, const ReportFlags& f) {
     }
   }
   if (g.json || f.json) {
-    std::cout << analysis::ReportToJson(report);
+    std::cout << ReportJsonWithProcesses(report, per_process);
   } else {
+    if (!per_process.empty()) {
+      std::cout << RenderPerProcess(per_process) << "ALL " << per_process.size()
+                << " PROCESSES TOGETHER\n";
+    }
     std::cout << analysis::RenderText(report);
     if (!f.html.empty()) std::cout << "\nHTML report: " << f.html << "\n";
   }
@@ -186,10 +473,12 @@ void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
       "Bottleneck report of a trace: GPU busy/idle, operators (torch.profiler's key_averages), "
       "top kernels, CUDA API, copies, syncs, findings with advice. Reads profd and PyTorch "
       "profiler traces (.json or .json.gz); "
-      "no profd needed for a file");
+      "no profd needed for a file or folder");
   report
       ->add_option("trace", rf->inputs,
-                   "Trace file(s) (one per process of a capture) or a capture id")
+                   "Trace file(s), a capture folder (one trace per process: reported per "
+                   "process and together), or a capture id from profctl captures / list "
+                   "(fetched from profd's store)")
       ->required();
   report->add_flag("--json", rf->json, "Print the report as JSON");
   report->add_option("--html", rf->html, "Also write a self-contained HTML report here");

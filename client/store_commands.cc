@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -119,52 +122,132 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   return kExitOk;
 }
 
-// summary.json is the bottleneck report (daemon/analysis/report_json.cc), for captures and
-// imports alike: its header, GPUs, top kernels and findings.
-void PrintSummary(const std::string& summary_json) {
-  rapidjson::Document doc;
-  doc.Parse(summary_json.c_str());
-  if (doc.HasParseError() || !doc.IsObject()) {
-    std::cout << summary_json << "\n";
-    return;
+// `profctl show`: the manifest and summary as fields and tables, in the units `profctl report`
+// uses (analysis/format.h: 1.50 s, 12.4 µs, 3.2 MiB, 45.1%, 1,234) and times in UTC. The JSON
+// stays available, whole, with --json.
+
+// A member of a JSON object as a number: proto3 JSON writes 64-bit integers as strings, the
+// report writes numbers; 0 when absent.
+double Number(const rapidjson::Value& v, const char* name) {
+  if (!v.IsObject()) return 0;
+  auto it = v.FindMember(name);
+  if (it == v.MemberEnd()) return 0;
+  if (it->value.IsNumber()) return it->value.GetDouble();
+  if (it->value.IsString()) return std::atof(it->value.GetString());
+  return 0;
+}
+
+std::string Text(const rapidjson::Value& v, const char* name) {
+  if (!v.IsObject()) return "";
+  auto it = v.FindMember(name);
+  return it != v.MemberEnd() && it->value.IsString() ? it->value.GetString() : "";
+}
+
+std::string Duration(double ns) { return analysis::FormatDuration(ns); }
+
+// "2026-11-30 21:50:01 UTC (3m ago)"; "-" for 0.
+std::string When(int64_t unix_ns) {
+  if (unix_ns == 0) return "-";
+  return absl::StrCat(absl::FormatTime("%Y-%m-%d %H:%M:%E3S UTC", absl::FromUnixNanos(unix_ns),
+                                       absl::UTCTimeZone()),
+                      " (", Ago(unix_ns), ")");
+}
+
+// CAPTURE_PHASE_DONE -> done, CAPTURE_STATE_FAILED -> failed.
+std::string EnumWord(std::string value, const std::string& prefix) {
+  if (absl::StartsWith(value, prefix)) value = value.substr(prefix.size());
+  return absl::AsciiStrToLower(value);
+}
+
+void PrintField(const std::string& name, const std::string& value) {
+  if (value.empty()) return;
+  std::cout << absl::StrFormat("%-10s %s\n", name, analysis::Printable(value));
+}
+
+// The manifest: the capture's request, window and processes (captures: a CaptureInfo; imports:
+// the fields trace_import.cc writes).
+void PrintManifest(const rapidjson::Value& m) {
+  const std::string phase = EnumWord(Text(m, "phase"), "CAPTURE_PHASE_");
+  PrintField("phase", phase == "unspecified" ? "" : phase);
+  PrintField("message", Text(m, "message"));
+  PrintField("requested", Number(m, "requested_unix_ns") > 0
+                              ? When(static_cast<int64_t>(Number(m, "requested_unix_ns")))
+                              : "");
+  if (double ms = Number(m, "duration_ms"); ms > 0) PrintField("duration", Duration(ms * 1e6));
+  const double started = Number(m, "started_unix_ns"), finished = Number(m, "finished_unix_ns");
+  if (started > 0 && finished > started) {
+    PrintField("ran", absl::StrCat(Duration(finished - started), ", until ",
+                                   When(static_cast<int64_t>(finished))));
   }
-  auto u64 = [](const rapidjson::Value& v, const char* name) -> double {
-    auto it = v.FindMember(name);
-    if (it == v.MemberEnd()) return 0;
-    if (it->value.IsNumber()) return it->value.GetDouble();
-    if (it->value.IsString()) return std::atof(it->value.GetString());  // proto3 JSON int64
-    return 0;
-  };
-  std::cout << "summary: " << static_cast<uint64_t>(u64(doc, "events")) << " events over "
-            << absl::FormatDuration(absl::Nanoseconds(u64(doc, "window_ns"))) << "\n";
-  if (auto gpus = doc.FindMember("gpus"); gpus != doc.MemberEnd() && gpus->value.IsArray()) {
-    analysis::TextTable table({"GPU>", "BUSY>", "KERNELS>"});
-    for (const auto& gpu : gpus->value.GetArray()) {
-      table.AddRow({absl::StrCat(static_cast<int>(u64(gpu, "device"))),
-                    absl::StrFormat("%.1f%%", 100 * u64(gpu, "busy_ratio")),
-                    absl::StrCat(static_cast<uint64_t>(u64(gpu, "kernels")))});
+  if (auto kinds = m.FindMember("kinds"); kinds != m.MemberEnd() && kinds->value.IsArray()) {
+    std::vector<std::string> words;
+    for (const auto& k : kinds->value.GetArray()) {
+      if (k.IsString()) words.push_back(EnumWord(k.GetString(), "ACTIVITY_KIND_"));
     }
-    if (!table.empty()) std::cout << table.Render("");
+    PrintField("activities", absl::StrJoin(words, ", "));
+  }
+  if (m.HasMember("events")) {  // an import counts its events here
+    const double events = Number(m, "events");
+    PrintField("events", analysis::FormatCount(static_cast<uint64_t>(events)));
+  }
+  auto procs = m.FindMember("processes");
+  if (procs == m.MemberEnd() || !procs->value.IsArray() || procs->value.Empty()) return;
+  analysis::TextTable table({"PID>", "COMMAND", "POD", "EVENTS>", "DROPPED>", "STATE", "NOTE"});
+  for (const auto& p : procs->value.GetArray()) {
+    std::string state = EnumWord(Text(p, "state"), "CAPTURE_STATE_");
+    if (state == "unspecified") state.clear();
+    std::string note = Text(p, "message");
+    if (p.IsObject() && p.HasMember("truncated") && p["truncated"].IsBool() &&
+        p["truncated"].GetBool()) {
+      note = note.empty() ? "cut at the event cap" : "cut at the event cap; " + note;
+    }
+    table.AddRow({absl::StrCat(static_cast<int64_t>(Number(p, "pid"))),
+                  Text(p, "comm").empty() ? "-" : Text(p, "comm"),
+                  Text(p, "pod_name").empty() ? "-" : Text(p, "pod_name"),
+                  p.HasMember("events")
+                      ? analysis::FormatCount(static_cast<uint64_t>(Number(p, "events")))
+                      : "-",
+                  analysis::FormatCount(static_cast<uint64_t>(Number(p, "dropped_records"))),
+                  state.empty() ? "-" : state, note.empty() ? "-" : note});
+  }
+  std::cout << "\nPROCESSES\n" << table.Render();
+}
+
+// summary.json is the bottleneck report (daemon/analysis/report_json.cc), for captures and
+// imports alike: its window, GPUs, top kernels and findings.
+void PrintSummary(const rapidjson::Value& doc) {
+  std::cout << "\nSUMMARY (profctl report ID for the whole report)\n"
+            << "  " << analysis::FormatCount(static_cast<uint64_t>(Number(doc, "events")))
+            << " events over " << Duration(Number(doc, "window_ns")) << ", "
+            << analysis::FormatCount(static_cast<uint64_t>(Number(doc, "kernel_count")))
+            << " kernels, kernel time " << Duration(Number(doc, "kernel_time_ns")) << "\n";
+  if (auto gpus = doc.FindMember("gpus"); gpus != doc.MemberEnd() && gpus->value.IsArray()) {
+    analysis::TextTable table({"PID>", "GPU>", "BUSY>", "KERNELS>"});
+    for (const auto& gpu : gpus->value.GetArray()) {
+      table.AddRow({absl::StrCat(static_cast<int64_t>(Number(gpu, "pid"))),
+                    absl::StrCat(static_cast<int64_t>(Number(gpu, "device"))),
+                    analysis::FormatPercent(Number(gpu, "busy_ratio")),
+                    analysis::FormatCount(static_cast<uint64_t>(Number(gpu, "kernels")))});
+    }
+    if (!table.empty()) std::cout << "\nGPUS\n" << table.Render();
   }
   if (auto top = doc.FindMember("top_kernels"); top != doc.MemberEnd() && top->value.IsArray()) {
-    analysis::TextTable table({"KERNEL", "COUNT>", "TOTAL>", "AVG>", "MIN>", "MAX>"});
-    auto dur = [](double ns) { return absl::FormatDuration(absl::Nanoseconds(ns)); };
+    analysis::TextTable table({"TOTAL>", "COUNT>", "AVG>", "MIN>", "MAX>", "KERNEL"});
     for (const auto& k : top->value.GetArray()) {
-      auto name = k.FindMember("name");
-      table.AddRow({name != k.MemberEnd() && name->value.IsString() ? name->value.GetString() : "?",
-                    absl::StrCat(static_cast<uint64_t>(u64(k, "instances"))),
-                    dur(u64(k, "total_ns")), dur(u64(k, "avg_ns")), dur(u64(k, "min_ns")),
-                    dur(u64(k, "max_ns"))});
+      table.AddRow({Duration(Number(k, "total_ns")),
+                    analysis::FormatCount(static_cast<uint64_t>(Number(k, "instances"))),
+                    Duration(Number(k, "avg_ns")), Duration(Number(k, "min_ns")),
+                    Duration(Number(k, "max_ns")),
+                    Text(k, "name").empty() ? "?" : Text(k, "name")});
     }
-    if (!table.empty()) std::cout << "top kernels by total time:\n" << table.Render("");
+    if (!table.empty()) std::cout << "\nTOP KERNELS BY TOTAL TIME\n" << table.Render();
   }
   if (auto findings = doc.FindMember("findings");
-      findings != doc.MemberEnd() && findings->value.IsArray()) {
+      findings != doc.MemberEnd() && findings->value.IsArray() && !findings->value.Empty()) {
+    std::cout << "\nFINDINGS\n";
     for (const auto& f : findings->value.GetArray()) {
-      auto title = f.FindMember("title");
-      if (title != f.MemberEnd() && title->value.IsString()) {
-        std::cout << "finding: " << title->value.GetString() << "\n";
-      }
+      std::cout << "  [" << absl::AsciiStrToUpper(Text(f, "severity")) << "] "
+                << analysis::Printable(Text(f, "title")) << "\n";
     }
   }
 }
@@ -186,21 +269,39 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
     return kExitOk;
   }
   const auto& t = response.trace();
-  std::cout << "capture  " << t.capture_id() << "\n"
-            << "host     " << t.hostname() << "\n"
-            << "started  " << absl::FormatTime(absl::FromUnixNanos(t.started_unix_ns())) << " ("
-            << Ago(t.started_unix_ns()) << ")\n"
-            << "source   " << t.source() << (t.label().empty() ? "" : ", label " + t.label())
-            << "\n";
-  if (!t.pods().empty()) std::cout << "pods     " << absl::StrJoin(t.pods(), ", ") << "\n";
-  std::cout << "state    " << State(t);
-  if (!t.upload_error().empty()) std::cout << " (last upload attempt: " << t.upload_error() << ")";
-  std::cout << "\nlocation " << t.location() << "\n";
+  rapidjson::Document manifest;
+  manifest.Parse(response.manifest_json().c_str());
+  const bool have_manifest = !manifest.HasParseError() && manifest.IsObject();
+  PrintField("capture", t.capture_id());
+  PrintField("host", t.hostname());
+  std::string source = t.source();
+  if (have_manifest && !Text(manifest, "imported_from").empty()) {
+    source = absl::StrCat(source, " of ", Text(manifest, "imported_from"));
+  }
+  PrintField("source", source);
+  PrintField("label", t.label());
+  PrintField("started", When(t.started_unix_ns()));
+  PrintField("pods", absl::StrJoin(t.pods(), ", "));
+  PrintField("state", State(t) + (t.upload_error().empty()
+                                      ? ""
+                                      : " (last upload attempt: " + t.upload_error() + ")"));
+  PrintField("location", t.location());
+  if (have_manifest) {
+    PrintManifest(manifest);
+  } else if (!response.manifest_json().empty()) {
+    std::cout << "(manifest.json is not JSON; profctl show --json or profctl get shows it)\n";
+  }
   analysis::TextTable files({"FILE", "SIZE>", "SHA256"}, 70);
-  for (const auto& f : t.files())
-    files.AddRow({f.name(), analysis::FormatBytes(f.bytes()), f.sha256()});
-  std::cout << files.Render("") << "manifest:\n" << response.manifest_json() << "\n";
-  if (!response.summary_json().empty()) PrintSummary(response.summary_json());
+  for (const auto& f : t.files()) {
+    files.AddRow({f.name(), analysis::FormatBytes(static_cast<double>(f.bytes())), f.sha256()});
+  }
+  std::cout << "\nFILES (" << analysis::FormatBytes(static_cast<double>(t.bytes())) << ")\n"
+            << files.Render();
+  if (!response.summary_json().empty()) {
+    rapidjson::Document summary;
+    summary.Parse(response.summary_json().c_str());
+    if (!summary.HasParseError() && summary.IsObject()) PrintSummary(summary);
+  }
   return kExitOk;
 }
 
@@ -358,14 +459,19 @@ int RunImport(const GlobalOptions& g, const ImportOptions& o) {
   }
   writer->WritesDone();
   grpc::Status status = writer->Finish();
-  if (!status.ok()) return Fail(client, status);
+  if (!status.ok()) {
+    // Said about the file the user gave (profd only knows its base name).
+    std::cerr << "profctl: cannot import " << o.file << ": " << client.Explain(status) << "\n";
+    return client.ExitCode(status);
+  }
   if (g.json) {
     PrintJson(response);
     return kExitOk;
   }
   const auto& t = response.trace();
   std::cout << "imported " << o.file << " as capture " << t.capture_id() << " ("
-            << response.events() << " events, " << response.kernels() << " kernels)\n"
+            << analysis::FormatCount(response.events()) << " events, "
+            << analysis::FormatCount(response.kernels()) << " kernels)\n"
             << "  location: " << t.location()
             << (t.state() == profd::v1::TRACE_STATE_SPOOLED ? " (uploading in the background)" : "")
             << "\n";

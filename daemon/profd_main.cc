@@ -16,6 +16,7 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -44,6 +45,7 @@
 #include "daemon/server/profd_service.h"
 #include "daemon/server/runtime_lock.h"
 #include "daemon/store/byte_size.h"
+#include "daemon/store/retention.h"
 #include "daemon/store/spool.h"
 #include "daemon/store/trace_store.h"
 #include "daemon/store/trace_store_service.h"
@@ -163,6 +165,23 @@ ABSL_FLAG(absl::Duration, upload_retry_initial, absl::Seconds(1),
           "First wait after a failed upload; doubles up to --upload_retry_max");
 ABSL_FLAG(absl::Duration, upload_retry_max, absl::Minutes(5),
           "Longest wait between upload retries");
+
+// Retention (docs/STORE.md): what keeps --capture_dir, and a local store when asked, off a full
+// disk.
+ABSL_FLAG(absl::Duration, capture_retention_age, absl::Hours(72),
+          "Capture folders in --capture_dir older than this are deleted once they are in the "
+          "store; inf keeps them");
+ABSL_FLAG(std::string, capture_retention_bytes, "10GiB",
+          "Past this total, the oldest capture folders in --capture_dir that are in the store "
+          "are deleted; 0 for no cap");
+ABSL_FLAG(absl::Duration, store_retention_age, absl::InfiniteDuration(),
+          "Local (file://) store: this host's captures older than this are deleted (default "
+          "inf: kept)");
+ABSL_FLAG(std::string, store_retention_bytes, "0",
+          "Local (file://) store: past this total, this host's oldest captures are deleted (0: no "
+          "cap)");
+ABSL_FLAG(absl::Duration, retention_interval, absl::Minutes(1),
+          "How often retention looks at --capture_dir and the local store");
 
 namespace profd {
 namespace {
@@ -534,6 +553,41 @@ int Main(int argc, char** argv) {
                                     s.uploaded_bytes_total};
     });
   }
+  store::RetentionOptions retention_options;
+  retention_options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
+  retention_options.hostname = identity.hostname;
+  retention_options.interval =
+      std::max(absl::GetFlag(FLAGS_retention_interval), absl::Milliseconds(10));
+  retention_options.capture_dir_limits.max_age = absl::GetFlag(FLAGS_capture_retention_age);
+  retention_options.store_limits.max_age = absl::GetFlag(FLAGS_store_retention_age);
+  for (auto [flag, name, out] :
+       {std::tuple{&FLAGS_capture_retention_bytes, "--capture_retention_bytes",
+                   &retention_options.capture_dir_limits.max_bytes},
+        std::tuple{&FLAGS_store_retention_bytes, "--store_retention_bytes",
+                   &retention_options.store_limits.max_bytes}}) {
+    const std::string text = absl::GetFlag(*flag);
+    absl::StatusOr<uint64_t> bytes = text == "0" ? 0 : store::ParseByteSize(text);
+    if (!bytes.ok()) {
+      LogError(kComponent, "%s: %s", name, bytes.status().message());
+      return 1;
+    }
+    *out = *bytes;
+  }
+  if (retention_options.store_limits.enabled() && trace_store && !trace_store->is_local()) {
+    LogWarning(kComponent,
+               "--store_retention_*: %s is not a local store; set the bucket's lifecycle rules "
+               "instead",
+               trace_store->uri());
+  }
+  store::Retention retention(retention_options, spool.get(), trace_store.get());
+  retention.Start();
+  daemon_metrics.SetRetentionSource([&retention] {
+    auto of = [](const store::RetentionStats& s) {
+      return DaemonMetrics::Snapshot::Retained{s.active, s.kept_bytes, s.pruned_total,
+                                               s.pruned_bytes_total};
+    };
+    return std::pair{of(retention.capture_dir_stats()), of(retention.store_stats())};
+  });
   std::string kineto_dir = absl::GetFlag(FLAGS_kineto_socket_dir);
   if (kineto_dir.empty()) kineto_dir = runtime_dir + "/kineto";
   std::unique_ptr<kineto::KinetoIpcServer> kineto_server;

@@ -270,11 +270,12 @@ void CuptiCapture::Run(wire::StartCapture request) {
   status.enabled_realtime_ns = enabled_at;
   status.message = warnings;
   Send(status);
-  Log(LogLevel::kInfo, "capture %s: CUPTI enabled for %u ms", id.c_str(), request.duration_ms);
+  Log(LogLevel::kInfo, "capture %s: CUPTI enabled for %llu ms", id.c_str(),
+      static_cast<unsigned long long>(request.duration_ms));
 
   // 6. Run for the duration, flushing completed buffers as we go so profd gets the trace
   // while it is being made and the process never holds it all.
-  uint32_t flush_ms = request.flush_interval_ms ? request.flush_interval_ms : kDefaultFlushMs;
+  uint64_t flush_ms = request.flush_interval_ms ? request.flush_interval_ms : kDefaultFlushMs;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(request.duration_ms);
   while (true) {
     {

@@ -38,7 +38,7 @@ bool DecodeStartCapture(std::string_view data, StartCapture* s) {
         s->capture_id = std::string(r.bytes());
         break;
       case 2:
-        s->duration_ms = static_cast<uint32_t>(r.varint());
+        s->duration_ms = r.varint();
         break;
       case 3:
         if (r.wire_type() == 0) {
@@ -67,7 +67,7 @@ bool DecodeStartCapture(std::string_view data, StartCapture* s) {
         s->max_events = r.varint();
         break;
       case 6:
-        s->flush_interval_ms = static_cast<uint32_t>(r.varint());
+        s->flush_interval_ms = r.varint();
         break;
       case 7:
         s->requested_realtime_ns = r.varint();
@@ -162,7 +162,7 @@ bool DecodeDaemonMessage(std::string_view data, DaemonCommand* out) {
         out->kind = DaemonCommand::Kind::kHelloAck;
         while (body.Next()) {
           if (body.field() == 1) out->daemon_version = std::string(body.bytes());
-          if (body.field() == 2) out->heartbeat_interval_ms = static_cast<uint32_t>(body.varint());
+          if (body.field() == 2) out->heartbeat_interval_ms = body.varint();
         }
         if (!body.ok()) return false;
         break;

@@ -136,11 +136,11 @@ enum class ActivityKind : uint32_t {
 
 struct StartCapture {
   std::string capture_id;
-  uint32_t duration_ms = 0;
+  uint64_t duration_ms = 0;
   std::vector<ActivityKind> kinds;
   uint64_t start_at_realtime_ns = 0;
   uint64_t max_events = 0;
-  uint32_t flush_interval_ms = 0;
+  uint64_t flush_interval_ms = 0;
   uint64_t requested_realtime_ns = 0;
 };
 
@@ -149,7 +149,7 @@ struct DaemonCommand {
   Kind kind = Kind::kUnknown;
   // kHelloAck
   std::string daemon_version;
-  uint32_t heartbeat_interval_ms = 0;
+  uint64_t heartbeat_interval_ms = 0;
   // kStartCapture
   StartCapture start;
   // kStopCapture

@@ -525,7 +525,7 @@ bool AgentChannelServer::HandleFrame(ConnectionId id, Connection& c, std::unique
       v1::DaemonMessage ack;
       ack.mutable_hello_ack()->set_daemon_version(PROFD_VERSION);
       ack.mutable_hello_ack()->set_heartbeat_interval_ms(
-          static_cast<uint32_t>(absl::ToInt64Milliseconds(options_.heartbeat_interval)));
+          absl::ToInt64Milliseconds(options_.heartbeat_interval));
       c.out += FrameOf(ack);
       return Flush(id, c);
     }

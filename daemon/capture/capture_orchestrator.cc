@@ -293,7 +293,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       if (collected.ok()) {
         proc.kineto_file = proc.kineto->file_name();
         p.set_state(v1::CAPTURE_STATE_FINISHED);
-        p.set_disabled_unix_ns(p.enabled_unix_ns() + int64_t{info_.duration_ms()} * 1'000'000);
+        p.set_disabled_unix_ns(p.enabled_unix_ns() + info_.duration_ms() * 1'000'000);
         changed = true;
       } else if (!absl::IsNotFound(collected) || now > proc.kineto_deadline) {
         p.set_state(v1::CAPTURE_STATE_FAILED);
@@ -617,8 +617,11 @@ CaptureOrchestrator::~CaptureOrchestrator() {
 
 absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest& request) {
   // What and for how long.
-  if (request.duration_ms() == 0) {
+  if (request.duration_ms() <= 0) {
     return absl::InvalidArgumentError("the capture duration must be more than 0 (e.g. 5s)");
+  }
+  if (request.delay_ms() < 0) {
+    return absl::InvalidArgumentError("the capture delay must not be negative");
   }
   if (absl::Milliseconds(request.duration_ms()) > options_.max_duration) {
     return absl::InvalidArgumentError(
@@ -695,7 +698,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     }
   }
   capture->Launch(request);
-  LogInfo(kComponent, "capture %s requested: %u ms", id, request.duration_ms());
+  LogInfo(kComponent, "capture %s requested: %d ms", id, request.duration_ms());
   return id;
 }
 

@@ -31,7 +31,7 @@ const char* PathName(v1::CapturePath path) {
 v1::KinetoInfo KinetoInfoOf(const kineto::KinetoClient& client) {
   v1::KinetoInfo out;
   out.set_polling(true);
-  out.set_poll_period_ms(static_cast<uint32_t>(absl::ToInt64Milliseconds(client.poll_period)));
+  out.set_poll_period_ms(absl::ToInt64Milliseconds(client.poll_period));
   out.set_busy(client.busy);
   out.set_pid_in_namespace(client.ns_pid);
   out.set_last_poll_unix_ns(absl::ToUnixNanos(client.last_poll));

@@ -1,6 +1,7 @@
 #include "daemon/metrics/daemon_metrics.h"
 
 #include <algorithm>
+#include <tuple>
 
 namespace profd {
 
@@ -69,14 +70,23 @@ void DaemonMetrics::OnTraceBytesWritten(uint64_t bytes) {
   state_.trace_bytes_written += bytes;
 }
 
+void DaemonMetrics::SetRetentionSource(
+    std::function<std::pair<Snapshot::Retained, Snapshot::Retained>()> source) {
+  absl::MutexLock lock(&mutex_);
+  retention_ = std::move(source);
+}
+
 DaemonMetrics::Snapshot DaemonMetrics::Read() const {
   std::function<Uploads()> source;
+  std::function<std::pair<Snapshot::Retained, Snapshot::Retained>()> retention;
   Snapshot snapshot;
   {
     absl::MutexLock lock(&mutex_);
     snapshot = state_;
     source = uploads_;
+    retention = retention_;
   }
+  if (retention) std::tie(snapshot.capture_dir, snapshot.store) = retention();
   if (source) {  // outside our mutex: it takes the spool's
     const Uploads u = source();
     snapshot.uploads_succeeded = u.succeeded;

@@ -18,12 +18,15 @@
 // These become profd_captures_total{result}, profd_captures_running,
 // profd_capture_duration_seconds, profd_capture_events_total,
 // profd_capture_dropped_records_total, profd_trace_written_bytes_total,
-// profd_trace_uploaded_bytes_total and profd_uploads_total{result} (docs/METRICS.md).
+// profd_trace_uploaded_bytes_total, profd_uploads_total{result} and, from the retention sweeps
+// (SetRetentionSource), profd_retention_kept_bytes{place} and
+// profd_retention_pruned_total{place} / _pruned_bytes_total{place} (docs/METRICS.md).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
@@ -58,6 +61,14 @@ class DaemonMetrics {
     uint64_t trace_bytes_uploaded = 0;
     uint64_t uploads_succeeded = 0;
     uint64_t uploads_failed = 0;
+    // Retention of --capture_dir and of a local store (daemon/store/retention.h).
+    struct Retained {
+      bool active = false;
+      uint64_t kept_bytes = 0;
+      uint64_t pruned = 0;
+      uint64_t pruned_bytes = 0;
+    };
+    Retained capture_dir, store;
   };
 
   void OnCaptureStarted();
@@ -72,6 +83,9 @@ class DaemonMetrics {
     uint64_t bytes = 0;      // of the captures stored
   };
   void SetUploadSource(std::function<Uploads()> source);
+  // Retention's own counts, read on each Read() like the uploads: {capture_dir, store}.
+  void SetRetentionSource(
+      std::function<std::pair<Snapshot::Retained, Snapshot::Retained>()> source);
   void OnTraceBytesWritten(uint64_t bytes);
 
   Snapshot Read() const;
@@ -80,6 +94,8 @@ class DaemonMetrics {
   mutable absl::Mutex mutex_;
   Snapshot state_ ABSL_GUARDED_BY(mutex_);
   std::function<Uploads()> uploads_ ABSL_GUARDED_BY(mutex_);
+  std::function<std::pair<Snapshot::Retained, Snapshot::Retained>()> retention_
+      ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace profd

@@ -193,6 +193,26 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   Add(uploads, With(host, {{"result", "failed"}}), static_cast<double>(daemon.uploads_failed));
   out.push_back(std::move(uploads));
 
+  // Retention, per place (capture_dir; store for a local store with a cap): only where it runs.
+  MetricFamily kept = Family("profd_retention_kept_bytes",
+                             "Bytes of captures kept after the last retention sweep, by place "
+                             "(capture_dir, store)",
+                             MetricType::Gauge);
+  MetricFamily pruned =
+      Family("profd_retention_pruned_total",
+             "Captures deleted by retention (age or size cap), by place", MetricType::Counter);
+  MetricFamily pruned_bytes =
+      Family("profd_retention_pruned_bytes_total",
+             "Bytes of the captures deleted by retention, by place", MetricType::Counter);
+  for (const auto& [place, r] :
+       {std::pair{"capture_dir", daemon.capture_dir}, std::pair{"store", daemon.store}}) {
+    if (!r.active) continue;
+    Add(kept, With(host, {{"place", place}}), static_cast<double>(r.kept_bytes));
+    Add(pruned, With(host, {{"place", place}}), static_cast<double>(r.pruned));
+    Add(pruned_bytes, With(host, {{"place", place}}), static_cast<double>(r.pruned_bytes));
+  }
+  for (MetricFamily* f : {&kept, &pruned, &pruned_bytes}) out.push_back(std::move(*f));
+
   MetricFamily nvml_available =
       Family("profd_nvml_available",
              "1 when NVML is loaded and GPU metrics are sampled; 0 when not (see profd's log or "

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/analysis/trace_reader.h"
@@ -58,9 +59,15 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   // summary.json a capture gets.
   analysis::Trace trace;
   if (absl::Status read = analysis::ReadTraceFile(request.input_path, &trace); !read.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        request.original_name, " is not a Chrome trace JSON (plain or .gz): ", read.message(),
-        ". profctl import takes profd traces and PyTorch profiler / Kineto traces"));
+    // The reader names the file it read: the upload's copy in the spool, which means nothing to
+    // the user, who knows the file by the name they gave.
+    absl::string_view why = read.message();
+    absl::ConsumePrefix(&why, request.input_path);
+    absl::ConsumePrefix(&why, ": ");
+    return absl::InvalidArgumentError(
+        absl::StrCat(request.original_name, " is not a Chrome trace JSON (plain or .gz): ", why,
+                     why.empty() || why.back() == '.' ? "" : ".",
+                     " profctl import takes profd traces and PyTorch profiler / Kineto traces"));
   }
   const analysis::Report report = analysis::Analyze(trace);
   const int64_t host_pid = trace.files.empty() ? -1 : trace.files[0].host_pid;

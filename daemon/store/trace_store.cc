@@ -214,6 +214,7 @@ absl::StatusOr<std::unique_ptr<TraceStore>> TraceStore::Open(const std::string& 
     auto store =
         std::make_unique<TraceStore>(std::make_unique<LocalBucket>(root), "file://" + root, "");
     store->is_local_ = true;
+    store->local_root_ = root;
     return store;
   }
   if (absl::StartsWith(uri, "s3://")) {
@@ -327,6 +328,36 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described
   s = bucket_->PutBytes(index_key, ProtoToJson(index, {.readable = false}));
   if (!s.ok()) return s;
   return stored;
+}
+
+absl::Status TraceStore::Remove(const v1::StoredTrace& trace) {
+  if (!is_local_) {
+    return absl::UnimplementedError(
+        absl::StrCat("removing captures from ", uri_, " is left to the bucket's lifecycle rules"));
+  }
+  if (absl::Status s = ValidateCaptureId(trace.capture_id()); !s.ok()) return s;
+  {
+    // Out of the index first: a listed capture is always whole.
+    absl::MutexLock lock(&index_mu_);
+    const std::string index_key = IndexKey(IndexDay(trace), trace.hostname());
+    absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(index_key);
+    if (!rows.ok()) return rows.status();
+    v1::ListTracesResponse index;
+    for (const v1::StoredTrace& row : *rows) {
+      if (row.capture_id() != trace.capture_id()) *index.add_traces() = row;
+    }
+    if (absl::Status s = bucket_->PutBytes(index_key, ProtoToJson(index, {.readable = false}));
+        !s.ok()) {
+      return s;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(absl::StrCat(local_root_, "/", FolderKey(trace)), ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("cannot delete ", LocationOf(trace), ": ", ec.message()));
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<std::string>> TraceStore::Subfolders(const std::string& prefix) {

@@ -88,6 +88,9 @@ class TraceStore {
   absl::StatusOr<v1::StoredTrace> Get(const std::string& capture_id);
   // Streams one file of a stored capture. NOT_FOUND for a file the capture does not have.
   absl::Status Read(const v1::StoredTrace& trace, const std::string& file, const ChunkSink& sink);
+  // Deletes a capture of a local store: its row from the index, then its folder (retention,
+  // daemon/store/retention.h). UNIMPLEMENTED for S3: buckets have lifecycle rules for that.
+  absl::Status Remove(const v1::StoredTrace& trace);
 
  private:
   static absl::Time DayOf(const v1::StoredTrace& trace);
@@ -103,7 +106,8 @@ class TraceStore {
   const std::string uri_;
   const std::string prefix_;  // "" or "some/prefix/"
   bool is_local_ = false;
-  absl::Mutex index_mu_;  // serializes read-modify-write of index objects
+  std::string local_root_;  // local stores: the folder the keys are under
+  absl::Mutex index_mu_;    // serializes read-modify-write of index objects
 };
 
 }  // namespace profd::store

@@ -259,6 +259,15 @@ grpc::Status TraceStoreService::ImportTrace(grpc::ServerContext*,
   std::filesystem::remove(upload, ec);
   if (!status.ok()) {
     spool_->Abandon(id);
+    if (status.code() == absl::StatusCode::kInternal) {
+      // profd's own disk failed it: the spool paths go to the log, for whoever runs profd; the
+      // user gets what happened to their file and where to look.
+      LogWarning(kComponent, "import of %s failed: %s", header.file_name(), status.message());
+      status = absl::InternalError(absl::StrCat(
+          "profd could not keep ", header.file_name(),
+          ": writing it into profd's spool failed (disk full or not writable; `profctl spool` "
+          "shows its space, profd's log names the file)"));
+    }
     return ToGrpcStatus(status);
   }
   absl::StatusOr<v1::StoredTrace> queued = spool_->Submit(imported->described);

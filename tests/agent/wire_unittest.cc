@@ -178,6 +178,16 @@ TEST(WireTest, DecodesWhatProfdSends) {
   EXPECT_EQ(command.kind, DaemonCommand::Kind::kHelloAck);
   EXPECT_EQ(command.heartbeat_interval_ms, 250u);
 
+  // Durations past 32 bits of milliseconds (49.7 days) arrive whole: a uint32 would have read
+  // 4294969296 ms as 2000 ms.
+  profd::v1::DaemonMessage long_start;
+  long_start.mutable_start_capture()->set_capture_id("c10");
+  long_start.mutable_start_capture()->set_duration_ms(4294969296);
+  long_start.mutable_start_capture()->set_flush_interval_ms(int64_t{1} << 40);
+  ASSERT_TRUE(DecodeDaemonMessage(long_start.SerializeAsString(), &command));
+  EXPECT_EQ(command.start.duration_ms, 4294969296u);
+  EXPECT_EQ(command.start.flush_interval_ms, uint64_t{1} << 40);
+
   profd::v1::DaemonMessage stop;
   stop.mutable_stop_capture()->set_capture_id("c9");
   ASSERT_TRUE(DecodeDaemonMessage(stop.SerializeAsString(), &command));

@@ -259,6 +259,18 @@ TEST_F(CaptureTest, HumanOutputAndOutputCopy) {
   EXPECT_NE(r.out.find("Trace: "), std::string::npos) << r.out;
   EXPECT_TRUE(std::filesystem::exists(out.File("mine.json.gz")));
   EXPECT_EQ(ReadGzipJson(out.File("mine.json.gz"))["traceEvents"].Size() > 1000, true);
+
+  // A folder that does not exist: said before anything is captured, with the folder named and
+  // nothing made (it once captured, then blamed the trace for not being on this host).
+  const std::string missing = out.File("no/such/dir");
+  RunResult bad = profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration",
+                                   "300ms", "-o", missing + "/t.json.gz"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("the folder " + missing + " does not exist"), std::string::npos)
+      << bad.err;
+  EXPECT_EQ(bad.err.find("profd host"), std::string::npos) << bad.err;
+  EXPECT_FALSE(std::filesystem::exists(out.File("no")));
+  EXPECT_EQ(profd_->ProfctlJson({"captures"})["captures"].Size(), 1u);
 }
 
 TEST_F(CaptureTest, SeveralProcessesInOneCapture) {
@@ -343,6 +355,13 @@ TEST_F(CaptureTest, RequestsThatCannotBeServedSayWhy) {
       profd_->Profctl({"capture", "--pid", std::to_string(host->pid()), "--duration", "1h"});
   EXPECT_EQ(long_one.exit_code, 2);
   EXPECT_NE(long_one.err.find("over this profd's limit of 10s"), std::string::npos) << long_one.err;
+  // Past 32 bits of milliseconds: profd sees the whole 1193 h (it once saw 2 s and ran them).
+  RunResult wrapped = profd_->Profctl(
+      {"capture", "--pid", std::to_string(host->pid()), "--duration", "4294969296ms"});
+  EXPECT_EQ(wrapped.exit_code, 2);
+  EXPECT_NE(wrapped.err.find("duration 1193h2m49.296s is over this profd's limit"),
+            std::string::npos)
+      << wrapped.err;
   // Nothing named, bad duration, unknown kind: usage errors before profd is asked.
   EXPECT_EQ(profd_->Profctl({"capture", "--duration", "1s"}).exit_code, 2);
   EXPECT_EQ(profd_->Profctl({"capture", "--pid", "1", "--duration", "soon"}).exit_code, 2);

@@ -174,7 +174,10 @@ TEST(RegistrationTest, ProfctlSaysItsVersionCommandsAndTakesOptionsAfterTheComma
   for (const auto& [args, says] : std::vector<std::pair<std::vector<std::string>, std::string>>{
            {{"--timeout", "5", "status"}, "--timeout wants a duration with its unit"},
            {{"status", "--timeout", "banana"}, "not 'banana'"},
-           {{"capture", "--pid", "1", "--duration", "4294969296ms"}, "out of range"},
+           // 64-bit milliseconds: profd sees the whole 1193 h and applies its own limit.
+           {{"capture", "--pid", "1", "--duration", "4294969296ms"},
+            "duration 1193h2m49.296s is over this profd's limit"},
+           {{"capture", "--pid", "1", "--duration", "9000h"}, "out of range"},
            {{"capture", "--pid", "1", "--duration", "0.5ms"}, "from 1ms"},
            {{"capture", "--pid", "1", "--duration", "5s", "--delay", "-1s"}, "--delay"}}) {
     std::vector<std::string> argv = {profctl, "--target", target};

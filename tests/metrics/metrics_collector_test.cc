@@ -235,6 +235,22 @@ TEST_F(MetricsCollectorTest, CaptureAndUploadHealth) {
   EXPECT_THAT(text, Line("profd_uploads_total{" + h + ",result=\"failed\"} 1"));
 }
 
+// Retention's counts, read on each scrape, one series per place where it runs.
+TEST_F(MetricsCollectorTest, RetentionIsExportedPerPlace) {
+  const std::string h = "hostname=\"node-a\"";
+  EXPECT_THAT(Scrape(), ::testing::Not(::testing::HasSubstr("profd_retention_kept_bytes{")));
+  daemon_.SetRetentionSource([] {
+    using Retained = DaemonMetrics::Snapshot::Retained;
+    return std::pair{Retained{true, 7000, 3, 1500}, Retained{false, 0, 0, 0}};
+  });
+  const std::string text = Scrape();
+  EXPECT_THAT(text, Line("profd_retention_kept_bytes{" + h + ",place=\"capture_dir\"} 7000"));
+  EXPECT_THAT(text, Line("profd_retention_pruned_total{" + h + ",place=\"capture_dir\"} 3"));
+  EXPECT_THAT(text,
+              Line("profd_retention_pruned_bytes_total{" + h + ",place=\"capture_dir\"} 1500"));
+  EXPECT_THAT(text, ::testing::Not(::testing::HasSubstr("place=\"store\"")));  // no cap there
+}
+
 // What profd_main.cc hands the capture orchestrator: a finished CaptureInfo becomes one capture.
 TEST_F(MetricsCollectorTest, FinishedCaptureInfoIsCounted) {
   v1::CaptureInfo info;

@@ -103,7 +103,7 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
 
   RunResult show = profd->Profctl({"show", big_id});
   EXPECT_EQ(show.exit_code, 0) << show.err;
-  EXPECT_NE(show.out.find("top kernels by total time"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("TOP KERNELS BY TOTAL TIME"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("kernel_0"), std::string::npos) << show.out;
   EXPECT_NE(show.out.find("big.json.gz"), std::string::npos) << show.out;  // manifest
   rapidjson::Document shown = profd->ProfctlJson({"show", big_id});
@@ -124,6 +124,13 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
   RunResult not_json = profd->Profctl({"import", "/etc/hostname"});
   EXPECT_NE(not_json.exit_code, 0);
   EXPECT_NE(not_json.err.find("not a Chrome trace JSON"), std::string::npos) << not_json.err;
+  // Said about the file given, with the cause; profd's spool is no business of the user's.
+  EXPECT_NE(not_json.err.find("cannot import /etc/hostname: hostname is not a Chrome trace JSON"),
+            std::string::npos)
+      << not_json.err;
+  EXPECT_NE(not_json.err.find("not a valid JSON trace"), std::string::npos) << not_json.err;
+  EXPECT_EQ(not_json.err.find(spool_.path()), std::string::npos) << not_json.err;
+  EXPECT_EQ(not_json.err.find(".upload"), std::string::npos) << not_json.err;
   // A missing file is "not found" as in `profctl report`; a folder or a device is no trace.
   RunResult missing = profd->Profctl({"import", scratch_.File("missing.json.gz")});
   EXPECT_EQ(missing.exit_code, 4) << missing.err;
