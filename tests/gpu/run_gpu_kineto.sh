@@ -73,8 +73,8 @@ fi
 kill -USR1 $K   # operator comparison
 wait_line $RT/k.out "phase ops" 30
 # 2b. The same 20 steps: profd through Kineto, then torch.profiler in the same process.
-# Kineto starts tracing at most ~2.5 s after it takes the config (its 1 s controller ticks, measured
-# above); the 20 steps (~0.3 s) run 3.2 s after it took it, well inside the 6 s window.
+# Kineto starts tracing 1.1 s after it takes the config (the start time profd sets, one controller
+# tick and a margin); the 20 steps (~0.3 s) run 3.2 s after it took it, well inside the 6 s window.
 profctl --json capture --pid $K --duration 6s --record-shapes > $RT/ops.json 2> $RT/ops.err &
 C=$!
 wait_running
