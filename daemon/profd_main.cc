@@ -116,8 +116,8 @@ ABSL_FLAG(uint32_t, agent_max_connections, 1024,
           "Agent connections at once (two file descriptors each; lowered to a quarter of "
           "RLIMIT_NOFILE); past it connections are accepted and closed at once");
 ABSL_FLAG(uint32_t, agent_max_connections_per_uid, 0,
-          "Agent connections one uid may hold, so that one user cannot take every slot; 0: a "
-          "quarter of the agent connection cap in force");
+          "Agent connections one uid may hold, so that one user cannot take every slot; 0: "
+          "three quarters of the agent connection cap in force (pods often share one uid)");
 ABSL_FLAG(std::string, agent_max_frame_before_hello, "64KiB",
           "Largest agent frame before its hello (a hello is a few hundred bytes)");
 ABSL_FLAG(std::string, agent_max_frame_registered, "256KiB",

@@ -156,8 +156,10 @@ absl::Status AgentChannelServer::Start() {
   const size_t fit = files.rlim_cur == RLIM_INFINITY ? options_.max_connections
                                                      : static_cast<size_t>(files.rlim_cur / 4);
   max_connections_ = std::max<size_t>(1, std::min(options_.max_connections, fit));
+  // One uid may take three quarters: on Kubernetes every pod often runs as the same uid (root, or
+  // 1000), so its share is the node's; the last quarter stays for everyone else.
   max_connections_per_uid_ = options_.max_connections_per_uid == 0
-                                 ? std::max<size_t>(1, max_connections_ / 4)
+                                 ? std::max<size_t>(1, max_connections_ * 3 / 4)
                                  : std::min(options_.max_connections_per_uid, max_connections_);
   if (max_connections_ < options_.max_connections) {
     LogWarning(kComponent,

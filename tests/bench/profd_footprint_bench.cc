@@ -13,8 +13,14 @@
 //           with --capture, `profctl capture --all --duration 5s` runs in the middle of the
 //           window and RSS is reported before, during and after it.
 //
+// Load (--clients=N): through the window, rounds of N concurrent profctl processes (`--json
+// agents` and `--json status` in turn; a round starts when the last one ended) next to the
+// agents and the scrapes. Every `agents` answer must list every agent (a lost registration
+// fails the run); each call's wall time from spawn to exit gives p50/p99.
+//
 //   profd_footprint_bench [--agents=64] [--devices=8] [--agents_kind=wire|replay] [--capture]
-//                         [--warmup_s=5] [--window_s=30] [--repeat=3] [--no_fake_nvml]
+//                         [--clients=0] [--warmup_s=5] [--window_s=30] [--repeat=3]
+//                         [--no_fake_nvml]
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -58,6 +64,7 @@ struct Options {
   int devices = 8;
   std::string agents_kind = "wire";
   bool capture = false;
+  int clients = 0;
   int warmup_s = 5;
   int window_s = 30;
   int repeat = 3;
@@ -204,6 +211,10 @@ struct RunFigures {
   std::string smaps;  // smaps_rollup at the end, the lines that say what the RSS is
   double load_before = 0, load_after = 0;
   bool capture_ok = true;
+  // --clients
+  std::vector<double> client_ms;  // every call's wall time, spawn to exit
+  int client_failures = 0;        // exit code not 0, or not JSON
+  int fewest_agents_listed = -1;  // smallest `agents` answer (every agent: nothing lost)
 };
 
 double Mb(long kb) { return kb / 1024.0; }
@@ -312,6 +323,42 @@ RunFigures RunOnce(const Options& o) {
       }
     });
   }
+  std::atomic<bool> stop_clients{false};
+  std::thread clients;
+  if (o.clients > 0) {
+    clients = std::thread([&] {
+      while (!stop_clients.load()) {
+        std::vector<double> ms(static_cast<size_t>(o.clients));
+        std::vector<int> listed(static_cast<size_t>(o.clients), -1);
+        std::vector<int> failed(static_cast<size_t>(o.clients), 0);
+        std::vector<std::thread> calls;
+        for (int c = 0; c < o.clients; ++c) {
+          calls.emplace_back([&, c] {
+            const bool agents_call = c % 2 == 0;
+            auto start = std::chrono::steady_clock::now();
+            testing::RunResult run = profd.Profctl({"--json", agents_call ? "agents" : "status"});
+            ms[c] =
+                std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+                    .count();
+            rapidjson::Document d;
+            d.Parse(run.out.c_str());
+            if (run.exit_code != 0 || d.HasParseError() || !d.IsObject()) {
+              failed[c] = 1;
+            } else if (agents_call && d.HasMember("agents") && d["agents"].IsArray()) {
+              listed[c] = static_cast<int>(d["agents"].Size());
+            }
+          });
+        }
+        for (std::thread& t : calls) t.join();
+        for (int c = 0; c < o.clients; ++c) {
+          r.client_ms.push_back(ms[c]);
+          r.client_failures += failed[c];
+          if (listed[c] >= 0 && (r.fewest_agents_listed < 0 || listed[c] < r.fewest_agents_listed))
+            r.fewest_agents_listed = listed[c];
+        }
+      }
+    });
+  }
   for (int s = 0; s < o.window_s; ++s) {
     std::this_thread::sleep_for(std::chrono::seconds(1));
     const double rss = Mb(ProcKb(status_file, "VmRSS"));
@@ -323,6 +370,8 @@ RunFigures RunOnce(const Options& o) {
   const double wall_s =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (capture.joinable()) capture.join();
+  stop_clients = true;
+  if (clients.joinable()) clients.join();
   r.cpu_percent = 100.0 * (ticks1 - ticks0) / sysconf(_SC_CLK_TCK) / wall_s;
   r.rss_end_mb = Mb(ProcKb(status_file, "VmRSS"));
   if (o.capture) r.rss_after_capture_mb = r.rss_end_mb;
@@ -375,6 +424,8 @@ int Main(int argc, char** argv) {
       agent_child = v;
     else if (const char* v = value("--agent_index"))
       agent_index = std::atoi(v);
+    else if (const char* v = value("--clients"))
+      o.clients = std::atoi(v);
     else if (arg == "--capture")
       o.capture = true;
     else if (arg == "--no_fake_nvml")
@@ -398,7 +449,7 @@ int Main(int argc, char** argv) {
       o.agents, o.agents_kind.c_str(),
       o.agents_kind == "wire" ? absl::StrCat(" x ", o.devices, " devices").c_str() : "", o.warmup_s,
       o.window_s, o.repeat, sysconf(_SC_NPROCESSORS_ONLN));
-  std::vector<double> peak, end, hwm, cpu, before, during, after;
+  std::vector<double> peak, end, hwm, cpu, before, during, after, p50, p99;
   for (int run = 0; run < o.repeat; ++run) {
     RunFigures r = RunOnce(o);
     std::printf(
@@ -412,6 +463,21 @@ int Main(int argc, char** argv) {
           "%.1f MB\n",
           r.capture_ok ? "" : " (FAILED)", r.rss_before_capture_mb, r.rss_capture_peak_mb,
           r.rss_after_capture_mb);
+    }
+    if (o.clients > 0) {
+      std::vector<double> v = r.client_ms;
+      std::sort(v.begin(), v.end());
+      auto at = [&](double q) {
+        return v.empty() ? 0.0 : v[static_cast<size_t>(q * (v.size() - 1))];
+      };
+      std::printf(
+          "       %zu profctl calls in rounds of %d: p50 %.0f ms, p99 %.0f ms, max %.0f ms; "
+          "%d failed; fewest agents listed %d of %d%s\n",
+          v.size(), o.clients, at(0.5), at(0.99), v.empty() ? 0.0 : v.back(), r.client_failures,
+          r.fewest_agents_listed, o.agents,
+          r.fewest_agents_listed == o.agents && r.client_failures == 0 ? "" : "  LOST OR FAILED");
+      p50.push_back(at(0.5));
+      p99.push_back(at(0.99));
     }
     std::printf("       smaps_rollup at the end: %s\n", r.smaps.c_str());
     std::fflush(stdout);
@@ -431,6 +497,10 @@ int Main(int argc, char** argv) {
     Summary("RSS before capture", before, "MB");
     Summary("RSS during capture (peak)", during, "MB");
     Summary("RSS after capture", after, "MB");
+  }
+  if (o.clients > 0) {
+    Summary("profctl call p50", p50, "ms");
+    Summary("profctl call p99", p99, "ms");
   }
   std::printf("target (design.md §5): RSS <= 64 MB, CPU <= 2 %% of a core\n");
   return 0;

@@ -564,13 +564,13 @@ TEST_F(AgentAttackTest, AConnectionOutlivingItsProcessIsDroppedAndItsPidNotReuse
 
 // With 1024 open files, 1,100 idle agent connections made gRPC's accept fail with EMFILE, and
 // the control plane stayed dead after they closed. Here profd may open 256 files: it keeps
-// agents to a quarter of that (two descriptors each), one uid to a quarter of those, refuses the
-// rest at once, and answers profctl throughout.
+// agents to a quarter of that (two descriptors each), one uid to three quarters of those, refuses
+// the rest at once, and answers profctl throughout.
 TEST_F(AgentAttackTest, IdleConnectionsCannotTakeTheControlPlanesDescriptors) {
   StartProfd({}, {"/usr/bin/prlimit", "--nofile=256:256", "--"});
   StartWellBehavedAgent();
   EXPECT_THAT(profd_->log(), HasSubstr("at most 64 agent connections, not 1024"));
-  EXPECT_THAT(profd_->log(), HasSubstr("(at most 64 connections, 16 per uid)"));
+  EXPECT_THAT(profd_->log(), HasSubstr("(at most 64 connections, 48 per uid)"));
   std::vector<std::unique_ptr<RawAgent>> idle;
   for (int i = 0; i < 300; ++i) {
     idle.push_back(std::make_unique<RawAgent>(profd_->agent_socket()));
@@ -579,13 +579,13 @@ TEST_F(AgentAttackTest, IdleConnectionsCannotTakeTheControlPlanesDescriptors) {
       EXPECT_EQ(status.exit_code, 0) << "after " << i << " connections: " << status.err;
     }
   }
-  // This test runs as one uid, like the well-behaved agent: 16 connections in all.
+  // This test runs as one uid, like the well-behaved agent: 48 connections in all.
   ASSERT_TRUE(WaitFor(
       [&] {
-        return Metric("profd_agent_connections_rejected_total", "reason=\"uid_share\"") == 300 - 15;
+        return Metric("profd_agent_connections_rejected_total", "reason=\"uid_share\"") == 300 - 47;
       },
       absl::Seconds(5)));
-  EXPECT_EQ(Metric("profd_agent_connections", "hostname"), 16);
+  EXPECT_EQ(Metric("profd_agent_connections", "hostname"), 48);
   RunResult during = profd_->Profctl({"status"});
   EXPECT_EQ(during.exit_code, 0) << during.err;
   EXPECT_TRUE(Listed(*profd_, healthy_->pid()));
