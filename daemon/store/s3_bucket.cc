@@ -50,10 +50,13 @@ absl::string_view HostOf(absl::string_view authority) {
   return authority.substr(0, authority.rfind(':'));
 }
 
-void LockShare(CURL*, curl_lock_data, curl_lock_access, void* mu) {
-  static_cast<std::mutex*>(mu)->lock();
+// libcurl may hold the lock of one kind of shared data while it takes another's: one mutex each.
+void LockShare(CURL*, curl_lock_data data, curl_lock_access, void* mutexes) {
+  static_cast<std::mutex*>(mutexes)[data].lock();
 }
-void UnlockShare(CURL*, curl_lock_data, void* mu) { static_cast<std::mutex*>(mu)->unlock(); }
+void UnlockShare(CURL*, curl_lock_data data, void* mutexes) {
+  static_cast<std::mutex*>(mutexes)[data].unlock();
+}
 
 std::string Env(const char* name) {
   const char* v = std::getenv(name);
@@ -291,7 +294,7 @@ S3Bucket::S3Bucket(S3Options options) : options_(std::move(options)) {
   curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
   curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, LockShare);
   curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, UnlockShare);
-  curl_share_setopt(share_, CURLSHOPT_USERDATA, &share_mu_);
+  curl_share_setopt(share_, CURLSHOPT_USERDATA, share_mu_);
 }
 
 S3Bucket::~S3Bucket() { curl_share_cleanup(share_); }
@@ -470,8 +473,21 @@ std::string MultipartRecordPath(const std::string& path) {
 absl::Status S3Bucket::AbortUpload(const std::string& key, const std::string& upload_id) {
   absl::StatusOr<Response> r = Send("DELETE", key, Query({{"uploadId", upload_id}}), nullptr);
   if (!r.ok()) return r.status();
+  if (r->status >= 200 && r->status < 300) {
+    LogInfo("store", "aborted multipart upload %s of %s", upload_id, UriOf(key));
+    return absl::OkStatus();
+  }
   // 404 NoSuchUpload: already aborted or completed; nothing is left to pay for.
-  if ((r->status >= 200 && r->status < 300) || r->status == 404) return absl::OkStatus();
+  if (r->status == 404) return absl::OkStatus();
+  // A service without AbortMultipartUpload (s3rver answers 405): asking again cannot help.
+  if (r->status == 405 || r->status == 501) {
+    LogWarning(
+        "store",
+        "the S3 service at %s cannot abort multipart uploads (HTTP %d): upload %s of %s "
+        "stays until the bucket's lifecycle rule (AbortIncompleteMultipartUpload) removes it",
+        endpoint_, r->status, upload_id, UriOf(key));
+    return absl::OkStatus();
+  }
   return ErrorOf(absl::StrCat("aborting multipart upload ", upload_id),
                  UriOf(key) + " at " + endpoint_, *r);
 }
@@ -493,8 +509,6 @@ absl::Status S3Bucket::AbortRecordedUpload(const std::string& record) {
                        "and be billed), so no new upload starts yet: ",
                        aborted.message()));
     }
-    LogInfo("store", "aborted multipart upload %s of %s, left by an earlier attempt", upload_id,
-            UriOf(key));
   }
   unlink(record.c_str());
   return absl::OkStatus();

@@ -109,8 +109,8 @@ class S3Bucket final : public ObjectBucket {
   absl::Status AbortRecordedUpload(const std::string& record);
 
   S3Options options_;
-  std::string endpoint_;  // scheme://host[:port], no trailing '/'
-  std::mutex share_mu_;   // guards share_'s connection cache, as libcurl asks
+  std::string endpoint_;     // scheme://host[:port], no trailing '/'
+  std::mutex share_mu_[16];  // one per curl_lock_data kind, guarding share_ as libcurl asks
   CURLSH* share_ = nullptr;
 };
 
