@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -286,6 +288,26 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndex(const std::st
   return std::vector<v1::StoredTrace>(index.traces().begin(), index.traces().end());
 }
 
+absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndexes(
+    const std::vector<std::string>& keys) {
+  constexpr size_t kConcurrentReads = 16;
+  std::vector<absl::StatusOr<std::vector<v1::StoredTrace>>> read(keys.size());
+  std::atomic<size_t> next{0};
+  auto reader = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < keys.size();) read[i] = ReadIndex(keys[i]);
+  };
+  std::vector<std::thread> readers;
+  for (size_t n = 1; n < std::min(kConcurrentReads, keys.size()); ++n) readers.emplace_back(reader);
+  reader();
+  for (std::thread& t : readers) t.join();
+  std::vector<v1::StoredTrace> rows;
+  for (auto& r : read) {
+    if (!r.ok()) return r.status();
+    for (v1::StoredTrace& row : *r) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described,
                                                 const std::string& folder, bool may_move) {
   if (absl::Status s = ValidateCaptureId(described.capture_id()); !s.ok()) return s;
@@ -368,15 +390,15 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter&
       if (!h.ok()) return h.status();
       hosts = *h;
     }
-    for (const std::string& host : hosts) {
-      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(IndexKey(day, host));
-      if (!rows.ok()) return rows.status();
-      for (v1::StoredTrace& row : *rows) {
-        if (!filter.hostname.empty() && row.hostname() != filter.hostname) continue;
-        if (!filter.pod.empty() && !PodMatches(row, filter.pod)) continue;
-        if (absl::FromUnixNanos(row.started_unix_ns()) < filter.since) continue;
-        out.push_back(std::move(row));
-      }
+    std::vector<std::string> keys;
+    for (const std::string& host : hosts) keys.push_back(IndexKey(day, host));
+    absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndexes(keys);
+    if (!rows.ok()) return rows.status();
+    for (v1::StoredTrace& row : *rows) {
+      if (!filter.hostname.empty() && row.hostname() != filter.hostname) continue;
+      if (!filter.pod.empty() && !PodMatches(row, filter.pod)) continue;
+      if (absl::FromUnixNanos(row.started_unix_ns()) < filter.since) continue;
+      out.push_back(std::move(row));
     }
     // Days go newest first: once a day fills the limit, older days cannot get in.
     if (out.size() >= limit) break;

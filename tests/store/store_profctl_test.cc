@@ -4,7 +4,9 @@
 // credentials refused, a missing bucket, a full spool.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -133,6 +135,42 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
     EXPECT_EQ(r.exit_code, 2) << odd << ": " << r.err;
     EXPECT_NE(r.err.find("is not a trace file"), std::string::npos) << r.err;
   }
+}
+
+// A stored trace damaged in the bucket: `get` fails naming the file, and the file that failed its
+// check is not left in the output folder.
+TEST_F(StoreProfctlTest, GetRemovesAFileThatFailsItsChecksum) {
+  s3rver_->Start();
+  auto profd = StartProfd("s3://traces/damaged");
+  std::string file = MakeTraceFile(scratch_.File("d.json.gz"), 12, 64 << 10, true);
+  std::string id = Import(*profd, file);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(30))) << profd->log();
+  // Flip one byte of the trace object where s3rver keeps it (same size, other bytes).
+  std::string object;
+  for (const auto& e : fs::recursive_directory_iterator(s3rver_->data_dir())) {
+    const std::string p = e.path().string();
+    if (p.find(id) != std::string::npos && p.find(".json.gz._S3rver_object") != std::string::npos) {
+      object = p;
+    }
+  }
+  ASSERT_FALSE(object.empty()) << "no stored trace object for " << id;
+  std::string bytes = ReadFile(object);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  std::ofstream(object, std::ios::binary | std::ios::trunc) << bytes;
+
+  std::string dir = scratch_.File("get-damaged");
+  RunResult r = profd->Profctl({"get", id, "-o", dir});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("checksum mismatch for "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("It was removed from " + dir), std::string::npos) << r.err;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  for (const std::string& name : left) {
+    EXPECT_EQ(name.find(".json.gz"), std::string::npos) << name << " was left in " << dir;
+  }
+  EXPECT_NE(std::find(left.begin(), left.end(), "manifest.json"), left.end())
+      << "intact files stay";
 }
 
 TEST_F(StoreProfctlTest, StoreDownWhenTraceFinishesItWaitsAndArrivesIntact) {
