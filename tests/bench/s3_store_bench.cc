@@ -1,0 +1,164 @@
+// The S3 store against a real s3rver on loopback (the store tests' server), two measurements:
+//   upload: S3Bucket::PutFile of a file of --mb MiB (random bytes, 8 MiB parts as profd's default)
+//           against `curl -T` of the same file to the same s3rver, alternating, --rounds times;
+//           prints each one's median MB/s with min-max, and profd's median as a share of curl's.
+//   list:   TraceStore::List (profctl list's path: newest day, one index per host) over a day of
+//           --hosts host indexes, --rounds times; prints the median and min-max seconds.
+// Run (after scripts/setup.sh):
+//   cmake --build build --target s3_store_bench && build/tests/bench/s3_store_bench
+//   build/tests/bench/s3_store_bench --mb=105 --rounds=7 --hosts=1006
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "daemon/store/s3_bucket.h"
+#include "daemon/store/trace_store.h"
+#include "tests/store/store_test_util.h"
+
+namespace profd::testing {
+namespace {
+
+struct Spread {
+  double median, min, max;
+};
+
+Spread Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return {v[v.size() / 2], v.front(), v.back()};
+}
+
+double Seconds(const std::function<void()>& f) {
+  auto start = std::chrono::steady_clock::now();
+  f();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+int Flag(int argc, char** argv, const std::string& name, int fallback) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    int v;
+    if (absl::StartsWith(a, "--" + name + "=") && absl::SimpleAtoi(a.substr(name.size() + 3), &v)) {
+      return v;
+    }
+  }
+  return fallback;
+}
+
+store::S3Options Options(const S3rverProcess& s3rver) {
+  store::S3Options o;
+  o.bucket = "traces";
+  o.endpoint = s3rver.endpoint();
+  o.path_style = true;
+  o.region = "us-east-1";
+  return o;
+}
+
+void Upload(const S3rverProcess& s3rver, const TempDir& dir, int mb, int rounds) {
+  const std::string file = dir.File("upload.bin");
+  {
+    std::mt19937_64 random(42);
+    std::string bytes(static_cast<size_t>(mb) << 20, '\0');
+    for (size_t i = 0; i + 8 <= bytes.size(); i += 8) {
+      uint64_t v = random();
+      std::memcpy(&bytes[i], &v, 8);
+    }
+    std::ofstream(file, std::ios::binary) << bytes;
+  }
+  store::S3Bucket bucket(Options(s3rver));
+  const double bytes = static_cast<double>(mb) * (1 << 20);
+  std::vector<double> profd_mbs, curl_mbs, ratio;
+  for (int r = 0; r < rounds; ++r) {
+    absl::Status status;
+    double p = Seconds([&] { status = bucket.PutFile("bench/profd.bin", file, false); });
+    if (!status.ok()) {
+      std::fprintf(stderr, "upload failed: %s\n", status.ToString().c_str());
+      std::exit(1);
+    }
+    RunResult curl;
+    double c = Seconds([&] {
+      curl = Run({"/usr/bin/curl", "-sS", "-f", "-o", "/dev/null", "-T", file,
+                  s3rver.endpoint() + "/traces/bench/curl.bin"});
+    });
+    if (curl.exit_code != 0) {
+      std::fprintf(stderr, "curl failed: %s\n", curl.err.c_str());
+      std::exit(1);
+    }
+    profd_mbs.push_back(bytes / p / 1e6);
+    curl_mbs.push_back(bytes / c / 1e6);
+    ratio.push_back(c / p);
+    std::printf("  round %d: profd %.1f MB/s, curl %.1f MB/s\n", r + 1, profd_mbs.back(),
+                curl_mbs.back());
+  }
+  Spread p = Summarize(profd_mbs), c = Summarize(curl_mbs), q = Summarize(ratio);
+  std::printf(
+      "upload %d MiB x %d: profd PutFile median %.1f MB/s (%.1f-%.1f), curl -T median "
+      "%.1f MB/s (%.1f-%.1f); profd/curl per round median %.2f (%.2f-%.2f)\n",
+      mb, rounds, p.median, p.min, p.max, c.median, c.min, c.max, q.median, q.min, q.max);
+}
+
+void List(const S3rverProcess& s3rver, int hosts, int rounds) {
+  store::S3Bucket bucket(Options(s3rver));
+  const absl::Time now = absl::Now();
+  const std::string day = absl::FormatTime("%Y-%m-%d", now, absl::UTCTimeZone());
+  for (int h = 0; h < hosts; ++h) {
+    const std::string host = absl::StrCat("node-", h);
+    const std::string row =
+        absl::StrCat(R"({"traces":[{"captureId":")",
+                     absl::FormatTime("%Y%m%dT%H%M%SZ", now, absl::UTCTimeZone()), "-", host,
+                     R"(-0000abcd","hostname":")", host, R"(","startedUnixNs":")",
+                     absl::ToUnixNanos(now) - h, R"(","state":"TRACE_STATE_STORED"}]})");
+    absl::Status s = bucket.PutBytes(absl::StrCat("list/_index/", day, "/", host, ".json"), row);
+    if (!s.ok()) {
+      std::fprintf(stderr, "index write failed: %s\n", s.ToString().c_str());
+      std::exit(1);
+    }
+  }
+  auto store = store::TraceStore::Open("s3://traces/list", Options(s3rver));
+  std::vector<double> seconds;
+  for (int r = 0; r < rounds; ++r) {
+    size_t rows = 0;
+    seconds.push_back(Seconds([&] {
+      auto list = (*store)->List({});
+      if (!list.ok()) {
+        std::fprintf(stderr, "list failed: %s\n", list.status().ToString().c_str());
+        std::exit(1);
+      }
+      rows = list->size();
+    }));
+    std::printf("  round %d: %zu rows in %.3f s\n", r + 1, rows, seconds.back());
+  }
+  Spread s = Summarize(seconds);
+  std::printf("list over %d host indexes x %d: median %.3f s (%.3f-%.3f)\n", hosts, rounds,
+              s.median, s.min, s.max);
+}
+
+}  // namespace
+}  // namespace profd::testing
+
+int main(int argc, char** argv) {
+  using namespace profd::testing;
+  if (!S3rverProcess::Installed()) {
+    std::fprintf(stderr, "s3rver is not installed: run scripts/setup.sh\n");
+    return 1;
+  }
+  setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
+  setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
+  const int rounds = Flag(argc, argv, "rounds", 7);
+  TempDir dir;
+  S3rverProcess s3rver({"traces"});
+  s3rver.Start();
+  Upload(s3rver, dir, Flag(argc, argv, "mb", 105), rounds);
+  List(s3rver, Flag(argc, argv, "hosts", 1006), rounds);
+  return 0;
+}
