@@ -84,6 +84,13 @@ std::string UriEncode(absl::string_view s, bool keep_slash) {
   return out;
 }
 
+// The object's Content-Type, from its name ("" = application/octet-stream).
+std::string ContentTypeOf(absl::string_view key) {
+  return absl::EndsWith(key, ".json") ? "application/json"
+         : absl::EndsWith(key, ".gz") ? "application/gzip"
+                                      : "";
+}
+
 // A canonical query string: parameters sorted by name, names and values encoded, "name=" kept for
 // empty values (curl signs the query as given).
 std::string Query(std::vector<std::pair<std::string, std::string>> params) {
@@ -423,11 +430,8 @@ absl::Status S3Bucket::ErrorOf(const std::string& what, const std::string& where
 }
 
 absl::Status S3Bucket::PutBytes(const std::string& key, const std::string& data) {
-  std::string type = absl::EndsWith(key, ".json") ? "application/json"
-                     : absl::EndsWith(key, ".gz") ? "application/gzip"
-                                                  : "";
   const PayloadDigest digest = DigestPayload(data);
-  absl::StatusOr<Response> r = Send("PUT", key, "", data, digest, type, nullptr);
+  absl::StatusOr<Response> r = Send("PUT", key, "", data, digest, ContentTypeOf(key), nullptr);
   if (!r.ok()) return r.status();
   if (r->status < 200 || r->status >= 300) {
     return ErrorOf("uploading", UriOf(key) + " at " + endpoint_, *r);
@@ -521,8 +525,8 @@ absl::Status S3Bucket::PutMultipart(const std::string& key, const std::string& p
   const std::string record = MultipartRecordPath(path);
   if (absl::Status s = AbortRecordedUpload(record); !s.ok()) return s;
 
-  absl::StatusOr<Response> r =
-      Send("POST", key, Query({{"uploads", ""}}), "", DigestPayload(""), "", nullptr);
+  absl::StatusOr<Response> r = Send("POST", key, Query({{"uploads", ""}}), "", DigestPayload(""),
+                                    ContentTypeOf(key), nullptr);
   if (!r.ok()) return r.status();
   if (r->status != 200) return ErrorOf("starting a multipart upload", where, *r);
   std::string upload_id = XmlFirst(r->body, "UploadId");

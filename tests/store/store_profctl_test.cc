@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_util.h"
@@ -150,7 +151,7 @@ TEST_F(StoreProfctlTest, GetRemovesAFileThatFailsItsChecksum) {
   std::string object;
   for (const auto& e : fs::recursive_directory_iterator(s3rver_->data_dir())) {
     const std::string p = e.path().string();
-    if (p.find(id) != std::string::npos && p.find(".json.gz._S3rver_object") != std::string::npos) {
+    if (p.find(id) != std::string::npos && absl::EndsWith(p, ".json.gz._S3rver_object")) {
       object = p;
     }
   }
