@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -555,19 +556,43 @@ absl::Status S3Bucket::PutMultipart(const std::string& key, const std::string& p
     return why;
   };
 
+  // Part n+1 is read and hashed on a second thread while part n is on the wire: two parts in
+  // memory.
+  struct Part {
+    std::string bytes;
+    PayloadDigest digest;
+    bool read = false;
+  };
   std::ifstream in(path, std::ios::binary);
+  auto load = [&in](uint64_t n, Part* part) {
+    part->bytes.resize(n);
+    in.read(part->bytes.data(), static_cast<std::streamsize>(n));
+    part->read = static_cast<uint64_t>(in.gcount()) == n;
+    if (part->read) part->digest = DigestPayload(part->bytes);
+  };
+  const uint64_t part_size = options_.part_size;
+  Part parts[2];
+  load(std::min(part_size, size), &parts[0]);
   std::string complete = "<CompleteMultipartUpload>";
-  std::string part(options_.part_size, '\0');
   int number = 0;
-  for (uint64_t offset = 0; offset < size; offset += options_.part_size) {
+  for (uint64_t offset = 0; offset < size; offset += part_size) {
     ++number;
-    uint64_t n = std::min<uint64_t>(options_.part_size, size - offset);
-    in.read(part.data(), static_cast<std::streamsize>(n));
-    if (static_cast<uint64_t>(in.gcount()) != n) {
-      return abort_upload(absl::DataLossError(absl::StrCat("short read from ", path)));
+    Part& part = parts[(number - 1) % 2];
+    std::thread next;
+    if (offset + part_size < size) {
+      next = std::thread(load, std::min(part_size, size - offset - part_size), &parts[number % 2]);
     }
-    absl::string_view body(part.data(), n);
-    const PayloadDigest digest = DigestPayload(body);
+    // The reader is joined on every way out of this iteration.
+    struct Join {
+      std::thread& t;
+      ~Join() {
+        if (t.joinable()) t.join();
+      }
+    } join{next};
+    if (!part.read)
+      return abort_upload(absl::DataLossError(absl::StrCat("short read from ", path)));
+    absl::string_view body = part.bytes;
+    const PayloadDigest& digest = part.digest;
     r = Send("PUT", key, Query({{"partNumber", std::to_string(number)}, {"uploadId", upload_id}}),
              body, digest, "", nullptr);
     if (!r.ok()) return abort_upload(r.status());

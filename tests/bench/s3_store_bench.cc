@@ -1,7 +1,8 @@
 // The S3 store against a real s3rver on loopback (the store tests' server), two measurements:
-//   upload: S3Bucket::PutFile of a file of --mb MiB (random bytes, 8 MiB parts as profd's default)
-//           against `curl -T` of the same file to the same s3rver, alternating, --rounds times;
-//           prints each one's median MB/s with min-max, and profd's median as a share of curl's.
+//   upload: S3Bucket::PutFile of a file of --mb MiB (random bytes) in 8 MiB parts (profd's
+//           default) and in one PUT (a part size above the file's), against `curl -T` of the same
+//           file to the same s3rver (one PUT), in turn, --rounds times; prints each one's median
+//           MB/s with min-max, and profd's time against curl's of the same round.
 //   list:   TraceStore::List (profctl list's path: newest day, one index per host) over a day of
 //           --hosts host indexes, --rounds times; prints the median and min-max seconds.
 // Run (after scripts/setup.sh):
@@ -75,16 +76,24 @@ void Upload(const S3rverProcess& s3rver, const TempDir& dir, int mb, int rounds)
     }
     std::ofstream(file, std::ios::binary) << bytes;
   }
-  store::S3Bucket bucket(Options(s3rver));
+  store::S3Bucket multipart(Options(s3rver));
+  store::S3Options whole = Options(s3rver);
+  whole.part_size = (static_cast<uint64_t>(mb) << 20) + 1;
+  store::S3Bucket single(whole);
   const double bytes = static_cast<double>(mb) * (1 << 20);
-  std::vector<double> profd_mbs, curl_mbs, ratio;
-  for (int r = 0; r < rounds; ++r) {
+  std::vector<double> parts_mbs, single_mbs, curl_mbs, parts_ratio, single_ratio;
+  auto put = [&](store::S3Bucket& bucket, const std::string& key) {
     absl::Status status;
-    double p = Seconds([&] { status = bucket.PutFile("bench/profd.bin", file, false); });
+    double t = Seconds([&] { status = bucket.PutFile(key, file, false); });
     if (!status.ok()) {
       std::fprintf(stderr, "upload failed: %s\n", status.ToString().c_str());
       std::exit(1);
     }
+    return t;
+  };
+  for (int r = 0; r < rounds; ++r) {
+    double p = put(multipart, "bench/parts.bin");
+    double s1 = put(single, "bench/single.bin");
     RunResult curl;
     double c = Seconds([&] {
       curl = Run({"/usr/bin/curl", "-sS", "-f", "-o", "/dev/null", "-T", file,
@@ -94,17 +103,24 @@ void Upload(const S3rverProcess& s3rver, const TempDir& dir, int mb, int rounds)
       std::fprintf(stderr, "curl failed: %s\n", curl.err.c_str());
       std::exit(1);
     }
-    profd_mbs.push_back(bytes / p / 1e6);
+    parts_mbs.push_back(bytes / p / 1e6);
+    single_mbs.push_back(bytes / s1 / 1e6);
     curl_mbs.push_back(bytes / c / 1e6);
-    ratio.push_back(c / p);
-    std::printf("  round %d: profd %.1f MB/s, curl %.1f MB/s\n", r + 1, profd_mbs.back(),
-                curl_mbs.back());
+    parts_ratio.push_back(c / p);
+    single_ratio.push_back(c / s1);
+    std::printf(
+        "  round %d: profd 8 MiB parts %.1f MB/s, profd one PUT %.1f MB/s, curl %.1f MB/s\n", r + 1,
+        parts_mbs.back(), single_mbs.back(), curl_mbs.back());
   }
-  Spread p = Summarize(profd_mbs), c = Summarize(curl_mbs), q = Summarize(ratio);
+  Spread p = Summarize(parts_mbs), s1 = Summarize(single_mbs), c = Summarize(curl_mbs);
+  Spread pr = Summarize(parts_ratio), sr = Summarize(single_ratio);
   std::printf(
-      "upload %d MiB x %d: profd PutFile median %.1f MB/s (%.1f-%.1f), curl -T median "
-      "%.1f MB/s (%.1f-%.1f); profd/curl per round median %.2f (%.2f-%.2f)\n",
-      mb, rounds, p.median, p.min, p.max, c.median, c.min, c.max, q.median, q.min, q.max);
+      "upload %d MiB x %d (median, min-max): profd 8 MiB parts %.1f MB/s (%.1f-%.1f) = %.2fx curl "
+      "(%.2f-%.2f); profd one PUT %.1f MB/s (%.1f-%.1f) = %.2fx curl (%.2f-%.2f); curl -T %.1f "
+      "MB/s "
+      "(%.1f-%.1f)\n",
+      mb, rounds, p.median, p.min, p.max, pr.median, pr.min, pr.max, s1.median, s1.min, s1.max,
+      sr.median, sr.min, sr.max, c.median, c.min, c.max);
 }
 
 void List(const S3rverProcess& s3rver, int hosts, int rounds) {
