@@ -1,6 +1,7 @@
-// The store end to end: a real profd with an S3 store (s3rver on loopback) or a local one, traces
-// entering through `profctl import` (the same Spool path a capture takes), and profctl list / show
-// / get. Fault cases: the store down when a trace is finished, profd killed with uploads pending,
+// The store end to end: a real profd with an S3 store (s3rver on loopback behind the
+// SigV4-verifying proxy, with AWS's rule for absent signed headers) or a local one, traces entering
+// through `profctl import` (the same Spool path a capture takes), and profctl list / show / get.
+// Fault cases: the store down when a trace is finished, profd killed with uploads pending,
 // credentials refused, a missing bucket, a full spool.
 #include <stdlib.h>
 
@@ -27,12 +28,21 @@ class StoreProfctlTest : public ::testing::Test {
     setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
     s3rver_ = std::make_unique<S3rverProcess>(std::vector<std::string>{"traces"});
+    ASSERT_TRUE(SigV4ProxyProcess::Installed()) << "run scripts/setup.sh";
+    // profd talks to s3rver through the verifying proxy, with AWS's rule for signed headers.
+    proxy_ = std::make_unique<SigV4ProxyProcess>(s3rver_->endpoint(), "reject");
+  }
+
+  // The S3 service comes up: s3rver and the proxy in front of it (nothing listens before).
+  void StartS3() {
+    s3rver_->Start();
+    proxy_->Start();
   }
 
   std::unique_ptr<ProfdProcess> StartProfd(const std::string& store,
                                            std::vector<std::string> extra = {}) {
     std::vector<std::string> flags = {"--store=" + store,
-                                      "--s3_endpoint=" + s3rver_->endpoint(),
+                                      "--s3_endpoint=" + proxy_->endpoint(),
                                       "--s3_path_style",
                                       "--s3_part_size=5MiB",
                                       "--spool_dir=" + spool_.path(),
@@ -73,11 +83,12 @@ class StoreProfctlTest : public ::testing::Test {
   }
 
   std::unique_ptr<S3rverProcess> s3rver_;
+  std::unique_ptr<SigV4ProxyProcess> proxy_;
   TempDir spool_, scratch_;
 };
 
 TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
-  s3rver_->Start();
+  StartS3();
   auto profd = StartProfd("s3://traces/fleet");
   std::string small = MakeTraceFile(scratch_.File("kineto.json"), 9, 0, /*gzip=*/false);
   std::string large = MakeTraceFile(scratch_.File("big.json.gz"), 30, 14 << 20, /*gzip=*/true);
@@ -94,6 +105,7 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
       << profd->log() << s3rver_->log();
   EXPECT_NE(s3rver_->log().find("?uploads"), std::string::npos) << "multipart upload expected";
   EXPECT_NE(s3rver_->log().find("partNumber=3"), std::string::npos);
+  EXPECT_EQ(proxy_->Refused(), 0) << proxy_->log();
 
   RunResult list = profd->Profctl({"list"});
   EXPECT_EQ(list.exit_code, 0);
@@ -141,7 +153,7 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
 // A stored trace damaged in the bucket: `get` fails naming the file, and the file that failed its
 // check is not left in the output folder.
 TEST_F(StoreProfctlTest, GetRemovesAFileThatFailsItsChecksum) {
-  s3rver_->Start();
+  StartS3();
   auto profd = StartProfd("s3://traces/damaged");
   std::string file = MakeTraceFile(scratch_.File("d.json.gz"), 12, 64 << 10, true);
   std::string id = Import(*profd, file);
@@ -199,7 +211,7 @@ TEST_F(StoreProfctlTest, StoreDownWhenTraceFinishesItWaitsAndArrivesIntact) {
   EXPECT_NE(status.out.find("0 stored, 1 waiting; FAILING"), std::string::npos) << status.out;
   EXPECT_NE(status.out.find("unreachable"), std::string::npos) << status.out;
 
-  s3rver_->Start();
+  StartS3();
   ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(30))) << profd->log();
   std::string dir = Get(*profd, id);
   EXPECT_EQ(Sha256File(dir + "/trace-777.json.gz"), Sha256File(file));
@@ -222,7 +234,7 @@ TEST_F(StoreProfctlTest, ProfdKilledWithUploadsPendingResumesAfterRestart) {
   profd->Kill();  // SIGKILL: no chance to flush anything
   EXPECT_TRUE(fs::exists(spool_.File("pending/" + id_a + "/manifest.json")));
 
-  s3rver_->Start();
+  StartS3();
   profd->Start();
   EXPECT_TRUE(
       WaitFor([&] { return Stored(*profd, id_a) && Stored(*profd, id_b); }, absl::Seconds(30)))
@@ -233,7 +245,7 @@ TEST_F(StoreProfctlTest, ProfdKilledWithUploadsPendingResumesAfterRestart) {
 }
 
 TEST_F(StoreProfctlTest, RefusedCredentialsAreExplainedAndTheTraceKept) {
-  s3rver_->Start();
+  StartS3();
   setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGKEY", 1);  // s3rver knows only S3RVER
   auto profd = StartProfd("s3://traces/creds");
   std::string id = Import(*profd, MakeTraceFile(scratch_.File("c.json"), 3, 0, false));
@@ -255,7 +267,7 @@ TEST_F(StoreProfctlTest, RefusedCredentialsAreExplainedAndTheTraceKept) {
 }
 
 TEST_F(StoreProfctlTest, MissingBucketIsExplainedAndTheTraceKept) {
-  s3rver_->Start();
+  StartS3();
   auto profd = StartProfd("s3://no-such-bucket/p");
   std::string id = Import(*profd, MakeTraceFile(scratch_.File("m.json"), 3, 0, false));
   ASSERT_FALSE(id.empty());
@@ -319,7 +331,7 @@ namespace {
 // A real capture (the lead's replay agent feeds a recorded CUPTI capture through the real agent
 // library) goes from profctl capture through the spool into the S3 store.
 TEST_F(StoreProfctlTest, RealCaptureReachesTheStore) {
-  s3rver_->Start();
+  StartS3();
   TempDir captures;
   auto profd = StartProfd("s3://traces/captures", {"--capture_dir=" + captures.path()});
   auto agent = std::make_unique<Subprocess>(
