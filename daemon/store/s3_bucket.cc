@@ -506,13 +506,21 @@ absl::Status S3Bucket::AbortRecordedUpload(const std::string& record) {
   in.close();
   if (!key.empty() && !upload_id.empty()) {
     absl::Status aborted = AbortUpload(key, upload_id);
+    // The service still down: try again with the next attempt rather than leave the upload.
+    if (absl::IsUnavailable(aborted)) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot abort the multipart upload ", upload_id, " of ", UriOf(key),
+          " an earlier attempt left (its parts would stay and be billed), so no new upload starts "
+          "yet: ",
+          aborted.message()));
+    }
+    // Refused for good (e.g. no s3:AbortMultipartUpload permission): say so once, and go on
+    // uploading rather than keep the trace waiting for ever.
     if (!aborted.ok()) {
-      return absl::Status(
-          aborted.code(),
-          absl::StrCat("cannot abort the multipart upload ", upload_id, " of ", UriOf(key),
-                       " an earlier attempt left (its parts would stay "
-                       "and be billed), so no new upload starts yet: ",
-                       aborted.message()));
+      LogWarning("store",
+                 "multipart upload %s of %s, left by an earlier attempt, cannot be aborted (%s); "
+                 "an AbortIncompleteMultipartUpload lifecycle rule on the bucket removes it",
+                 upload_id, UriOf(key), aborted.message());
     }
   }
   unlink(record.c_str());
