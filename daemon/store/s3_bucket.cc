@@ -658,6 +658,11 @@ absl::StatusOr<ObjectListing> S3Bucket::List(const std::string& prefix, bool del
       ObjectInfo info;
       info.key = XmlFirst(item, "Key");
       (void)absl::SimpleAtoi(XmlFirst(item, "Size"), &info.bytes);
+      std::string err;
+      if (!absl::ParseTime(absl::RFC3339_full, XmlFirst(item, "LastModified"), &info.modified,
+                           &err)) {
+        info.modified = absl::InfiniteFuture();
+      }
       listing.objects.push_back(std::move(info));
     }
     for (const std::string& item : XmlAll(r->body, "CommonPrefixes")) {

@@ -4,6 +4,7 @@
 // reading back byte-identical, credentials, a refused signature, virtual-hosted style, multipart
 // uploads an outage left behind, and the error messages a user meets.
 #include <stdlib.h>
+#include <sys/time.h>
 
 #include <cstring>
 #include <filesystem>
@@ -217,6 +218,66 @@ TEST_P(S3StoreTest, ListingsPage) {
     EXPECT_NE(std::find(listed.begin(), listed.end(), id), listed.end()) << id;
   }
   EXPECT_NE(proxy_->log().find("continuation-token="), std::string::npos) << proxy_->log();
+  ExpectAllAccepted();
+}
+
+// A fleet's day: 40 hosts stored captures, 5 of them lately. `list --limit 5` reads the indexes
+// written last, newest first, 16 at a time, and stops once no unread index can hold a newer
+// capture: not one GET per host. (The index objects' LastModified, s3rver's file times, are set to
+// when each host stored.)
+TEST_P(S3StoreTest, ListReadsTheHostsThatStoredLatelyNotEveryHost) {
+  const std::string prefix = "recent-" + GetParam();
+  store::S3Options o = Options();
+  o.bucket = "traces";
+  store::S3Bucket bucket(o);
+  const absl::Time noon =
+      absl::FromCivil(absl::CivilSecond(2026, 1, 15, 12, 0, 0), absl::UTCTimeZone());
+  std::vector<std::string> recent;
+  for (int h = 0; h < 40; ++h) {
+    const std::string host = "host-" + std::to_string(h);
+    const absl::Time started =
+        h < 5 ? noon + absl::Minutes(h) : noon - absl::Hours(4) + absl::Minutes(h);
+    const std::string id = NewCaptureId(host, started);
+    if (h < 5) recent.insert(recent.begin(), id);  // newest first
+    const std::string key = prefix + "/_index/2026-01-15/" + host + ".json";
+    ASSERT_TRUE(bucket
+                    .PutBytes(key, absl::StrCat(R"({"traces":[{"captureId":")", id,
+                                                R"(","hostname":")", host, R"(","startedUnixNs":")",
+                                                absl::ToUnixNanos(started), R"("}]})"))
+                    .ok());
+    const std::string object = s3rver_->data_dir() + "/traces/" + key + "._S3rver_object";
+    const timeval stored = absl::ToTimeval(started + absl::Minutes(1));
+    const timeval times[2] = {stored, stored};
+    ASSERT_EQ(utimes(object.c_str(), times), 0) << object;
+  }
+  auto store = TraceStore::Open("s3://traces/" + prefix, Options());
+  ASSERT_TRUE(store.ok());
+  const size_t log_before = proxy_->log().size();
+  store::TraceFilter filter;
+  filter.limit = 5;
+  auto list = (*store)->List(filter);
+  ASSERT_TRUE(list.ok()) << list.status();
+  std::vector<std::string> listed;
+  for (const auto& t : *list) listed.push_back(t.capture_id());
+  EXPECT_EQ(listed, recent);
+  const std::string log = proxy_->log().substr(log_before);
+  int index_reads = 0;
+  for (size_t at = 0; (at = log.find("\"method\":\"GET\",\"rawUrl\":\"/traces/" + prefix +
+                                         "/_index/2026-01-15/host-",
+                                     at)) != std::string::npos;
+       ++at) {
+    ++index_reads;
+  }
+  EXPECT_EQ(index_reads, 16) << "one batch of 16 indexes, newest first, holds the 5 newest";
+
+  // When the recent hosts cannot fill the limit, the older ones are read too.
+  filter.limit = 10;
+  auto more = (*store)->List(filter);
+  ASSERT_TRUE(more.ok()) << more.status();
+  ASSERT_EQ(more->size(), 10u);
+  EXPECT_EQ((*more)[4].capture_id(), recent.back());
+  EXPECT_EQ((*more)[5].hostname(), "host-39");
+  EXPECT_EQ((*more)[9].hostname(), "host-35");
   ExpectAllAccepted();
 }
 
