@@ -52,6 +52,7 @@ absl::string_view HostOf(absl::string_view authority) {
 }
 
 // libcurl may hold the lock of one kind of shared data while it takes another's: one mutex each.
+static_assert(CURL_LOCK_DATA_LAST <= 16, "S3Bucket::share_mu_ needs a mutex per curl_lock_data");
 void LockShare(CURL*, curl_lock_data data, curl_lock_access, void* mutexes) {
   static_cast<std::mutex*>(mutexes)[data].lock();
 }

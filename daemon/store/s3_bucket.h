@@ -5,12 +5,13 @@
 // Integrity: every PUT (and every multipart part) carries Content-MD5 and x-amz-content-sha256 of
 // its payload, so the service rejects a corrupted body, and the ETag that comes back is checked
 // against the MD5 when it is one. Files larger than the part size go up as a multipart upload
-// (one part in memory at a time); a failed multipart upload is aborted, and its id is recorded
-// beside the file (.<name>.s3-upload) until it is, so the next attempt (or profd restarted)
-// aborts one an outage left behind. Requests share one libcurl connection cache.
+// (two parts in memory: the next is read and hashed while one is sent); a failed multipart upload
+// is aborted, and its id is recorded beside the file (.<name>.s3-upload) until it is, so the next
+// attempt (or profd restarted) aborts one an outage left behind. Requests share one libcurl
+// connection cache.
 //
 // Errors become absl::Status with a message that names the bucket and endpoint and says what to
-// do: no such bucket (NOT_FOUND), credentials refused (PERMISSION_DENIED), clock skew
+// do: no such bucket (NOT_FOUND), credentials or signature refused (PERMISSION_DENIED), clock skew
 // (FAILED_PRECONDITION), endpoint unreachable (UNAVAILABLE).
 #pragma once
 
@@ -75,7 +76,6 @@ class S3Bucket final : public ObjectBucket {
 
   // The endpoint requests go to, for messages.
   const std::string& endpoint() const { return endpoint_; }
-  bool path_style() const { return options_.path_style; }
 
  private:
   struct Response {
