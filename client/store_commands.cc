@@ -383,7 +383,12 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
     }
   }
   grpc::Status status = reader->Finish();
-  if (!status.ok()) return Fail(client, status);
+  if (!status.ok()) {
+    // A file cut off mid-stream is not left behind looking like a download.
+    std::error_code ec;
+    if (!part_path.empty()) fs::remove(part_path, ec);
+    return Fail(client, status);
+  }
 
   // Each file must match the manifest's checksum and the one the store recorded.
   std::map<std::string, std::string> manifest =
@@ -402,7 +407,10 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
                   << want << ", got " << r.sha256 << " (" << r.bytes
                   << " bytes). The copy in the store may be damaged; retry, or compare with "
                      "`profctl show "
-                  << o.id << "`\n";
+                  << o.id << "`. It was removed from " << dir << ".\n";
+        // No file that failed its check stays in the output folder to be mistaken for the trace.
+        std::error_code ec;
+        fs::remove(fs::path(dir) / r.info.name(), ec);
         ++bad;
         break;
       }

@@ -52,4 +52,18 @@ s3rver_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/store/s3rver"
 if [ ! -x "$s3rver_dir/node_modules/.bin/s3rver" ]; then
   npm ci --prefix "$s3rver_dir" --no-audit --no-fund --loglevel=error
 fi
+# The SigV4-verifying proxy the store tests put in front of s3rver (../shared/tools/s3-sigv4-proxy,
+# read-only): its npm packages, pinned by its package-lock.json, go into this checkout.
+proxy_src="$(cd "$(dirname "$0")/.." && pwd)/../shared/tools/s3-sigv4-proxy"
+proxy_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/store/s3-sigv4-proxy"
+if [ ! -f "$proxy_src/verify-proxy.js" ]; then
+  echo "setup: ../shared/tools/s3-sigv4-proxy is missing (the store tests need it beside the checkout)" >&2
+  exit 1
+fi
+if ! cmp -s "$proxy_src/package-lock.json" "$proxy_dir/package-lock.json" ||
+  [ ! -d "$proxy_dir/node_modules/@smithy/signature-v4" ]; then
+  mkdir -p "$proxy_dir"
+  cp "$proxy_src/package.json" "$proxy_src/package-lock.json" "$proxy_dir/"
+  npm ci --prefix "$proxy_dir" --no-audit --no-fund --loglevel=error
+fi
 echo "setup: ok"

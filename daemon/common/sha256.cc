@@ -1,6 +1,7 @@
 #include "daemon/common/sha256.h"
 
 #include <openssl/evp.h>
+#include <openssl/hmac.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -26,18 +27,27 @@ void Sha256::Update(absl::string_view data) {
   EVP_DigestUpdate(state_->ctx, data.data(), data.size());
 }
 
-std::string Sha256::HexDigest() {
+std::string Sha256::RawDigest() {
   unsigned char out[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   EVP_DigestFinal_ex(state_->ctx, out, &n);
-  return absl::BytesToHexString(
-      absl::string_view(reinterpret_cast<const char*>(out), static_cast<size_t>(n)));
+  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
 }
+
+std::string Sha256::HexDigest() { return absl::BytesToHexString(RawDigest()); }
 
 std::string Sha256Hex(absl::string_view data) {
   Sha256 hash;
   hash.Update(data);
   return hash.HexDigest();
+}
+
+std::string HmacSha256(absl::string_view key, absl::string_view data) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int n = 0;
+  HMAC(EVP_sha256(), key.data(), static_cast<int>(key.size()),
+       reinterpret_cast<const unsigned char*>(data.data()), data.size(), out, &n);
+  return std::string(reinterpret_cast<const char*>(out), static_cast<size_t>(n));
 }
 
 absl::StatusOr<std::string> Sha256OfFile(const std::string& path) {

@@ -1,5 +1,5 @@
-// SHA-256 (capture manifests, S3 payload signing, profctl get's checks), from OpenSSL's
-// libcrypto. The one implementation in profd and profctl.
+// SHA-256 and HMAC-SHA256 (capture manifests, S3 payload and request signing, profctl get's
+// checks), from OpenSSL's libcrypto. The one implementation in profd and profctl.
 #pragma once
 
 #include <memory>
@@ -20,6 +20,7 @@ class Sha256 {
 
   void Update(absl::string_view data);
   std::string HexDigest();  // finishes the hash: lowercase hex
+  std::string RawDigest();  // finishes the hash: the 32 bytes
 
  private:
   struct State;
@@ -27,6 +28,8 @@ class Sha256 {
 };
 
 std::string Sha256Hex(absl::string_view data);
+// HMAC-SHA256 of data under key: the 32 raw bytes (AWS SigV4 chains these).
+std::string HmacSha256(absl::string_view key, absl::string_view data);
 // NOT_FOUND when the file cannot be opened, DATA_LOSS on a read error.
 absl::StatusOr<std::string> Sha256OfFile(const std::string& path);
 

@@ -1,6 +1,7 @@
 #include "daemon/store/local_bucket.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -126,7 +127,11 @@ absl::StatusOr<ObjectListing> LocalBucket::List(const std::string& prefix, bool 
     if (entry.is_directory()) {
       if (delimited) listing.folders.push_back(key + "/");
     } else if (entry.is_regular_file()) {
-      listing.objects.push_back({key, static_cast<uint64_t>(entry.file_size())});
+      struct stat st;
+      absl::Time modified = stat(entry.path().c_str(), &st) == 0
+                                ? absl::TimeFromTimespec(st.st_mtim)
+                                : absl::InfiniteFuture();
+      listing.objects.push_back({key, static_cast<uint64_t>(entry.file_size()), modified});
     }
   };
   if (delimited) {

@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 
 namespace profd::store {
 
@@ -21,6 +22,8 @@ using ChunkSink = std::function<absl::Status(absl::string_view chunk)>;
 struct ObjectInfo {
   std::string key;
   uint64_t bytes = 0;
+  // When the object was last written, by the store's clock; InfiniteFuture when not known.
+  absl::Time modified = absl::InfiniteFuture();
 };
 
 struct ObjectListing {

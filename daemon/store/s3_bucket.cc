@@ -1,12 +1,15 @@
 #include "daemon/store/s3_bucket.h"
 
+#include <arpa/inet.h>
 #include <curl/curl.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/ascii.h"
@@ -16,8 +19,11 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "daemon/common/sha256.h"
+#include "absl/time/clock.h"
+#include "daemon/common/atomic_file.h"
+#include "daemon/log.h"
 #include "daemon/store/digest.h"
+#include "daemon/store/sigv4.h"
 
 namespace profd::store {
 
@@ -26,6 +32,32 @@ namespace {
 void InitCurlOnce() {
   static std::once_flag once;
   std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+// An IPv4 or IPv6 literal: no DNS name to put a bucket in front of.
+bool IsIpLiteral(absl::string_view host) {
+  std::string h(absl::StripSuffix(absl::StripPrefix(host, "["), "]"));
+  unsigned char buf[sizeof(in6_addr)];
+  return inet_pton(AF_INET, h.c_str(), buf) == 1 || inet_pton(AF_INET6, h.c_str(), buf) == 1;
+}
+
+// host[:port] of scheme://host[:port]; the host alone without the port.
+absl::string_view Authority(absl::string_view endpoint) {
+  size_t start = endpoint.find("://");
+  return start == absl::string_view::npos ? endpoint : endpoint.substr(start + 3);
+}
+absl::string_view HostOf(absl::string_view authority) {
+  if (absl::StartsWith(authority, "[")) return authority.substr(0, authority.find(']') + 1);
+  return authority.substr(0, authority.rfind(':'));
+}
+
+// libcurl may hold the lock of one kind of shared data while it takes another's: one mutex each.
+static_assert(CURL_LOCK_DATA_LAST <= 16, "S3Bucket::share_mu_ needs a mutex per curl_lock_data");
+void LockShare(CURL*, curl_lock_data data, curl_lock_access, void* mutexes) {
+  static_cast<std::mutex*>(mutexes)[data].lock();
+}
+void UnlockShare(CURL*, curl_lock_data data, void* mutexes) {
+  static_cast<std::mutex*>(mutexes)[data].unlock();
 }
 
 std::string Env(const char* name) {
@@ -52,6 +84,13 @@ std::string UriEncode(absl::string_view s, bool keep_slash) {
     }
   }
   return out;
+}
+
+// The object's Content-Type, from its name ("" = application/octet-stream).
+std::string ContentTypeOf(absl::string_view key) {
+  return absl::EndsWith(key, ".json") ? "application/json"
+         : absl::EndsWith(key, ".gz") ? "application/gzip"
+                                      : "";
 }
 
 // A canonical query string: parameters sorted by name, names and values encoded, "name=" kept for
@@ -181,7 +220,7 @@ absl::StatusOr<AwsCredentials> LoadAwsCredentials() {
 }
 
 absl::Status S3ErrorStatus(const std::string& what, const std::string& where, long http_status,
-                           const std::string& body) {
+                           const std::string& body, const std::string& signed_headers) {
   std::string code = XmlFirst(body, "Code");
   std::string message = XmlFirst(body, "Message");
   std::string detail =
@@ -199,10 +238,24 @@ absl::Status S3ErrorStatus(const std::string& what, const std::string& where, lo
         "clock skew: this host's clock is more than 15 minutes away from the S3 service's at ",
         where, " (", detail, ") while ", what, ". Fix the clock (NTP, chrony), then it retries"));
   }
-  if (code == "AccessDenied" || code == "InvalidAccessKeyId" || code == "SignatureDoesNotMatch" ||
-      code == "ExpiredToken" || code == "InvalidToken" || code == "TokenRefreshRequired" ||
-      code == "AllAccessDisabled" || code == "InvalidSecurity" ||
-      (code.empty() && (http_status == 401 || http_status == 403))) {
+  if (code == "SignatureDoesNotMatch") {
+    // A wrong secret, or a server that canonicalizes the request otherwise: say what was signed,
+    // and what the server computed when it tells.
+    std::string canonical = XmlFirst(body, "CanonicalRequest");
+    return absl::PermissionDeniedError(absl::StrCat(
+        "signature refused: the S3 service computed another SigV4 signature for ", where, " (",
+        detail, ") while ", what, ". profd signed the headers ",
+        signed_headers.empty() ? "(unknown)" : signed_headers,
+        canonical.empty()
+            ? ""
+            : absl::StrCat(" and the service's canonical request was:\n", canonical, "\n"),
+        ". Either AWS_SECRET_ACCESS_KEY (or the profile's secret) does not belong to the access "
+        "key, or something between profd and S3 changes the request (a proxy rewriting headers or "
+        "the path)"));
+  }
+  if (code == "AccessDenied" || code == "InvalidAccessKeyId" || code == "ExpiredToken" ||
+      code == "InvalidToken" || code == "TokenRefreshRequired" || code == "AllAccessDisabled" ||
+      code == "InvalidSecurity" || (code.empty() && (http_status == 401 || http_status == 403))) {
     return absl::PermissionDeniedError(absl::StrCat(
         "access denied: S3 refused the credentials for ", where, " (", detail, ") while ", what,
         ". Check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN (or AWS_PROFILE "
@@ -236,59 +289,91 @@ S3Bucket::S3Bucket(S3Options options) : options_(std::move(options)) {
                   : options_.endpoint;
   if (!absl::StrContains(endpoint_, "://")) endpoint_ = "https://" + endpoint_;
   while (!endpoint_.empty() && endpoint_.back() == '/') endpoint_.pop_back();
+  // As the AWS SDKs do: "bucket.10.0.0.5" names no host, so an IP endpoint means path style.
+  if (!options_.path_style && IsIpLiteral(HostOf(Authority(endpoint_)))) {
+    options_.path_style = true;
+    LogInfo("store", "S3 endpoint %s is an IP address: using path-style requests (%s/%s/<key>)",
+            endpoint_, endpoint_, options_.bucket);
+  }
+  // One connection cache for every request of this bucket: requests reuse kept-alive connections
+  // (no TCP and TLS handshake per part or per index read).
+  share_ = curl_share_init();
+  curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_CONNECT);
+  curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_DNS);
+  curl_share_setopt(share_, CURLSHOPT_SHARE, CURL_LOCK_DATA_SSL_SESSION);
+  curl_share_setopt(share_, CURLSHOPT_LOCKFUNC, LockShare);
+  curl_share_setopt(share_, CURLSHOPT_UNLOCKFUNC, UnlockShare);
+  curl_share_setopt(share_, CURLSHOPT_USERDATA, share_mu_);
 }
+
+S3Bucket::~S3Bucket() { curl_share_cleanup(share_); }
 
 std::string S3Bucket::UriOf(const std::string& key) const {
   return absl::StrCat("s3://", options_.bucket, "/", key);
 }
 
-std::string S3Bucket::UrlFor(const std::string& key, const std::string& query) const {
-  std::string url;
+S3Bucket::Target S3Bucket::TargetFor(const std::string& key) const {
+  const absl::string_view scheme =
+      absl::string_view(endpoint_).substr(0, endpoint_.find("://") + 3);
+  const absl::string_view authority = Authority(endpoint_);
+  Target t;
   if (options_.path_style) {
-    url =
-        absl::StrCat(endpoint_, "/", UriEncode(options_.bucket, false), "/", UriEncode(key, true));
+    t.host = std::string(authority);
+    t.path = absl::StrCat("/", UriEncode(options_.bucket, false), "/", UriEncode(key, true));
   } else {
-    size_t scheme_end = endpoint_.find("://") + 3;
-    url = absl::StrCat(endpoint_.substr(0, scheme_end), options_.bucket, ".",
-                       endpoint_.substr(scheme_end), "/", UriEncode(key, true));
+    t.host = absl::StrCat(options_.bucket, ".", authority);
+    t.path = absl::StrCat("/", UriEncode(key, true));
   }
-  if (!query.empty()) absl::StrAppend(&url, "?", query);
-  return url;
+  t.url = absl::StrCat(scheme, t.host, t.path);
+  return t;
 }
 
 absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, const std::string& key,
                                                   const std::string& query, absl::string_view body,
+                                                  const PayloadDigest& digest,
                                                   const std::string& content_type,
                                                   const ChunkSink* sink) {
   absl::StatusOr<AwsCredentials> credentials = LoadAwsCredentials();
   if (!credentials.ok()) return credentials.status();
 
+  const Target target_url = TargetFor(key);
+  const bool has_body = method == "PUT" || method == "POST";
+  // Exactly the headers sent are the headers signed.
+  SigV4Request to_sign{method, target_url.path, query, {}, digest.sha256_hex};
+  const std::string amz_date = AmzDate(absl::Now());
+  to_sign.headers = {{"host", target_url.host},
+                     {"x-amz-content-sha256", digest.sha256_hex},
+                     {"x-amz-date", amz_date}};
+  if (!credentials->session_token.empty()) {
+    to_sign.headers.push_back({"x-amz-security-token", credentials->session_token});
+  }
+  if (has_body && !body.empty()) to_sign.headers.push_back({"content-md5", digest.md5_base64()});
+  if (has_body) {
+    to_sign.headers.push_back(
+        {"content-type", content_type.empty() ? "application/octet-stream" : content_type});
+  }
+  SigV4Signature signature = SignV4(to_sign, credentials->access_key_id,
+                                    credentials->secret_access_key, options_.region, amz_date);
+
   CURL* curl = curl_easy_init();
   if (curl == nullptr) return absl::ResourceExhaustedError("curl_easy_init failed");
   Response response;
+  response.signed_headers = signature.signed_headers;
   BodyTarget target{curl, sink, &response.body, absl::OkStatus()};
   char error[CURL_ERROR_SIZE] = {};
-  std::string url = UrlFor(key, query);
-  std::string sigv4 = absl::StrCat("aws:amz:", options_.region, ":s3");
+  std::string url = target_url.url;
+  if (!query.empty()) absl::StrAppend(&url, "?", query);
 
   curl_slist* headers = nullptr;
   auto add_header = [&](const std::string& h) { headers = curl_slist_append(headers, h.c_str()); };
-  // libcurl 7.88 signs the x-amz-* headers it is given and takes the payload hash from this one.
-  add_header("x-amz-content-sha256: " + Sha256Hex(body));
-  if (!credentials->session_token.empty()) {
-    add_header("x-amz-security-token: " + credentials->session_token);
-  }
-  add_header("Expect:");  // no 100-continue round trip
-  if (method == "PUT" || (method == "POST" && !body.empty())) {
-    add_header("Content-MD5: " + Md5Base64(body));
-    add_header("Content-Type: " +
-               (content_type.empty() ? "application/octet-stream" : content_type));
-  }
+  for (const auto& [name, value] : to_sign.headers) add_header(absl::StrCat(name, ": ", value));
+  add_header("Authorization: " + signature.authorization);
+  add_header("Expect:");  // no 100-continue round trip (and no unsigned header left to sign)
+  if (!has_body) add_header("Content-Type:");
 
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(curl, CURLOPT_AWS_SIGV4, sigv4.c_str());
-  curl_easy_setopt(curl, CURLOPT_USERNAME, credentials->access_key_id.c_str());
-  curl_easy_setopt(curl, CURLOPT_PASSWORD, credentials->secret_access_key.c_str());
+  curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);  // the path signed is the path sent
+  curl_easy_setopt(curl, CURLOPT_SHARE, share_);
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
@@ -306,7 +391,7 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
     curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
   } else {
     curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
-    if (method == "PUT" || method == "POST") {
+    if (has_body) {
       curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
       curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
     }
@@ -320,28 +405,50 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
   if (!target.sink_status.ok()) return target.sink_status;
   if (rc != CURLE_OK) {
     std::string why = error[0] ? error : curl_easy_strerror(rc);
+    std::string hint;
+    if (rc == CURLE_COULDNT_RESOLVE_HOST && !options_.path_style) {
+      hint =
+          absl::StrCat(" (virtual-hosted style puts the bucket in the host name, ", target_url.host,
+                       "; for MinIO, Ceph RGW or a local endpoint pass "
+                       "--s3_path_style)");
+    }
     return absl::UnavailableError(absl::StrCat(
-        "S3 endpoint ", endpoint_, " unreachable (", why, ") for ", UriOf(key),
+        "S3 endpoint ", endpoint_, " unreachable (", why, ")", hint, " for ", UriOf(key),
         ". Check --s3_endpoint and that the service is up; traces wait in the spool and are "
         "retried"));
   }
   return response;
 }
 
+absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, const std::string& key,
+                                                  const std::string& query, const ChunkSink* sink) {
+  static const PayloadDigest kEmpty = DigestPayload("");
+  return Send(method, key, query, "", kEmpty, "", sink);
+}
+
+absl::Status S3Bucket::ErrorOf(const std::string& what, const std::string& where,
+                               const Response& r) const {
+  return S3ErrorStatus(what, where, r.status, r.body, r.signed_headers);
+}
+
 absl::Status S3Bucket::PutBytes(const std::string& key, const std::string& data) {
-  std::string type = absl::EndsWith(key, ".json") ? "application/json"
-                     : absl::EndsWith(key, ".gz") ? "application/gzip"
-                                                  : "";
-  absl::StatusOr<Response> r = Send("PUT", key, "", data, type, nullptr);
+  const PayloadDigest digest = DigestPayload(data);
+  absl::StatusOr<Response> r = Send("PUT", key, "", data, digest, ContentTypeOf(key), nullptr);
   if (!r.ok()) return r.status();
   if (r->status < 200 || r->status >= 300) {
-    return S3ErrorStatus("uploading", UriOf(key) + " at " + endpoint_, r->status, r->body);
+    return ErrorOf("uploading", UriOf(key) + " at " + endpoint_, *r);
   }
+  return CheckEtag(r->etag, digest, UriOf(key));
+}
+
+absl::Status S3Bucket::CheckEtag(const std::string& quoted_etag, const PayloadDigest& digest,
+                                 const std::string& what) {
   // An ETag that is an MD5 must be ours (SSE-KMS objects have other ETags).
-  std::string etag(absl::StripSuffix(absl::StripPrefix(r->etag, "\""), "\""));
-  if (etag.size() == 32 && etag != Md5Hex(data)) {
-    return absl::DataLossError(absl::StrCat("upload of ", UriOf(key), " came back with ETag ", etag,
-                                            ", expected MD5 ", Md5Hex(data), "; it is retried"));
+  std::string etag(absl::StripSuffix(absl::StripPrefix(quoted_etag, "\""), "\""));
+  if (etag.size() == 32 && etag != digest.md5_hex()) {
+    return absl::DataLossError(absl::StrCat("upload of ", what, " came back with ETag ", etag,
+                                            ", expected MD5 ", digest.md5_hex(),
+                                            "; it is retried"));
   }
   return absl::OkStatus();
 }
@@ -362,66 +469,171 @@ absl::Status S3Bucket::PutFile(const std::string& key, const std::string& path, 
   return PutBytes(key, data);
 }
 
+std::string MultipartRecordPath(const std::string& path) {
+  size_t slash = path.rfind('/');
+  std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
+  std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  return absl::StrCat(dir, "/.", name, ".s3-upload");
+}
+
+absl::Status S3Bucket::AbortUpload(const std::string& key, const std::string& upload_id) {
+  absl::StatusOr<Response> r = Send("DELETE", key, Query({{"uploadId", upload_id}}), nullptr);
+  if (!r.ok()) return r.status();
+  if (r->status >= 200 && r->status < 300) {
+    LogInfo("store", "aborted multipart upload %s of %s", upload_id, UriOf(key));
+    return absl::OkStatus();
+  }
+  // 404 NoSuchUpload: already aborted or completed; nothing is left to pay for.
+  if (r->status == 404) return absl::OkStatus();
+  // A service without AbortMultipartUpload (s3rver answers 405): asking again cannot help.
+  if (r->status == 405 || r->status == 501) {
+    LogWarning(
+        "store",
+        "the S3 service at %s cannot abort multipart uploads (HTTP %d): upload %s of %s "
+        "stays until the bucket's lifecycle rule (AbortIncompleteMultipartUpload) removes it",
+        endpoint_, r->status, upload_id, UriOf(key));
+    return absl::OkStatus();
+  }
+  return ErrorOf(absl::StrCat("aborting multipart upload ", upload_id),
+                 UriOf(key) + " at " + endpoint_, *r);
+}
+
+absl::Status S3Bucket::AbortRecordedUpload(const std::string& record) {
+  std::ifstream in(record);
+  if (!in) return absl::OkStatus();
+  std::string key, upload_id;
+  std::getline(in, key);
+  std::getline(in, upload_id);
+  in.close();
+  if (!key.empty() && !upload_id.empty()) {
+    absl::Status aborted = AbortUpload(key, upload_id);
+    // The service still down: try again with the next attempt rather than leave the upload.
+    if (absl::IsUnavailable(aborted)) {
+      return absl::UnavailableError(absl::StrCat(
+          "cannot abort the multipart upload ", upload_id, " of ", UriOf(key),
+          " an earlier attempt left (its parts would stay and be billed), so no new upload starts "
+          "yet: ",
+          aborted.message()));
+    }
+    // Refused for good (e.g. no s3:AbortMultipartUpload permission): say so once, and go on
+    // uploading rather than keep the trace waiting for ever.
+    if (!aborted.ok()) {
+      LogWarning("store",
+                 "multipart upload %s of %s, left by an earlier attempt, cannot be aborted (%s); "
+                 "an AbortIncompleteMultipartUpload lifecycle rule on the bucket removes it",
+                 upload_id, UriOf(key), aborted.message());
+    }
+  }
+  unlink(record.c_str());
+  return absl::OkStatus();
+}
+
 absl::Status S3Bucket::PutMultipart(const std::string& key, const std::string& path,
                                     uint64_t size) {
   const std::string where = UriOf(key) + " at " + endpoint_;
-  absl::StatusOr<Response> r = Send("POST", key, Query({{"uploads", ""}}), "", "", nullptr);
+  // An upload an outage or a crash interrupted is aborted before a new one starts.
+  const std::string record = MultipartRecordPath(path);
+  if (absl::Status s = AbortRecordedUpload(record); !s.ok()) return s;
+
+  absl::StatusOr<Response> r = Send("POST", key, Query({{"uploads", ""}}), "", DigestPayload(""),
+                                    ContentTypeOf(key), nullptr);
   if (!r.ok()) return r.status();
-  if (r->status != 200)
-    return S3ErrorStatus("starting a multipart upload", where, r->status, r->body);
+  if (r->status != 200) return ErrorOf("starting a multipart upload", where, *r);
   std::string upload_id = XmlFirst(r->body, "UploadId");
   if (upload_id.empty()) {
     return absl::UnknownError(
         absl::StrCat("S3 at ", endpoint_, " answered a multipart upload start without UploadId"));
   }
+  if (absl::Status s = WriteFileAtomically(record, absl::StrCat(key, "\n", upload_id, "\n"));
+      !s.ok()) {
+    LogWarning("store",
+               "cannot record multipart upload %s of %s in %s (%s): an outage now would "
+               "leave it unaborted",
+               upload_id, UriOf(key), record, s.message());
+  }
+  // The abort goes now; if the service is down it stays recorded and the next attempt retries it.
   auto abort_upload = [&](absl::Status why) {
-    (void)Send("DELETE", key, Query({{"uploadId", upload_id}}), "", "", nullptr);
+    absl::Status aborted = AbortUpload(key, upload_id);
+    if (aborted.ok()) {
+      unlink(record.c_str());
+    } else {
+      LogWarning("store",
+                 "multipart upload %s of %s not aborted yet (%s); the next attempt "
+                 "aborts it",
+                 upload_id, UriOf(key), aborted.message());
+    }
     return why;
   };
 
+  // Part n+1 is read and hashed on a second thread while part n is on the wire: two parts in
+  // memory.
+  struct Part {
+    std::string bytes;
+    PayloadDigest digest;
+    bool read = false;
+  };
   std::ifstream in(path, std::ios::binary);
+  auto load = [&in](uint64_t n, Part* part) {
+    part->bytes.resize(n);
+    in.read(part->bytes.data(), static_cast<std::streamsize>(n));
+    part->read = static_cast<uint64_t>(in.gcount()) == n;
+    if (part->read) part->digest = DigestPayload(part->bytes);
+  };
+  const uint64_t part_size = options_.part_size;
+  Part parts[2];
+  load(std::min(part_size, size), &parts[0]);
   std::string complete = "<CompleteMultipartUpload>";
-  std::string part(options_.part_size, '\0');
   int number = 0;
-  for (uint64_t offset = 0; offset < size; offset += options_.part_size) {
+  for (uint64_t offset = 0; offset < size; offset += part_size) {
     ++number;
-    uint64_t n = std::min<uint64_t>(options_.part_size, size - offset);
-    in.read(part.data(), static_cast<std::streamsize>(n));
-    if (static_cast<uint64_t>(in.gcount()) != n) {
-      return abort_upload(absl::DataLossError(absl::StrCat("short read from ", path)));
+    Part& part = parts[(number - 1) % 2];
+    std::thread next;
+    if (offset + part_size < size) {
+      next = std::thread(load, std::min(part_size, size - offset - part_size), &parts[number % 2]);
     }
-    absl::string_view body(part.data(), n);
+    // The reader is joined on every way out of this iteration.
+    struct Join {
+      std::thread& t;
+      ~Join() {
+        if (t.joinable()) t.join();
+      }
+    } join{next};
+    if (!part.read)
+      return abort_upload(absl::DataLossError(absl::StrCat("short read from ", path)));
+    absl::string_view body = part.bytes;
+    const PayloadDigest& digest = part.digest;
     r = Send("PUT", key, Query({{"partNumber", std::to_string(number)}, {"uploadId", upload_id}}),
-             body, "", nullptr);
+             body, digest, "", nullptr);
     if (!r.ok()) return abort_upload(r.status());
     if (r->status != 200) {
-      return abort_upload(
-          S3ErrorStatus(absl::StrCat("uploading part ", number), where, r->status, r->body));
+      return abort_upload(ErrorOf(absl::StrCat("uploading part ", number), where, *r));
+    }
+    if (absl::Status s =
+            CheckEtag(r->etag, digest, absl::StrCat("part ", number, " of ", UriOf(key)));
+        !s.ok()) {
+      return abort_upload(s);
     }
     std::string etag(absl::StripSuffix(absl::StripPrefix(r->etag, "\""), "\""));
-    if (etag.size() == 32 && etag != Md5Hex(body)) {
-      return abort_upload(absl::DataLossError(
-          absl::StrCat("part ", number, " of ", UriOf(key), " came back with ETag ", etag,
-                       ", expected MD5 ", Md5Hex(body), "; it is retried")));
-    }
     absl::StrAppend(&complete, "<Part><PartNumber>", number, "</PartNumber><ETag>\"", etag,
                     "\"</ETag></Part>");
   }
   complete += "</CompleteMultipartUpload>";
-  r = Send("POST", key, Query({{"uploadId", upload_id}}), complete, "application/xml", nullptr);
+  r = Send("POST", key, Query({{"uploadId", upload_id}}), complete, DigestPayload(complete),
+           "application/xml", nullptr);
   if (!r.ok()) return abort_upload(r.status());
   // CompleteMultipartUpload can fail with 200 and an <Error> body.
   if (r->status != 200 || absl::StrContains(r->body, "<Error>")) {
-    return abort_upload(S3ErrorStatus("completing a multipart upload", where, r->status, r->body));
+    return abort_upload(ErrorOf("completing a multipart upload", where, *r));
   }
+  unlink(record.c_str());
   return absl::OkStatus();
 }
 
 absl::Status S3Bucket::Read(const std::string& key, const ChunkSink& sink) {
-  absl::StatusOr<Response> r = Send("GET", key, "", "", "", &sink);
+  absl::StatusOr<Response> r = Send("GET", key, "", &sink);
   if (!r.ok()) return r.status();
   if (r->status < 200 || r->status >= 300) {
-    return S3ErrorStatus("reading", UriOf(key) + " at " + endpoint_, r->status, r->body);
+    return ErrorOf("reading", UriOf(key) + " at " + endpoint_, *r);
   }
   return absl::OkStatus();
 }
@@ -434,17 +646,24 @@ absl::StatusOr<ObjectListing> S3Bucket::List(const std::string& prefix, bool del
                                                                {"prefix", prefix}};
     if (delimited) params.push_back({"delimiter", "/"});
     if (!token.empty()) params.push_back({"continuation-token", token});
-    absl::StatusOr<Response> r = Send("GET", "", Query(params), "", "", nullptr);
+    if (options_.list_page_size > 0) {
+      params.push_back({"max-keys", std::to_string(options_.list_page_size)});
+    }
+    absl::StatusOr<Response> r = Send("GET", "", Query(params), nullptr);
     if (!r.ok()) return r.status();
     if (r->status != 200) {
-      return S3ErrorStatus("listing",
-                           absl::StrCat("bucket s3://", options_.bucket, " at ", endpoint_),
-                           r->status, r->body);
+      return ErrorOf("listing", absl::StrCat("bucket s3://", options_.bucket, " at ", endpoint_),
+                     *r);
     }
     for (const std::string& item : XmlAll(r->body, "Contents")) {
       ObjectInfo info;
       info.key = XmlFirst(item, "Key");
       (void)absl::SimpleAtoi(XmlFirst(item, "Size"), &info.bytes);
+      std::string err;
+      if (!absl::ParseTime(absl::RFC3339_full, XmlFirst(item, "LastModified"), &info.modified,
+                           &err)) {
+        info.modified = absl::InfiniteFuture();
+      }
       listing.objects.push_back(std::move(info));
     }
     for (const std::string& item : XmlAll(r->body, "CommonPrefixes")) {

@@ -3,10 +3,12 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -287,6 +289,26 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndex(const std::st
   return std::vector<v1::StoredTrace>(index.traces().begin(), index.traces().end());
 }
 
+absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndexes(
+    const std::vector<std::string>& keys) {
+  constexpr size_t kConcurrentReads = 16;
+  std::vector<absl::StatusOr<std::vector<v1::StoredTrace>>> read(keys.size());
+  std::atomic<size_t> next{0};
+  auto reader = [&] {
+    for (size_t i; (i = next.fetch_add(1)) < keys.size();) read[i] = ReadIndex(keys[i]);
+  };
+  std::vector<std::thread> readers;
+  for (size_t n = 1; n < std::min(kConcurrentReads, keys.size()); ++n) readers.emplace_back(reader);
+  reader();
+  for (std::thread& t : readers) t.join();
+  std::vector<v1::StoredTrace> rows;
+  for (auto& r : read) {
+    if (!r.ok()) return r.status();
+    for (v1::StoredTrace& row : *r) rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described,
                                                 const std::string& folder, bool may_move) {
   if (absl::Status s = ValidateCaptureId(described.capture_id()); !s.ok()) return s;
@@ -369,19 +391,28 @@ absl::StatusOr<std::vector<std::string>> TraceStore::Subfolders(const std::strin
   return names;
 }
 
-absl::StatusOr<std::vector<std::string>> TraceStore::IndexedHosts(const std::string& day) {
+absl::StatusOr<std::vector<TraceStore::HostIndex>> TraceStore::IndexedHosts(
+    const std::string& day) {
   absl::StatusOr<ObjectListing> listing =
       bucket_->List(absl::StrCat(prefix_, kIndexFolder, day, "/"), /*delimited=*/true);
   if (!listing.ok()) return listing.status();
-  std::vector<std::string> hosts;
+  std::vector<HostIndex> hosts;
   for (const ObjectInfo& o : listing->objects) {
     std::string name = LastElement(o.key);
-    if (absl::EndsWith(name, ".json")) hosts.push_back(name.substr(0, name.size() - 5));
+    if (absl::EndsWith(name, ".json"))
+      hosts.push_back({name.substr(0, name.size() - 5), o.modified});
   }
+  std::stable_sort(hosts.begin(), hosts.end(),
+                   [](const HostIndex& a, const HostIndex& b) { return a.modified > b.modified; });
   return hosts;
 }
 
 absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter& filter) {
+  // A row was stored (so its index written) after its capture started, by a clock S3 keeps within
+  // 15 minutes of the store's (it refuses requests more skewed): an index last written at T holds
+  // no capture that started after T + 15 min.
+  constexpr absl::Duration kClockSkewBound = absl::Minutes(15);
+  constexpr size_t kBatch = 16;  // indexes read at once
   std::vector<v1::StoredTrace> out;
   const size_t limit = filter.limit == 0 ? 50 : filter.limit;
   absl::StatusOr<std::vector<std::string>> days = Subfolders(prefix_ + kIndexFolder);
@@ -391,16 +422,23 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter&
     std::string err;
     if (!absl::ParseTime("%Y-%m-%d", day, absl::UTCTimeZone(), &day_start, &err)) continue;
     if (day_start + absl::Hours(24) <= filter.since) break;  // older days follow
-    std::vector<std::string> hosts;
+    std::vector<HostIndex> hosts;
     if (!filter.hostname.empty()) {
-      hosts.push_back(filter.hostname);
+      hosts.push_back({filter.hostname, absl::InfiniteFuture()});
     } else {
-      absl::StatusOr<std::vector<std::string>> h = IndexedHosts(day);
+      absl::StatusOr<std::vector<HostIndex>> h = IndexedHosts(day);
       if (!h.ok()) return h.status();
-      hosts = *h;
+      hosts = *std::move(h);
     }
-    for (const std::string& host : hosts) {
-      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(IndexKey(day, host));
+    // Indexes newest first, a batch at a time, until the rows in hand that no unread index can
+    // beat fill the limit: a fleet's `list` reads the hosts that stored lately, not every host.
+    bool enough = false;
+    for (size_t first = 0; first < hosts.size() && !enough; first += kBatch) {
+      std::vector<std::string> keys;
+      for (size_t i = first; i < std::min(hosts.size(), first + kBatch); ++i) {
+        keys.push_back(IndexKey(day, hosts[i].host));
+      }
+      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndexes(keys);
       if (!rows.ok()) return rows.status();
       for (v1::StoredTrace& row : *rows) {
         if (!filter.hostname.empty() && row.hostname() != filter.hostname) continue;
@@ -408,6 +446,14 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter&
         if (absl::FromUnixNanos(row.started_unix_ns()) < filter.since) continue;
         out.push_back(std::move(row));
       }
+      const size_t next = first + kBatch;
+      if (next >= hosts.size()) break;
+      const absl::Time unread_newest = hosts[next].modified + kClockSkewBound;
+      size_t safe = 0;
+      for (const v1::StoredTrace& row : out) {
+        safe += absl::FromUnixNanos(row.started_unix_ns()) > unread_newest;
+      }
+      enough = safe >= limit;
     }
     // Days go newest first: once a day fills the limit, older days cannot get in.
     if (out.size() >= limit) break;
@@ -424,14 +470,14 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Get(const std::string& capture_id) {
     v1::StoredTrace probe;
     probe.set_capture_id(capture_id);
     const std::string day = IndexDay(probe);
-    absl::StatusOr<std::vector<std::string>> hosts = IndexedHosts(day);
+    absl::StatusOr<std::vector<HostIndex>> hosts = IndexedHosts(day);
     if (!hosts.ok()) return hosts.status();
     // The id usually names its host: look there first.
-    std::stable_partition(hosts->begin(), hosts->end(), [&](const std::string& h) {
-      return absl::StrContains(capture_id, "-" + h + "-");
+    std::stable_partition(hosts->begin(), hosts->end(), [&](const HostIndex& h) {
+      return absl::StrContains(capture_id, "-" + h.host + "-");
     });
-    for (const std::string& host : *hosts) {
-      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(IndexKey(day, host));
+    for (const HostIndex& h : *hosts) {
+      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(IndexKey(day, h.host));
       if (!rows.ok()) return rows.status();
       for (const v1::StoredTrace& row : *rows) {
         if (row.capture_id() == capture_id) return row;

@@ -97,9 +97,17 @@ class TraceStore {
   std::string DayPrefix(const v1::StoredTrace& trace) const;
   std::string IndexDay(const v1::StoredTrace& trace) const;  // yyyy-mm-dd
   std::string IndexKey(const std::string& day, const std::string& host) const;
-  absl::StatusOr<std::vector<std::string>> IndexedHosts(const std::string& day);
+  // The hosts with an index on that day, and when each index was last written, newest first.
+  struct HostIndex {
+    std::string host;
+    absl::Time modified;
+  };
+  absl::StatusOr<std::vector<HostIndex>> IndexedHosts(const std::string& day);
   std::string FolderKey(const v1::StoredTrace& trace) const;
   absl::StatusOr<std::vector<v1::StoredTrace>> ReadIndex(const std::string& key);
+  // The rows of several indexes (one per host of a day), read concurrently: a fleet has one index
+  // object per host, and reading them one after another made `list` wait for each round trip.
+  absl::StatusOr<std::vector<v1::StoredTrace>> ReadIndexes(const std::vector<std::string>& keys);
   absl::StatusOr<std::vector<std::string>> Subfolders(const std::string& prefix);
 
   std::unique_ptr<ObjectBucket> bucket_;

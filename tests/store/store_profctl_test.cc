@@ -1,11 +1,15 @@
-// The store end to end: a real profd with an S3 store (s3rver on loopback) or a local one, traces
-// entering through `profctl import` (the same Spool path a capture takes), and profctl list / show
-// / get. Fault cases: the store down when a trace is finished, profd killed with uploads pending,
+// The store end to end: a real profd with an S3 store (s3rver on loopback behind the
+// SigV4-verifying proxy, with AWS's rule for absent signed headers) or a local one, traces entering
+// through `profctl import` (the same Spool path a capture takes), and profctl list / show / get.
+// Fault cases: the store down when a trace is finished, profd killed with uploads pending,
 // credentials refused, a missing bucket, a full spool.
 #include <stdlib.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_util.h"
@@ -24,12 +28,21 @@ class StoreProfctlTest : public ::testing::Test {
     setenv("AWS_ACCESS_KEY_ID", "S3RVER", 1);
     setenv("AWS_SECRET_ACCESS_KEY", "S3RVER", 1);
     s3rver_ = std::make_unique<S3rverProcess>(std::vector<std::string>{"traces"});
+    ASSERT_TRUE(SigV4ProxyProcess::Installed()) << "run scripts/setup.sh";
+    // profd talks to s3rver through the verifying proxy, with AWS's rule for signed headers.
+    proxy_ = std::make_unique<SigV4ProxyProcess>(s3rver_->endpoint(), "reject");
+  }
+
+  // The S3 service comes up: s3rver and the proxy in front of it (nothing listens before).
+  void StartS3() {
+    s3rver_->Start();
+    proxy_->Start();
   }
 
   std::unique_ptr<ProfdProcess> StartProfd(const std::string& store,
                                            std::vector<std::string> extra = {}) {
     std::vector<std::string> flags = {"--store=" + store,
-                                      "--s3_endpoint=" + s3rver_->endpoint(),
+                                      "--s3_endpoint=" + proxy_->endpoint(),
                                       "--s3_path_style",
                                       "--s3_part_size=5MiB",
                                       "--spool_dir=" + spool_.path(),
@@ -70,11 +83,12 @@ class StoreProfctlTest : public ::testing::Test {
   }
 
   std::unique_ptr<S3rverProcess> s3rver_;
+  std::unique_ptr<SigV4ProxyProcess> proxy_;
   TempDir spool_, scratch_;
 };
 
 TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
-  s3rver_->Start();
+  StartS3();
   auto profd = StartProfd("s3://traces/fleet");
   std::string small = MakeTraceFile(scratch_.File("kineto.json"), 9, 0, /*gzip=*/false);
   std::string large = MakeTraceFile(scratch_.File("big.json.gz"), 30, 14 << 20, /*gzip=*/true);
@@ -91,6 +105,7 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
       << profd->log() << s3rver_->log();
   EXPECT_NE(s3rver_->log().find("?uploads"), std::string::npos) << "multipart upload expected";
   EXPECT_NE(s3rver_->log().find("partNumber=3"), std::string::npos);
+  EXPECT_EQ(proxy_->Refused(), 0) << proxy_->log();
 
   RunResult list = profd->Profctl({"list"});
   EXPECT_EQ(list.exit_code, 0);
@@ -142,6 +157,42 @@ TEST_F(StoreProfctlTest, ImportListShowGetSingleAndMultipart) {
   }
 }
 
+// A stored trace damaged in the bucket: `get` fails naming the file, and the file that failed its
+// check is not left in the output folder.
+TEST_F(StoreProfctlTest, GetRemovesAFileThatFailsItsChecksum) {
+  StartS3();
+  auto profd = StartProfd("s3://traces/damaged");
+  std::string file = MakeTraceFile(scratch_.File("d.json.gz"), 12, 64 << 10, true);
+  std::string id = Import(*profd, file);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(30))) << profd->log();
+  // Flip one byte of the trace object where s3rver keeps it (same size, other bytes).
+  std::string object;
+  for (const auto& e : fs::recursive_directory_iterator(s3rver_->data_dir())) {
+    const std::string p = e.path().string();
+    if (p.find(id) != std::string::npos && absl::EndsWith(p, ".json.gz._S3rver_object")) {
+      object = p;
+    }
+  }
+  ASSERT_FALSE(object.empty()) << "no stored trace object for " << id;
+  std::string bytes = ReadFile(object);
+  bytes[bytes.size() / 2] ^= 0x5a;
+  std::ofstream(object, std::ios::binary | std::ios::trunc) << bytes;
+
+  std::string dir = scratch_.File("get-damaged");
+  RunResult r = profd->Profctl({"get", id, "-o", dir});
+  EXPECT_EQ(r.exit_code, 1) << r.out << r.err;
+  EXPECT_NE(r.err.find("checksum mismatch for "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("It was removed from " + dir), std::string::npos) << r.err;
+  std::vector<std::string> left;
+  for (const auto& e : fs::directory_iterator(dir)) left.push_back(e.path().filename().string());
+  for (const std::string& name : left) {
+    EXPECT_EQ(name.find(".json.gz"), std::string::npos) << name << " was left in " << dir;
+  }
+  EXPECT_NE(std::find(left.begin(), left.end(), "manifest.json"), left.end())
+      << "intact files stay";
+}
+
 TEST_F(StoreProfctlTest, StoreDownWhenTraceFinishesItWaitsAndArrivesIntact) {
   auto profd = StartProfd("s3://traces/down");  // nothing listens on the endpoint yet
   std::string file = MakeTraceFile(scratch_.File("t.json.gz"), 12, 200 << 10, true);
@@ -167,7 +218,7 @@ TEST_F(StoreProfctlTest, StoreDownWhenTraceFinishesItWaitsAndArrivesIntact) {
   EXPECT_NE(status.out.find("0 stored, 1 waiting; FAILING"), std::string::npos) << status.out;
   EXPECT_NE(status.out.find("unreachable"), std::string::npos) << status.out;
 
-  s3rver_->Start();
+  StartS3();
   ASSERT_TRUE(WaitFor([&] { return Stored(*profd, id); }, absl::Seconds(30))) << profd->log();
   std::string dir = Get(*profd, id);
   EXPECT_EQ(Sha256File(dir + "/trace-777.json.gz"), Sha256File(file));
@@ -190,7 +241,7 @@ TEST_F(StoreProfctlTest, ProfdKilledWithUploadsPendingResumesAfterRestart) {
   profd->Kill();  // SIGKILL: no chance to flush anything
   EXPECT_TRUE(fs::exists(spool_.File("pending/" + id_a + "/manifest.json")));
 
-  s3rver_->Start();
+  StartS3();
   profd->Start();
   EXPECT_TRUE(
       WaitFor([&] { return Stored(*profd, id_a) && Stored(*profd, id_b); }, absl::Seconds(30)))
@@ -201,7 +252,7 @@ TEST_F(StoreProfctlTest, ProfdKilledWithUploadsPendingResumesAfterRestart) {
 }
 
 TEST_F(StoreProfctlTest, RefusedCredentialsAreExplainedAndTheTraceKept) {
-  s3rver_->Start();
+  StartS3();
   setenv("AWS_ACCESS_KEY_ID", "AKIAWRONGKEY", 1);  // s3rver knows only S3RVER
   auto profd = StartProfd("s3://traces/creds");
   std::string id = Import(*profd, MakeTraceFile(scratch_.File("c.json"), 3, 0, false));
@@ -223,7 +274,7 @@ TEST_F(StoreProfctlTest, RefusedCredentialsAreExplainedAndTheTraceKept) {
 }
 
 TEST_F(StoreProfctlTest, MissingBucketIsExplainedAndTheTraceKept) {
-  s3rver_->Start();
+  StartS3();
   auto profd = StartProfd("s3://no-such-bucket/p");
   std::string id = Import(*profd, MakeTraceFile(scratch_.File("m.json"), 3, 0, false));
   ASSERT_FALSE(id.empty());
@@ -287,7 +338,7 @@ namespace {
 // A real capture (the lead's replay agent feeds a recorded CUPTI capture through the real agent
 // library) goes from profctl capture through the spool into the S3 store.
 TEST_F(StoreProfctlTest, RealCaptureReachesTheStore) {
-  s3rver_->Start();
+  StartS3();
   TempDir captures;
   auto profd = StartProfd("s3://traces/captures", {"--capture_dir=" + captures.path()});
   auto agent = std::make_unique<Subprocess>(

@@ -1,5 +1,6 @@
 // Test support for the store tests: a real s3rver (S3-protocol server, npm) on a free loopback
-// port, and capture folders shaped as docs/TRACE_FORMAT.md describes.
+// port, the SigV4-verifying proxy of ../shared/tools/s3-sigv4-proxy in front of it, and capture
+// folders shaped as docs/TRACE_FORMAT.md describes.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,38 @@ class S3rverProcess {
   int port_;
   std::unique_ptr<Subprocess> process_;
 };
+
+// ../shared/tools/s3-sigv4-proxy in a child process, in front of an s3rver: every request must
+// carry a SigV4 signature that AWS's own JS signer (@smithy/signature-v4) recomputes equal, and
+// the payload hashes must match, before it is forwarded. Credentials: access key S3RVER, secret
+// S3RVER. absent_mode is what a signed header missing from the request counts as (its README):
+// "empty", "reject" (AWS), "minio" or "skip" (Ceph RGW).
+class SigV4ProxyProcess {
+ public:
+  SigV4ProxyProcess(const std::string& upstream, const std::string& absent_mode);
+  ~SigV4ProxyProcess();
+
+  // node_modules installed by scripts/setup.sh, and ../shared beside the checkout.
+  static bool Installed();
+  // Starts on a free port (the same one again after Stop) and waits until it accepts connections.
+  void Start();
+  void Stop();
+  std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  // One JSON line per request: its verdict ("OK" or the S3 error code), signedHeaders, rawUrl...
+  std::string log() const;
+  // Requests it let through, and requests it refused.
+  int Accepted() const;
+  int Refused() const;
+
+ private:
+  std::string upstream_, absent_mode_;
+  TempDir dir_;
+  int port_;
+  std::unique_ptr<Subprocess> process_;
+};
+
+// The ABSENT modes of the proxy: every rule S3 implementations apply to a signed, absent header.
+const std::vector<std::string>& AbsentModes();
 
 // A port on 127.0.0.1 nothing listens on now.
 int FreeLoopbackPort();
