@@ -102,7 +102,7 @@ struct BackgroundCapture {
   Subprocess profctl;
 };
 
-class FaultsTest : public ::testing::Test {
+class CaptureFaultsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     profd_ = std::make_unique<ProfdProcess>(std::vector<std::string>{
@@ -121,7 +121,7 @@ class FaultsTest : public ::testing::Test {
 // kill -9 mid-capture: the folder it leaves (a gzip cut anywhere, no manifest) is repaired at
 // the next start into a trace that reads, a summary and a manifest that say what happened, and
 // the capture is listed by `captures`, `list` and `show`.
-TEST_F(FaultsTest, CaptureOfAKilledProfdIsRepairedAndListedAtRestart) {
+TEST_F(CaptureFaultsTest, CaptureOfAKilledProfdIsRepairedAndListedAtRestart) {
   BackgroundCapture capture(*profd_, agent_->pid(), "8s");
   std::string id;
   ASSERT_TRUE(WaitFor([&] { return Running(*profd_, &id); }, absl::Seconds(5)));
@@ -182,7 +182,7 @@ TEST_F(FaultsTest, CaptureOfAKilledProfdIsRepairedAndListedAtRestart) {
 
 // SIGTERM mid-capture: the capture ends with its trace, and both the manifest and profctl say
 // profd shut down (not that the agent went away, not that profd is not running).
-TEST_F(FaultsTest, ShutdownMidCaptureRecordsTheRightCause) {
+TEST_F(CaptureFaultsTest, ShutdownMidCaptureRecordsTheRightCause) {
   BackgroundCapture capture(*profd_, agent_->pid(), "8s");
   std::string id;
   ASSERT_TRUE(WaitFor([&] { return Running(*profd_, &id); }, absl::Seconds(5)));
@@ -204,7 +204,7 @@ TEST_F(FaultsTest, ShutdownMidCaptureRecordsTheRightCause) {
 
 // profd keeps --max-events itself, to the event, whatever the agent sends (the replay agent
 // ignores the limit and sends all its 2,008 events).
-TEST_F(FaultsTest, ProfdKeepsMaxEventsItself) {
+TEST_F(CaptureFaultsTest, ProfdKeepsMaxEventsItself) {
   for (const char* max : {"1", "1500"}) {
     rapidjson::Document c = profd_->ProfctlJson({"capture", "--pid", std::to_string(agent_->pid()),
                                                  "--duration", "300ms", "--max-events", max});
@@ -217,7 +217,7 @@ TEST_F(FaultsTest, ProfdKeepsMaxEventsItself) {
 }
 
 // Every delay and duration has a bound, checked by profctl and, for any client, by profd.
-TEST_F(FaultsTest, DelaysDurationsAndLabelsAreBoundedOnBothSides) {
+TEST_F(CaptureFaultsTest, DelaysDurationsAndLabelsAreBoundedOnBothSides) {
   const std::string pid = std::to_string(agent_->pid());
   RunResult delay = profd_->Profctl({"capture", "--pid", pid, "--duration", "1s", "--delay",
                                      "1000h"});
@@ -271,7 +271,7 @@ TEST_F(FaultsTest, DelaysDurationsAndLabelsAreBoundedOnBothSides) {
                       absl::Seconds(10)));
 }
 
-class StalledAgentTest : public ::testing::Test {
+class CaptureStalledAgentTest : public ::testing::Test {
  protected:
   void SetUp() override {
     profd_ = std::make_unique<ProfdProcess>(
@@ -289,7 +289,7 @@ class StalledAgentTest : public ::testing::Test {
 // An agent that never reports its end (its capture thread stalled) no longer keeps a cancelled
 // capture "finishing" to the end of its window plus the finish timeout (40 s here): the cancel
 // timeout ends it, the trace keeps what came, and the pid is free again.
-TEST_F(StalledAgentTest, CancelEndsTheCaptureWithinTheCancelTimeout) {
+TEST_F(CaptureStalledAgentTest, CancelEndsTheCaptureWithinTheCancelTimeout) {
   BackgroundCapture capture(*profd_, agent_->pid(), "10s");
   std::string id;
   ASSERT_TRUE(WaitFor([&] { return Running(*profd_, &id); }, absl::Seconds(5)));
@@ -313,7 +313,7 @@ TEST_F(StalledAgentTest, CancelEndsTheCaptureWithinTheCancelTimeout) {
 // namespace; `unshare` needs root or unprivileged user namespaces, else the test is skipped):
 // the capture fails saying "disk full", and nothing is left that looks whole, temp files
 // included.
-TEST(DiskFullTest, FullDiskFailsTheCaptureSayingSoAndLeavesNoFile) {
+TEST(CaptureDiskFullTest, FullDiskFailsTheCaptureSayingSoAndLeavesNoFile) {
   TempDir dir;
   const std::string captures = dir.File("captures");
   std::filesystem::create_directories(captures);
