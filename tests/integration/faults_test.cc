@@ -323,7 +323,7 @@ TEST(CaptureDiskFullTest, FullDiskFailsTheCaptureSayingSoAndLeavesNoFile) {
     probe.push_back(a);
   }
   probe.back() = captures;
-  if (RunResult r = Run(probe); r.exit_code != 0) {
+  if (RunResult r = testing::Run(probe); r.exit_code != 0) {
     GTEST_SKIP() << "cannot mount a tmpfs in a mount namespace here: " << r.err;
   }
   ProfdProcess profd({"--capture_dir=" + captures, "--max_capture_duration=10s",
