@@ -59,7 +59,7 @@ bool CaptureSession::ApplyStatus(size_t i, const v1::CaptureStatus& s,
   }
   if (s.state() == v1::CAPTURE_STATE_FINISHED) {
     p.set_dropped_records(std::max<uint64_t>(s.dropped_records(), dropped_from_batches));
-    p.set_truncated(s.truncated());
+    p.set_truncated(p.truncated() || s.truncated());  // profd may have cut it (max_events)
   }
   return true;
 }

@@ -223,10 +223,11 @@ TEST_F(CaptureFaultsTest, DelaysDurationsAndLabelsAreBoundedOnBothSides) {
                                      "1000h"});
   EXPECT_EQ(delay.exit_code, 2);
   EXPECT_THAT(delay.err, HasSubstr("--delay 1000h is out of range: from 0 to 1h"));
+  // (An argument of 3 MB is past what exec takes: profctl is given 4097 bytes.)
   RunResult label = profd_->Profctl({"capture", "--pid", pid, "--duration", "1s", "--label",
-                                     std::string(3 << 20, 'x')});
+                                     std::string(4097, 'x')});
   EXPECT_EQ(label.exit_code, 2);
-  EXPECT_THAT(label.err, HasSubstr("--label is 3145728 bytes; a label may have at most 4096"));
+  EXPECT_THAT(label.err, HasSubstr("--label is 4097 bytes; a label may have at most 4096"));
 
   // A client that is not profctl: profd refuses the same.
   auto stub = v1::Profd::NewStub(
@@ -319,7 +320,7 @@ TEST(CaptureDiskFullTest, FullDiskFailsTheCaptureSayingSoAndLeavesNoFile) {
   std::filesystem::create_directories(captures);
   const std::vector<std::string> unshare = {"/usr/bin/unshare", geteuid() == 0 ? "-m" : "-rm"};
   std::vector<std::string> probe = unshare;
-  for (const char* a : {"/bin/sh", "-c", "mount -t tmpfs -o size=16k profd-full \"$0\"", ""}) {
+  for (const char* a : {"/bin/sh", "-c", "mount -t tmpfs -o size=16k,mode=0700 profd-full \"$0\"", ""}) {
     probe.push_back(a);
   }
   probe.back() = captures;
@@ -330,7 +331,7 @@ TEST(CaptureDiskFullTest, FullDiskFailsTheCaptureSayingSoAndLeavesNoFile) {
                       "--capture_min_free=0"});
   std::vector<std::string> launcher = unshare;
   for (const char* a : {"/bin/sh", "-c",
-                        "mount -t tmpfs -o size=16k profd-full \"$0\" && exec \"$@\"", ""}) {
+                        "mount -t tmpfs -o size=16k,mode=0700 profd-full \"$0\" && exec \"$@\"", ""}) {
     launcher.push_back(a);
   }
   launcher.back() = captures;
