@@ -295,8 +295,9 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   if (!f.delay.empty()) {
     absl::Duration delay;
     // As --start-at, and as profd checks it (profd/v1/capture_limits.h).
-    if (std::string bad = ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(),
-                                            absl::Milliseconds(profd::v1::kMaxStartDelayMs), &delay);
+    if (std::string bad =
+            ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(),
+                              absl::Milliseconds(profd::v1::kMaxStartDelayMs), &delay);
         !bad.empty()) {
       std::cerr << "profctl: " << bad << "\n";
       return kExitUsage;

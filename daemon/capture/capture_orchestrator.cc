@@ -687,9 +687,9 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
                      " (profd --max_capture_duration)"));
   }
   if (request.label().size() > v1::kMaxLabelBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("--label is ", request.label().size(),
-                                                   " bytes; a label may have at most ",
-                                                   v1::kMaxLabelBytes, " (it is a name, not data)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--label is ", request.label().size(), " bytes; a label may have at most ",
+                     v1::kMaxLabelBytes, " (it is a name, not data)"));
   }
   absl::StatusOr<std::vector<CaptureTarget>> resolved =
       catalog_->Resolve(request, [this](uint32_t pid) { return RunningCaptureOf(pid); });
@@ -723,10 +723,10 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   absl::Time now = absl::Now();
   const absl::Duration max_delay = absl::Milliseconds(v1::kMaxStartDelayMs);
   if (absl::Milliseconds(request.delay_ms()) > max_delay) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--delay ", absl::FormatDuration(absl::Milliseconds(request.delay_ms())),
-        " is over the limit of ", absl::FormatDuration(max_delay),
-        " (as --start-at): start the capture closer to when it is wanted"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--delay ", absl::FormatDuration(absl::Milliseconds(request.delay_ms())),
+                     " is over the limit of ", absl::FormatDuration(max_delay),
+                     " (as --start-at): start the capture closer to when it is wanted"));
   }
   absl::Time start_at = now + absl::Milliseconds(request.delay_ms());
   if (request.start_at_unix_ns() != 0) {

@@ -15,8 +15,8 @@ namespace profd {
 absl::Status FileWriteError(const std::string& path, int error) {
   if (error == ENOSPC || error == EDQUOT || error == EFBIG) {
     const char* name = error == ENOSPC ? "ENOSPC" : error == EDQUOT ? "EDQUOT" : "EFBIG";
-    return absl::ResourceExhaustedError(absl::StrCat("disk full (", name, ": ",
-                                                     std::strerror(error), ") writing ", path));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("disk full (", name, ": ", std::strerror(error), ") writing ", path));
   }
   return absl::InternalError(absl::StrCat("cannot write ", path, ": ", std::strerror(error)));
 }

@@ -58,15 +58,14 @@ absl::StatusOr<TraceRepair> RepairTrace(const std::string& path, const TraceProc
   if (inflateInit2(&zs, 15 + 16) != Z_OK) return fail("zlib");
   TraceRepair result;
   bool whole = false;
-  bool header = false;      // the header (through kEventsStart) is written
-  bool any_event = false;   // text after the header was written
-  std::string pending;      // decompressed text not written yet
+  bool header = false;     // the header (through kEventsStart) is written
+  bool any_event = false;  // text after the header was written
+  std::string pending;     // decompressed text not written yet
   std::string compressed(64 * 1024, '\0');
   std::string chunk(256 * 1024, '\0');
   auto write = [&](std::string_view text) {
-    return text.empty() ||
-           gzwrite(out.get(), text.data(), static_cast<unsigned>(text.size())) ==
-               static_cast<int>(text.size());
+    return text.empty() || gzwrite(out.get(), text.data(), static_cast<unsigned>(text.size())) ==
+                               static_cast<int>(text.size());
   };
   bool ok = true;
   bool stop = false;
@@ -120,10 +119,10 @@ absl::StatusOr<TraceRepair> RepairTrace(const std::string& path, const TraceProc
   result.bytes_lost = pending.size();
   if (!header) {
     // Not even the header decompresses: an empty trace that says so.
-    ok &= write(absl::StrCat("{\"schemaVersion\":1,\"displayTimeUnit\":\"ms\",\"traceName\":",
-                             StringTable::JsonQuote(
-                                 absl::StrCat(process.capture_id, "/", process.pid)),
-                             ",\"traceEvents\":["));
+    ok &= write(
+        absl::StrCat("{\"schemaVersion\":1,\"displayTimeUnit\":\"ms\",\"traceName\":",
+                     StringTable::JsonQuote(absl::StrCat(process.capture_id, "/", process.pid)),
+                     ",\"traceEvents\":["));
   }
   ok &= write(absl::StrCat(
       "\n],\"profd\":{\"capture_id\":", StringTable::JsonQuote(process.capture_id),

@@ -16,8 +16,8 @@
 namespace profd {
 
 struct TraceRepair {
-  bool repaired = false;  // false: the trace was whole, left untouched
-  uint64_t events = 0;    // the events the repaired trace keeps (meta events included)
+  bool repaired = false;    // false: the trace was whole, left untouched
+  uint64_t events = 0;      // the events the repaired trace keeps (meta events included)
   uint64_t bytes_lost = 0;  // decompressed bytes past the last whole event, dropped
 };
 

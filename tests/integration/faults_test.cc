@@ -45,7 +45,8 @@ bool Registered(const ProfdProcess& profd, pid_t pid) {
 std::pair<std::string, std::string> Listed(const ProfdProcess& profd, const std::string& id) {
   rapidjson::Document list = profd.ProfctlJson({"captures"});  // alive for the loop
   for (const auto& c : list["captures"].GetArray()) {
-    if (id == c["capture_id"].GetString()) return {c["phase"].GetString(), c["message"].GetString()};
+    if (id == c["capture_id"].GetString())
+      return {c["phase"].GetString(), c["message"].GetString()};
   }
   return {"", ""};
 }
@@ -219,19 +220,19 @@ TEST_F(CaptureFaultsTest, ProfdKeepsMaxEventsItself) {
 // Every delay and duration has a bound, checked by profctl and, for any client, by profd.
 TEST_F(CaptureFaultsTest, DelaysDurationsAndLabelsAreBoundedOnBothSides) {
   const std::string pid = std::to_string(agent_->pid());
-  RunResult delay = profd_->Profctl({"capture", "--pid", pid, "--duration", "1s", "--delay",
-                                     "1000h"});
+  RunResult delay =
+      profd_->Profctl({"capture", "--pid", pid, "--duration", "1s", "--delay", "1000h"});
   EXPECT_EQ(delay.exit_code, 2);
   EXPECT_THAT(delay.err, HasSubstr("--delay 1000h is out of range: from 0 to 1h"));
   // (An argument of 3 MB is past what exec takes: profctl is given 4097 bytes.)
-  RunResult label = profd_->Profctl({"capture", "--pid", pid, "--duration", "1s", "--label",
-                                     std::string(4097, 'x')});
+  RunResult label = profd_->Profctl(
+      {"capture", "--pid", pid, "--duration", "1s", "--label", std::string(4097, 'x')});
   EXPECT_EQ(label.exit_code, 2);
   EXPECT_THAT(label.err, HasSubstr("--label is 4097 bytes; a label may have at most 4096"));
 
   // A client that is not profctl: profd refuses the same.
-  auto stub = v1::Profd::NewStub(
-      grpc::CreateChannel(profd_->target(), grpc::InsecureChannelCredentials()));
+  auto stub =
+      v1::Profd::NewStub(grpc::CreateChannel(profd_->target(), grpc::InsecureChannelCredentials()));
   auto refused = [&](const v1::CaptureRequest& request) {
     grpc::ClientContext ctx;
     auto reader = stub->Capture(&ctx, request);
@@ -263,13 +264,15 @@ TEST_F(CaptureFaultsTest, DelaysDurationsAndLabelsAreBoundedOnBothSides) {
   EXPECT_THAT(s.error_message(), HasSubstr("a label may have at most 4096"));
 
   // At the bound: accepted, and `show` of it works.
-  rapidjson::Document c =
-      profd_->ProfctlJson({"capture", "--pid", pid, "--duration", "300ms", "--label",
-                           std::string(4096, 'l')});
+  rapidjson::Document c = profd_->ProfctlJson(
+      {"capture", "--pid", pid, "--duration", "300ms", "--label", std::string(4096, 'l')});
   ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE");
   const std::string id = c["capture_id"].GetString();
-  ASSERT_TRUE(WaitFor([&] { return profd_->Profctl({"show", id}).exit_code == 0; },
-                      absl::Seconds(10)));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return profd_->Profctl({"show", id}).exit_code == 0;
+      },
+      absl::Seconds(10)));
 }
 
 class CaptureStalledAgentTest : public ::testing::Test {
@@ -305,8 +308,8 @@ TEST_F(CaptureStalledAgentTest, CancelEndsTheCaptureWithinTheCancelTimeout) {
               HasSubstr("cancelled, and the agent did not report its end within 500ms"));
   EXPECT_EQ(info["captures"][0]["files"].Size(), 1u);
   // The pid is no longer locked by the capture.
-  RunResult again = profd_->Profctl(
-      {"capture", "--pid", std::to_string(agent_->pid()), "--duration", "100ms"});
+  RunResult again =
+      profd_->Profctl({"capture", "--pid", std::to_string(agent_->pid()), "--duration", "100ms"});
   EXPECT_THAT(again.err, Not(HasSubstr("already being captured")));
 }
 
@@ -320,18 +323,20 @@ TEST(CaptureDiskFullTest, FullDiskFailsTheCaptureSayingSoAndLeavesNoFile) {
   std::filesystem::create_directories(captures);
   const std::vector<std::string> unshare = {"/usr/bin/unshare", geteuid() == 0 ? "-m" : "-rm"};
   std::vector<std::string> probe = unshare;
-  for (const char* a : {"/bin/sh", "-c", "mount -t tmpfs -o size=16k,mode=0700 profd-full \"$0\"", ""}) {
+  for (const char* a :
+       {"/bin/sh", "-c", "mount -t tmpfs -o size=16k,mode=0700 profd-full \"$0\"", ""}) {
     probe.push_back(a);
   }
   probe.back() = captures;
   if (RunResult r = testing::Run(probe); r.exit_code != 0) {
     GTEST_SKIP() << "cannot mount a tmpfs in a mount namespace here: " << r.err;
   }
-  ProfdProcess profd({"--capture_dir=" + captures, "--max_capture_duration=10s",
-                      "--capture_min_free=0"});
+  ProfdProcess profd(
+      {"--capture_dir=" + captures, "--max_capture_duration=10s", "--capture_min_free=0"});
   std::vector<std::string> launcher = unshare;
-  for (const char* a : {"/bin/sh", "-c",
-                        "mount -t tmpfs -o size=16k,mode=0700 profd-full \"$0\" && exec \"$@\"", ""}) {
+  for (const char* a :
+       {"/bin/sh", "-c", "mount -t tmpfs -o size=16k,mode=0700 profd-full \"$0\" && exec \"$@\"",
+        ""}) {
     launcher.push_back(a);
   }
   launcher.back() = captures;

@@ -59,7 +59,8 @@ TEST(TraceRepairTest, TraceCutAnywhereReadsAndSaysItWasCut) {
   for (double share : {0.0, 0.001, 0.1, 0.3, 0.5, 0.7, 0.9, 0.99}) {
     SCOPED_TRACE(share);
     const std::string path = dir.File("trace-465.json.gz");
-    WriteFile(path, whole.substr(0, static_cast<size_t>(share * static_cast<double>(whole.size()))));
+    WriteFile(path,
+              whole.substr(0, static_cast<size_t>(share * static_cast<double>(whole.size()))));
     absl::StatusOr<TraceRepair> repair = RepairTrace(path, Process(), kWhy);
     ASSERT_TRUE(repair.ok()) << repair.status();
     EXPECT_TRUE(repair->repaired);
