@@ -312,6 +312,14 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
                 << err << "\n";
       return kExitUsage;
     }
+    // profd's bound, said before the request goes (profd/v1/capture_limits.h).
+    const absl::Time now = absl::Now();
+    if (t < now - absl::Seconds(1) || t > now + absl::Milliseconds(profd::v1::kMaxStartDelayMs)) {
+      std::cerr << "profctl: --start-at must be within the next hour (a wall-clock time all "
+                   "nodes share), not "
+                << f.start_at << "\n";
+      return kExitUsage;
+    }
     request.set_start_at_unix_ns(absl::ToUnixNanos(t));
   }
   std::string kinds_error;

@@ -224,6 +224,11 @@ TEST_F(CaptureFaultsTest, DelaysDurationsAndLabelsAreBoundedOnBothSides) {
       profd_->Profctl({"capture", "--pid", pid, "--duration", "1s", "--delay", "1000h"});
   EXPECT_EQ(delay.exit_code, 2);
   EXPECT_THAT(delay.err, HasSubstr("--delay 1000h is out of range: from 0 to 1h"));
+  RunResult start_at = profd_->Profctl(
+      {"capture", "--pid", pid, "--duration", "1s", "--start-at",
+       absl::FormatTime(absl::RFC3339_full, absl::Now() + absl::Hours(2), absl::UTCTimeZone())});
+  EXPECT_EQ(start_at.exit_code, 2);
+  EXPECT_THAT(start_at.err, HasSubstr("--start-at must be within the next hour"));
   // (An argument of 3 MB is past what exec takes: profctl is given 4097 bytes.)
   RunResult label = profd_->Profctl(
       {"capture", "--pid", pid, "--duration", "1s", "--label", std::string(4097, 'x')});
