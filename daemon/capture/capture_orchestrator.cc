@@ -876,6 +876,17 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
   };
   std::vector<std::string> lost;
   for (const auto& [name, pid] : traces) {
+    if (process_of(pid)->path() == v1::CAPTURE_PATH_KINETO) {
+      // Kineto's own JSON, copied by KinetoSource: kept when the copy was whole; a cut one is
+      // not profd's format to close, and goes.
+      if (GzipIsWhole(folder.PathOf(name))) {
+        *info.add_files() = folder.Describe(name, CaptureFolder::kKinetoTrace, pid);
+      } else {
+        std::filesystem::remove(folder.PathOf(name), ec);
+        lost.push_back(absl::StrCat("pid ", pid, ": Kineto's trace was cut while profd copied it"));
+      }
+      continue;
+    }
     TraceProcess process;
     process.pid = pid;
     process.comm = process_of(pid)->comm();

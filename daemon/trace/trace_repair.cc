@@ -109,8 +109,8 @@ absl::StatusOr<TraceRepair> RepairTrace(const std::string& path, const TraceProc
     }
   }
   inflateEnd(&zs);
-  if (whole && header) {
-    // Finished by its writer: nothing to do.
+  if (whole) {
+    // Finished by its writer (or not the writer's, but whole): nothing to do.
     out.reset();
     unlink(temp.c_str());
     return result;
@@ -136,6 +136,19 @@ absl::StatusOr<TraceRepair> RepairTrace(const std::string& path, const TraceProc
   }
   if (absl::Status s = CommitFile(temp, path); !s.ok()) return s;
   return result;
+}
+
+bool GzipIsWhole(const std::string& path) {
+  gzFile in = gzopen(path.c_str(), "rb");
+  if (in == nullptr) return false;
+  std::string buffer(256 * 1024, '\0');
+  int n;
+  while ((n = gzread(in, buffer.data(), static_cast<unsigned>(buffer.size()))) > 0) {
+  }
+  int error = Z_OK;
+  gzerror(in, &error);
+  gzclose(in);
+  return n == 0 && error == Z_OK;
 }
 
 }  // namespace profd

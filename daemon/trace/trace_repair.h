@@ -26,4 +26,8 @@ struct TraceRepair {
 absl::StatusOr<TraceRepair> RepairTrace(const std::string& path, const TraceProcess& process,
                                         const std::string& why, int gzip_level = 1);
 
+// Whether path is a gzip stream that decompresses to its end (a file someone else wrote whole,
+// such as Kineto's trace, which RepairTrace cannot close: it is not the writer's format).
+bool GzipIsWhole(const std::string& path);
+
 }  // namespace profd

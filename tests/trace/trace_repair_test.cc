@@ -3,6 +3,8 @@
 // trace is left untouched. The traces are the writer's own, fed with the recorded fixture.
 #include "daemon/trace/trace_repair.h"
 
+#include <zlib.h>
+
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -89,6 +91,27 @@ TEST(TraceRepairTest, WholeTraceIsLeftAsItIs) {
   std::ostringstream bytes;
   bytes << in.rdbuf();
   EXPECT_EQ(bytes.str(), whole);
+}
+
+TEST(TraceRepairTest, WholeGzipOfAnotherFormatIsLeftAsItIs) {
+  TempDir dir;
+  const std::string path = dir.File("trace-465.json.gz");
+  gzFile f = gzopen(path.c_str(), "wb");
+  const std::string kineto = "{\n  \"traceEvents\": [\n  {\n    \"ph\": \"X\"\n  }\n]}\n";
+  gzwrite(f, kineto.data(), static_cast<unsigned>(kineto.size()));
+  gzclose(f);
+  EXPECT_TRUE(GzipIsWhole(path));
+  absl::StatusOr<TraceRepair> repair = RepairTrace(path, Process(), kWhy);
+  ASSERT_TRUE(repair.ok()) << repair.status();
+  EXPECT_FALSE(repair->repaired);
+  EXPECT_EQ(ReadGzipJson(path)["traceEvents"].Size(), 1u);
+  // Cut: no longer whole.
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  WriteFile(path, bytes.str().substr(0, bytes.str().size() - 4));
+  EXPECT_FALSE(GzipIsWhole(path));
+  EXPECT_FALSE(GzipIsWhole(dir.File("none.json.gz")));
 }
 
 TEST(TraceRepairTest, GarbageBecomesAnEmptyTraceThatSaysWhy) {
