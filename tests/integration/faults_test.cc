@@ -240,6 +240,8 @@ TEST_F(CaptureFaultsTest, DelaysDurationsAndLabelsAreBoundedOnBothSides) {
       v1::Profd::NewStub(grpc::CreateChannel(profd_->target(), grpc::InsecureChannelCredentials()));
   auto refused = [&](const v1::CaptureRequest& request) {
     grpc::ClientContext ctx;
+    // A capture profd takes would stream until its end: fail instead of waiting for it.
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     auto reader = stub->Capture(&ctx, request);
     v1::CaptureProgress progress;
     EXPECT_FALSE(reader->Read(&progress)) << "the capture started";
