@@ -23,6 +23,7 @@
 #include "client/commands.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
+#include "profd/v1/capture_limits.h"
 
 namespace profctl {
 
@@ -332,7 +333,10 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   request.set_duration_ms(absl::ToInt64Milliseconds(duration));
   if (!f.delay.empty()) {
     absl::Duration delay;
-    if (std::string bad = ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(), most, &delay);
+    // As --start-at, and as profd checks it (profd/v1/capture_limits.h).
+    if (std::string bad =
+            ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(),
+                              absl::Milliseconds(profd::v1::kMaxStartDelayMs), &delay);
         !bad.empty()) {
       std::cerr << "profctl: " << bad << "\n";
       return kExitUsage;
@@ -347,6 +351,14 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
                 << err << "\n";
       return kExitUsage;
     }
+    // profd's bound, said before the request goes (profd/v1/capture_limits.h).
+    const absl::Time now = absl::Now();
+    if (t < now - absl::Seconds(1) || t > now + absl::Milliseconds(profd::v1::kMaxStartDelayMs)) {
+      std::cerr << "profctl: --start-at must be within the next hour (a wall-clock time all "
+                   "nodes share), not "
+                << f.start_at << "\n";
+      return kExitUsage;
+    }
     request.set_start_at_unix_ns(absl::ToUnixNanos(t));
   }
   std::string kinds_error;
@@ -355,6 +367,11 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     return kExitUsage;
   }
   request.set_max_events(f.max_events);
+  if (f.label.size() > profd::v1::kMaxLabelBytes) {
+    std::cerr << "profctl: --label is " << f.label.size() << " bytes; a label may have at most "
+              << profd::v1::kMaxLabelBytes << " (it is a name, not data)\n";
+    return kExitUsage;
+  }
   request.set_label(f.label);
   if (f.via == "kineto") {
     request.set_path(profd::v1::CAPTURE_PATH_KINETO);
@@ -416,6 +433,16 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
                       : "; capture " + last.capture_id() + " goes on: see `profctl captures`")
               << "\n";
     return 130;  // as a shell reports an interrupted command
+  }
+  if (!status.ok() && !last.capture_id().empty() &&
+      (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+       status.error_code() == grpc::StatusCode::CANCELLED ||
+       status.error_code() == grpc::StatusCode::INTERNAL)) {
+    // profd was there (it answered with the capture) and went away: not "is it running?".
+    std::cerr << "profctl: profd stopped during capture " << last.capture_id() << " ("
+              << status.error_message()
+              << "); a profd that restarts repairs its trace: see `profctl captures` then\n";
+    return kExitError;
   }
   if (!status.ok()) return Fail(client, status);
   if (!have_final) {

@@ -141,6 +141,11 @@ ABSL_FLAG(absl::Duration, max_capture_duration, absl::Seconds(60),
           "Longest capture a request may ask for");
 ABSL_FLAG(uint64_t, max_capture_events, 50'000'000,
           "Events kept per process and capture; the trace says when it was cut");
+ABSL_FLAG(absl::Duration, capture_cancel_timeout, absl::Seconds(5),
+          "After `profctl cancel`, how long agents have to report their capture's end before "
+          "profd ends it without them (its trace keeps what came)");
+ABSL_FLAG(std::string, capture_min_free, "64MiB",
+          "Refuse captures while the --capture_dir disk has less than this free");
 ABSL_FLAG(bool, record_batches, false,
           "Also keep each capture's raw event batches (batches-<pid>.pb) for replay");
 
@@ -525,6 +530,15 @@ int Main(int argc, char** argv) {
   capture_options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
   capture_options.max_duration = absl::GetFlag(FLAGS_max_capture_duration);
   capture_options.max_events = absl::GetFlag(FLAGS_max_capture_events);
+  capture_options.cancel_timeout = absl::GetFlag(FLAGS_capture_cancel_timeout);
+  if (absl::StatusOr<uint64_t> min_free =
+          store::ParseByteSize(absl::GetFlag(FLAGS_capture_min_free));
+      min_free.ok()) {
+    capture_options.min_free_bytes = *min_free;
+  } else {
+    LogError(kComponent, "--capture_min_free: %s", min_free.status().message());
+    return 1;
+  }
   capture_options.record_batches = absl::GetFlag(FLAGS_record_batches);
   if (spool) {
     // A full spool refuses new captures up front rather than losing them at the end.
@@ -615,6 +629,8 @@ int Main(int argc, char** argv) {
   CaptureTargets targets(&registry, kineto_server.get(), identity.hostname, agent_socket);
   CaptureOrchestrator captures(capture_options, &registry, &channel, &targets, kineto_server.get());
   channel.set_event_sink(&captures);
+  // Captures the previous profd never finished (killed mid-capture): repaired and listed.
+  captures.RecoverUnfinished();
   if (absl::Status status = channel.Start(); !status.ok()) {
     LogError(kComponent, "cannot start the agent channel: %s", status.ToString());
     return 1;
@@ -706,6 +722,8 @@ int Main(int argc, char** argv) {
   int received = 0;
   sigwait(&signals, &received);
   LogInfo(kComponent, "signal %d: shutting down", received);
+  // Running captures end first, saying why, while their profctl streams can still be told.
+  captures.Shutdown();
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics_server.reset();
   gpu_sampler.Stop();

@@ -56,7 +56,32 @@ absl::Status CaptureFolder::WriteSummary(const v1::CaptureSummary& summary) cons
 }
 
 absl::Status CaptureFolder::WriteManifest(const v1::CaptureInfo& info) const {
-  return WriteFileAtomically(PathOf("manifest.json"), ProtoToJson(info));
+  return WriteFileAtomically(PathOf(kManifest), ProtoToJson(info));
+}
+
+absl::Status CaptureFolder::MarkUnfinished(const v1::CaptureInfo& info) const {
+  std::error_code ec;
+  std::filesystem::create_directories(path_, ec);
+  if (ec) return absl::UnavailableError(absl::StrCat("cannot create ", path_, ": ", ec.message()));
+  return WriteFileAtomically(PathOf(kUnfinished), ProtoToJson(info));
+}
+
+void CaptureFolder::ClearUnfinished() const {
+  std::error_code ec;
+  std::filesystem::remove(PathOf(kUnfinished), ec);
+}
+
+absl::Status CaptureFolder::Remove() const {
+  std::error_code ec;
+  std::filesystem::remove_all(path_, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", path_, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+void CaptureFolder::RemoveIfEmpty() const {
+  ClearUnfinished();
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);  // fails, as it should, when anything else is there
 }
 
 }  // namespace profd

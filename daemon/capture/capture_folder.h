@@ -46,6 +46,19 @@ class CaptureFolder {
   absl::Status WriteSummary(const v1::CaptureSummary& summary) const;
   absl::Status WriteManifest(const v1::CaptureInfo& info) const;
 
+  // unfinished.json: the capture as requested, written when it starts and removed once its
+  // manifest is written. A folder without a manifest is a capture a profd never finished
+  // (killed, crashed, power lost): the next profd repairs it (CaptureOrchestrator::
+  // RecoverUnfinished) from what this file and the traces hold.
+  static constexpr char kUnfinished[] = "unfinished.json";
+  static constexpr char kManifest[] = "manifest.json";
+  absl::Status MarkUnfinished(const v1::CaptureInfo& info) const;
+  void ClearUnfinished() const;
+  // The folder and all in it (a capture whose files could not be written whole).
+  absl::Status Remove() const;
+  // The folder, when nothing but the unfinished mark is in it (no process sent an event).
+  void RemoveIfEmpty() const;
+
  private:
   struct Written {
     Sha256 sha256;

@@ -6,8 +6,13 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/capture/capture_folder.h"
@@ -16,16 +21,24 @@
 #include "daemon/capture/process_sink.h"
 #include "daemon/checked_math.h"
 #include "daemon/common/capture_id.h"
+#include "daemon/common/proto_json.h"
 #include "daemon/log.h"
 #include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
+#include "daemon/trace/trace_repair.h"
 #include "google/protobuf/arena.h"
+#include "profd/v1/capture_limits.h"
 
 namespace profd {
 namespace {
 
 constexpr char kComponent[] = "capture";
 constexpr size_t kKeepFinished = 256;  // finished captures remembered for GetCapture/List
+constexpr char kShutdownMessage[] =
+    "profd shut down during the capture (SIGTERM); the trace keeps the events until then";
+constexpr char kKilledMessage[] =
+    "profd stopped before the capture was finished (killed or crashed?); repaired when profd "
+    "started again: the trace keeps the events written until then";
 
 // The base of a capture's trace times: whole milliseconds before the request, so every event
 // comes after it and ts stays small.
@@ -77,7 +90,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
           uint64_t max_events, std::string folder)
       : owner_(owner),
         session_(WithProcesses(std::move(info), targets), SelfTimed(targets),
-                 {owner->options_.start_timeout, owner->options_.finish_timeout}),
+                 {owner->options_.start_timeout, owner->options_.finish_timeout,
+                  owner->options_.cancel_timeout}),
         info_(session_.mutable_info()),
         targets_(std::move(targets)),
         max_events_(max_events),
@@ -133,6 +147,11 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   void Launch(const v1::CaptureRequest& request) {
+    // The folder exists, and says the capture is unfinished, until its manifest is written: a
+    // profd killed before then finds and repairs it at its next start (RecoverUnfinished).
+    if (absl::Status s = folder_.MarkUnfinished(info_); !s.ok()) {
+      LogWarning(kComponent, "capture %s: %s", info_.capture_id(), s.message());
+    }
     // Tell every agent and offer every Kineto its config first (cheap, queued), then let the
     // pipeline thread take over.
     for (size_t i = 0; i < targets_.size(); ++i) {
@@ -166,7 +185,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   struct Item {
-    enum Kind { kStatus, kBatch, kGone, kCancel, kKineto } kind;
+    enum Kind { kStatus, kBatch, kGone, kCancel, kKineto, kShutdown } kind;
     ConnectionId connection = 0;
     v1::CaptureStatus status;
     // Unparsed: parsed on this capture's thread. It holds its agent's backlog until destroyed,
@@ -204,9 +223,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     if (thread_.joinable()) thread_.join();
   }
 
-  void Abandon() {
-    for (const Target& t : targets_) Push(Item{Item::kGone, t.connection, {}, {}});
-  }
+  // profd is shutting down: the capture ends now with what it has, and says why.
+  void Shutdown() { Push(Item{Item::kShutdown, 0, {}, {}}); }
 
  private:
   struct Process {
@@ -366,8 +384,20 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
   bool Handle(Item& item) {
     if (item.kind == Item::kKineto) return HandleKineto(item.target, item.kineto);
+    if (item.kind == Item::kShutdown) {
+      for (size_t i = 0; i < targets_.size(); ++i) {
+        if (targets_[i].connection != 0) {
+          v1::DaemonMessage message;
+          message.mutable_stop_capture()->set_capture_id(info_.capture_id());
+          owner_->channel_->Send(targets_[i].connection, message);
+        }
+        session_.Fail(i, kShutdownMessage);
+      }
+      return true;
+    }
     if (item.kind == Item::kCancel) {
       cancelled_ = true;
+      session_.Cancel(absl::Now());
       for (size_t i = 0; i < targets_.size(); ++i) {
         const Target& t = targets_[i];
         if (t.path == v1::CAPTURE_PATH_KINETO) {
@@ -410,6 +440,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         if (std::string over = proc.sink->ChargeStrings(*batch); !over.empty()) {
           return FailProcess(i, over);
         }
+        // profd keeps to max_events itself, to the event: an agent may send a whole batch past it.
+        if (proc.sink->Cut(batch, max_events_)) p.set_truncated(true);
         WriteBatch(i, *batch, bytes);
         return false;
       }
@@ -426,6 +458,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       }
       case Item::kCancel:
       case Item::kKineto:
+      case Item::kShutdown:
         break;
     }
     return false;
@@ -486,7 +519,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
     session_.Conclude(cancelled_, write_error_, absl::Now());
 
-    if (info_.files_size() > 0) {
+    // A file that failed to write is cut short: nothing of the capture stays, rather than a
+    // trace that looks whole (issue 13: a full disk left a truncated trace listed as fine).
+    std::string failed = write_error_.empty() ? "" : info_.message();
+    if (failed.empty() && info_.files_size() > 0) {
       info_.set_location(folder_.path());
       // The seeds' bottleneck analysis, made as the batches arrived: summary.json is the report
       // `profctl report` prints, and the capture's summary comes from it (one definition of the
@@ -520,17 +556,32 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       }
       if (s.ok()) s = folder_.WriteManifest(info_);
       if (!s.ok()) {
-        info_.set_phase(v1::CAPTURE_PHASE_FAILED);
-        info_.set_message(std::string(s.message()));
-      } else if (owner_->options_.on_complete) {
-        absl::StatusOr<std::string> location = owner_->options_.on_complete(info_, folder_.path());
-        if (location.ok()) {
-          info_.set_location(*location);
-        } else {
-          info_.set_message(absl::StrCat(info_.message().empty() ? "" : info_.message() + "; ",
-                                         "store: ", location.status().message()));
+        failed = absl::StrCat("writing the capture's files failed: ", s.message(),
+                              "; nothing of the capture was kept (profd --capture_dir)");
+      } else {
+        folder_.ClearUnfinished();
+        if (owner_->options_.on_complete) {
+          absl::StatusOr<std::string> location =
+              owner_->options_.on_complete(info_, folder_.path());
+          if (location.ok()) {
+            info_.set_location(*location);
+          } else {
+            info_.set_message(absl::StrCat(info_.message().empty() ? "" : info_.message() + "; ",
+                                           "store: ", location.status().message()));
+          }
         }
       }
+    }
+    if (!failed.empty()) {
+      if (absl::Status removed = folder_.Remove(); !removed.ok()) {
+        LogError(kComponent, "capture %s: %s", info_.capture_id(), removed.message());
+      }
+      info_.clear_files();
+      info_.clear_location();
+      info_.set_phase(v1::CAPTURE_PHASE_FAILED);
+      info_.set_message(failed);
+    } else if (info_.files_size() == 0) {
+      folder_.RemoveIfEmpty();  // no process sent an event: no folder
     }
     for (const Target& t : targets_) {
       if (t.connection != 0) owner_->registry_->SetCapturing(t.connection, "");
@@ -611,7 +662,17 @@ CaptureOrchestrator::~CaptureOrchestrator() {
   }
   // Shutting down: agents will not be heard from again, so every running capture ends with what
   // it has (its trace is still written).
-  for (auto& c : all) c->Abandon();
+  for (auto& c : all) c->Shutdown();
+  for (auto& c : all) c->Join();
+}
+
+void CaptureOrchestrator::Shutdown() {
+  std::vector<std::shared_ptr<Capture>> all;
+  {
+    absl::MutexLock lock(&mutex_);
+    for (auto& [id, c] : captures_) all.push_back(c);
+  }
+  for (auto& c : all) c->Shutdown();
   for (auto& c : all) c->Join();
 }
 
@@ -628,6 +689,11 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
         absl::StrCat("duration ", absl::FormatDuration(absl::Milliseconds(request.duration_ms())),
                      " is over this profd's limit of ", absl::FormatDuration(options_.max_duration),
                      " (profd --max_capture_duration)"));
+  }
+  if (request.label().size() > v1::kMaxLabelBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--label is ", request.label().size(), " bytes; a label may have at most ",
+                     v1::kMaxLabelBytes, " (it is a name, not data)"));
   }
   absl::StatusOr<std::vector<CaptureTarget>> resolved =
       catalog_->Resolve(request, [this](uint32_t pid) { return RunningCaptureOf(pid); });
@@ -657,12 +723,19 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     if (absl::Status room = options_.check_space(); !room.ok()) return room;
   }
 
-  // When.
+  // When: a delay and a start time have the same bound (profd/v1/capture_limits.h).
   absl::Time now = absl::Now();
+  const absl::Duration max_delay = absl::Milliseconds(v1::kMaxStartDelayMs);
+  if (absl::Milliseconds(request.delay_ms()) > max_delay) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--delay ", absl::FormatDuration(absl::Milliseconds(request.delay_ms())),
+                     " is over the limit of ", absl::FormatDuration(max_delay),
+                     " (as --start-at): start the capture closer to when it is wanted"));
+  }
   absl::Time start_at = now + absl::Milliseconds(request.delay_ms());
   if (request.start_at_unix_ns() != 0) {
     start_at = absl::FromUnixNanos(request.start_at_unix_ns());
-    if (start_at < now - absl::Seconds(1) || start_at > now + absl::Hours(1)) {
+    if (start_at < now - absl::Seconds(1) || start_at > now + max_delay) {
       return absl::InvalidArgumentError(
           "--start-at must be within the next hour (a wall-clock time all nodes share)");
     }
@@ -711,7 +784,13 @@ std::shared_ptr<CaptureOrchestrator::Capture> CaptureOrchestrator::Find(
 
 std::optional<v1::CaptureInfo> CaptureOrchestrator::Get(const std::string& id) const {
   auto capture = Find(id);
-  if (!capture) return std::nullopt;
+  if (!capture) {
+    absl::MutexLock lock(&mutex_);
+    for (const v1::CaptureInfo& r : recovered_) {
+      if (r.capture_id() == id) return r;
+    }
+    return std::nullopt;
+  }
   return capture->Snapshot();
 }
 
@@ -724,6 +803,7 @@ bool CaptureOrchestrator::WaitForChange(const std::string& id, uint64_t* version
 
 std::vector<v1::CaptureInfo> CaptureOrchestrator::List(size_t limit) const {
   std::vector<std::shared_ptr<Capture>> recent;
+  std::vector<v1::CaptureInfo> recovered;
   {
     absl::MutexLock lock(&mutex_);
     for (auto it = order_.rbegin(); it != order_.rend() && (limit == 0 || recent.size() < limit);
@@ -731,19 +811,176 @@ std::vector<v1::CaptureInfo> CaptureOrchestrator::List(size_t limit) const {
       auto c = captures_.find(*it);
       if (c != captures_.end()) recent.push_back(c->second);
     }
+    for (auto it = recovered_.rbegin();
+         it != recovered_.rend() && (limit == 0 || recent.size() + recovered.size() < limit);
+         ++it) {
+      recovered.push_back(*it);
+    }
   }
   std::vector<v1::CaptureInfo> out;
   for (auto& c : recent) out.push_back(c->Snapshot());
+  for (auto& r : recovered) out.push_back(std::move(r));
   return out;
 }
 
 absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::Cancel(const std::string& id) {
   auto capture = Find(id);
-  if (!capture) return absl::NotFoundError(absl::StrCat("no capture ", id, " on this profd"));
+  if (!capture) {
+    if (std::optional<v1::CaptureInfo> recovered = Get(id)) return *recovered;
+    return absl::NotFoundError(absl::StrCat("no capture ", id, " on this profd"));
+  }
   v1::CaptureInfo info = capture->Snapshot();
   if (Terminal(info.phase())) return info;
   capture->Push(Capture::Item{Capture::Item::kCancel, 0, {}, {}});
   return capture->Snapshot();
+}
+
+// One folder a previous profd left without a manifest: its traces repaired (RepairTrace), then
+// summary.json and manifest.json as a finished capture has them, saying what happened.
+absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::string& path) {
+  CaptureFolder folder(path);
+  v1::CaptureInfo info;
+  std::string request;
+  {
+    std::ifstream in(folder.PathOf(CaptureFolder::kUnfinished), std::ios::binary);
+    std::ostringstream text;
+    text << in.rdbuf();
+    request = text.str();
+  }
+  if (request.empty() || !ProtoFromJson(request, &info)) {
+    info.Clear();  // no record of the request (or a cut one): what the folder itself says
+    info.set_capture_id(std::filesystem::path(path).filename().string());
+    info.set_hostname(options_.hostname);
+  }
+  std::vector<std::pair<std::string, uint32_t>> traces;  // file name, pid
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::EndsWith(name, ".tmp") || absl::EndsWith(name, ".repair")) {
+      std::filesystem::remove(entry.path(), ec);  // a write the kill cut short
+      continue;
+    }
+    uint32_t pid = 0;
+    if (absl::StartsWith(name, "trace-") && absl::EndsWith(name, ".json.gz") &&
+        absl::SimpleAtoi(name.substr(6, name.size() - 6 - 8), &pid)) {
+      traces.emplace_back(name, pid);
+    }
+  }
+  std::sort(traces.begin(), traces.end());
+  if (request.empty() && traces.empty()) {
+    return absl::NotFoundError(absl::StrCat(path, " holds no capture profd knows"));
+  }
+  auto process_of = [&info](uint32_t pid) -> v1::ProcessCapture* {
+    for (v1::ProcessCapture& p : *info.mutable_processes()) {
+      if (p.pid() == pid) return &p;
+    }
+    v1::ProcessCapture* p = info.add_processes();
+    p->set_pid(pid);
+    return p;
+  };
+  std::vector<std::string> lost;
+  for (const auto& [name, pid] : traces) {
+    if (process_of(pid)->path() == v1::CAPTURE_PATH_KINETO) {
+      // Kineto's own JSON, copied by KinetoSource: kept when the copy was whole; a cut one is
+      // not profd's format to close, and goes.
+      if (GzipIsWhole(folder.PathOf(name))) {
+        *info.add_files() = folder.Describe(name, CaptureFolder::kKinetoTrace, pid);
+      } else {
+        std::filesystem::remove(folder.PathOf(name), ec);
+        lost.push_back(absl::StrCat("pid ", pid, ": Kineto's trace was cut while profd copied it"));
+      }
+      continue;
+    }
+    TraceProcess process;
+    process.pid = pid;
+    process.comm = process_of(pid)->comm();
+    process.hostname = info.hostname();
+    process.capture_id = info.capture_id();
+    absl::StatusOr<TraceRepair> repaired =
+        RepairTrace(folder.PathOf(name), process, kKilledMessage, options_.gzip_level);
+    if (!repaired.ok()) {
+      // Nothing of it reads: no file that looks like a trace stays.
+      std::filesystem::remove(folder.PathOf(name), ec);
+      lost.push_back(absl::StrCat("pid ", pid, ": ", repaired.status().message()));
+      continue;
+    }
+    *info.add_files() = folder.Describe(name, CaptureFolder::kChromeTrace, pid);
+  }
+  for (v1::ProcessCapture& p : *info.mutable_processes()) {
+    if (CaptureSession::Terminal(p.state())) continue;
+    p.set_state(v1::CAPTURE_STATE_FAILED);
+    p.set_message(kKilledMessage);
+    p.set_truncated(true);
+  }
+  info.set_phase(v1::CAPTURE_PHASE_FAILED);
+  info.set_message(lost.empty() ? kKilledMessage
+                                : absl::StrCat(kKilledMessage, "; ", absl::StrJoin(lost, "; ")));
+  info.set_finished_unix_ns(absl::ToUnixNanos(absl::Now()));
+  if (info.files_size() == 0) {
+    // Killed before any event was written: nothing to keep but the record (`profctl captures`).
+    if (absl::Status s = folder.Remove(); !s.ok()) return s;
+    return info;
+  }
+  info.set_location(path);
+  std::vector<std::string> paths;
+  for (const v1::TraceFile& f : info.files()) paths.push_back(f.path());
+  absl::StatusOr<analysis::Report> report = analysis::AnalyzeTraceFiles(paths);
+  absl::Status written;
+  if (report.ok()) {
+    *info.mutable_summary() = SummaryOf(*report, 0);
+    for (const analysis::InputSummary& input : report->inputs) {
+      for (const v1::TraceFile& f : info.files()) {
+        if (f.path() == input.path) process_of(f.pid())->set_events(input.events);
+      }
+    }
+    written = folder.WriteSummary(*report);
+  } else {
+    written = folder.WriteSummary(info.summary());
+  }
+  if (written.ok()) written = folder.WriteManifest(info);
+  if (!written.ok()) return written;
+  folder.ClearUnfinished();
+  if (options_.on_complete) {
+    absl::StatusOr<std::string> location = options_.on_complete(info, path);
+    if (location.ok()) {
+      info.set_location(*location);
+    } else {
+      info.set_message(absl::StrCat(info.message(), "; store: ", location.status().message()));
+    }
+  }
+  return info;
+}
+
+std::vector<std::string> CaptureOrchestrator::RecoverUnfinished() {
+  std::vector<std::string> folders;
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(options_.capture_dir, ec)) {
+    if (!entry.is_directory(ec)) continue;
+    if (std::filesystem::exists(entry.path() / CaptureFolder::kManifest, ec)) continue;
+    folders.push_back(entry.path().string());
+  }
+  // Capture ids start with their UTC time: oldest first, as List keeps them.
+  std::sort(folders.begin(), folders.end());
+  std::vector<std::string> ids;
+  for (const std::string& path : folders) {
+    absl::StatusOr<v1::CaptureInfo> info = RecoverFolder(path);
+    if (!info.ok()) {
+      if (!absl::IsNotFound(info.status())) {
+        LogError(kComponent, "unfinished capture %s: %s", path, info.status().message());
+      }
+      continue;
+    }
+    LogWarning(kComponent, "capture %s was left unfinished by the previous profd: %s",
+               info->capture_id(),
+               info->files_size() > 0 ? "its trace was repaired (truncated)" : "it had no events");
+    if (options_.on_finished) options_.on_finished(*info);
+    ids.push_back(info->capture_id());
+    absl::MutexLock lock(&mutex_);
+    ++failed_;
+    recovered_.push_back(*std::move(info));
+    if (recovered_.size() > kKeepFinished) recovered_.erase(recovered_.begin());
+  }
+  return ids;
 }
 
 CaptureOrchestrator::Counts CaptureOrchestrator::counts() const {

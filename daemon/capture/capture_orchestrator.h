@@ -39,6 +39,7 @@ struct CaptureOptions {
   uint64_t max_events = 50'000'000;                   // per process; the trace says when it was cut
   absl::Duration start_timeout = absl::Seconds(5);    // agent must enable CUPTI by then
   absl::Duration finish_timeout = absl::Seconds(30);  // ... and report the end by then
+  absl::Duration cancel_timeout = absl::Seconds(5);   // ... or this long after a cancel
   uint64_t min_free_bytes = 64u << 20;                // refuse captures when the disk is this full
   int gzip_level = 1;
   // Through Kineto: the largest trace profd takes from a process (--kineto_max_trace_bytes).
@@ -76,6 +77,17 @@ class CaptureOrchestrator final : public AgentEventSink {
   std::vector<v1::CaptureInfo> List(size_t limit) const;
   absl::StatusOr<v1::CaptureInfo> Cancel(const std::string& id);
 
+  // Main thread, at start before serving: the capture folders a previous profd left unfinished
+  // (killed mid-capture: no manifest, a trace cut anywhere) get a trace that reads (the gzip's
+  // readable prefix, closed at its last whole event), a summary and a manifest that says what
+  // happened, and go to the store (on_complete); Get and List show them. Returns their ids.
+  std::vector<std::string> RecoverUnfinished();
+
+  // Main thread, at shutdown before the gRPC server stops: every running capture ends now with
+  // what it has, its processes failed with "profd shut down during the capture", and its files
+  // written; returns once all have. The destructor does the same.
+  void Shutdown();
+
   struct Counts {
     uint32_t running = 0;
     uint64_t completed = 0;
@@ -97,6 +109,7 @@ class CaptureOrchestrator final : public AgentEventSink {
   std::shared_ptr<Capture> Find(const std::string& id) const;
   std::shared_ptr<Capture> FindByConnection(ConnectionId connection) const;
   std::string RunningCaptureOf(uint32_t pid) const;
+  absl::StatusOr<v1::CaptureInfo> RecoverFolder(const std::string& path);
 
   const CaptureOptions options_;
   AgentRegistry* const registry_;
@@ -107,6 +120,8 @@ class CaptureOrchestrator final : public AgentEventSink {
   mutable absl::Mutex mutex_;
   std::map<std::string, std::shared_ptr<Capture>> captures_ ABSL_GUARDED_BY(mutex_);
   std::deque<std::string> order_ ABSL_GUARDED_BY(mutex_);  // oldest first, for List and pruning
+  // Captures repaired by RecoverUnfinished, oldest first: older than any of captures_.
+  std::vector<v1::CaptureInfo> recovered_ ABSL_GUARDED_BY(mutex_);
   uint64_t completed_ ABSL_GUARDED_BY(mutex_) = 0;
   uint64_t failed_ ABSL_GUARDED_BY(mutex_) = 0;
 };

@@ -59,7 +59,7 @@ bool CaptureSession::ApplyStatus(size_t i, const v1::CaptureStatus& s,
   }
   if (s.state() == v1::CAPTURE_STATE_FINISHED) {
     p.set_dropped_records(std::max<uint64_t>(s.dropped_records(), dropped_from_batches));
-    p.set_truncated(s.truncated());
+    p.set_truncated(p.truncated() || s.truncated());  // profd may have cut it (max_events)
   }
   return true;
 }
@@ -73,6 +73,10 @@ bool CaptureSession::CheckDeadlines(absl::Time now) {
       changed |= Fail(i, absl::StrCat("the agent did not enable CUPTI within ",
                                       absl::FormatDuration(timeouts_.start),
                                       " of the start time (process stalled?)"));
+    } else if (now > cancelled_at_ + timeouts_.cancel) {
+      changed |= Fail(i, absl::StrCat("cancelled, and the agent did not report its end within ",
+                                      absl::FormatDuration(timeouts_.cancel),
+                                      " (process stalled?); the trace keeps what came"));
     } else if (now > end_at() + timeouts_.finish) {
       changed |=
           Fail(i, absl::StrCat("no end of capture from the agent ",
@@ -82,6 +86,8 @@ bool CaptureSession::CheckDeadlines(absl::Time now) {
   }
   return changed;
 }
+
+void CaptureSession::Cancel(absl::Time now) { cancelled_at_ = std::min(cancelled_at_, now); }
 
 void CaptureSession::UpdatePhase(absl::Time now) {
   bool any_started = false;
@@ -126,7 +132,7 @@ void CaptureSession::Conclude(bool cancelled, absl::string_view write_error, abs
   if (!write_error.empty()) {
     info_.set_phase(v1::CAPTURE_PHASE_FAILED);
     info_.set_message(absl::StrCat("writing the trace failed: ", write_error,
-                                   " (disk full? see profd --capture_dir)"));
+                                   "; nothing of the capture was kept (profd --capture_dir)"));
   }
   info_.set_finished_unix_ns(absl::ToUnixNanos(now));
 }

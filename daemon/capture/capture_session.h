@@ -23,6 +23,7 @@ class CaptureSession {
   struct Timeouts {
     absl::Duration start = absl::Seconds(5);    // CUPTI enabled by the start time + this
     absl::Duration finish = absl::Seconds(30);  // the end reported by the end time + this
+    absl::Duration cancel = absl::Seconds(5);   // ... or by a cancel + this, whichever is first
   };
 
   // info: the capture as requested (PENDING), with one ProcessCapture per target.
@@ -50,8 +51,12 @@ class CaptureSession {
   bool AgentGone(size_t i);
   // The agent's report; dropped_from_batches: what its batches said they dropped.
   bool ApplyStatus(size_t i, const v1::CaptureStatus& status, uint64_t dropped_from_batches);
-  // Fails the processes whose agent missed the start or the finish timeout.
+  // Fails the processes whose agent missed the start, the finish or the cancel timeout.
   bool CheckDeadlines(absl::Time now);
+  // The capture was cancelled at `now` (the first cancel counts): its agents have the cancel
+  // timeout to report their end, however long the capture was meant to run.
+  void Cancel(absl::Time now);
+  bool cancelled() const { return cancelled_at_ != absl::InfiniteFuture(); }
   // PENDING -> RUNNING once a process started; RUNNING -> FINISHING once the window is over.
   void UpdatePhase(absl::Time now);
   bool AllTerminal() const;
@@ -64,6 +69,7 @@ class CaptureSession {
   v1::CaptureInfo info_;
   const std::vector<bool> self_timed_;
   const Timeouts timeouts_;
+  absl::Time cancelled_at_ = absl::InfiniteFuture();
 };
 
 }  // namespace profd

@@ -41,6 +41,29 @@ std::string ProcessSink::ChargeStrings(const v1::EventBatch& batch) {
                       "): the trace stops there (CaptureOptions::max_string_bytes_per_process)");
 }
 
+bool ProcessSink::Cut(v1::EventBatch* batch, uint64_t max_events) const {
+  if (max_events == 0) return false;
+  uint64_t room = max_events > events_ ? max_events - events_ : 0;
+  bool cut = false;
+  auto keep = [&](auto* events) {
+    const uint64_t size = static_cast<uint64_t>(events->size());
+    if (size > room) {
+      events->DeleteSubrange(static_cast<int>(room), static_cast<int>(size - room));
+      cut = true;
+    }
+    room -= std::min(room, size);
+  };
+  keep(batch->mutable_kernels());
+  keep(batch->mutable_memcpys());
+  keep(batch->mutable_memsets());
+  keep(batch->mutable_api_calls());
+  keep(batch->mutable_syncs());
+  keep(batch->mutable_memory_ops());
+  keep(batch->mutable_overheads());
+  keep(batch->mutable_markers());
+  return cut;
+}
+
 absl::Status ProcessSink::StartTrace() {
   file_name_ = CaptureFolder::TraceFileName(process_.pid);
   analysis_index_ = analysis_->AddProcess(process_.pid, folder_->PathOf(file_name_));

@@ -37,6 +37,10 @@ class ProcessSink {
   // "". Call before Write.
   std::string ChargeStrings(const v1::EventBatch& batch);
 
+  // Drops the events of batch past max_events for this process (0: no limit), in the batch's
+  // field order; returns whether it dropped any. Call before Write.
+  bool Cut(v1::EventBatch* batch, uint64_t max_events) const;
+
   // Takes one batch (bytes: as it came, for the raw record). files_ok: no trace of the capture
   // has failed to write so far; once one has, no file is started or recorded to. Returns the
   // error of this process's trace file, if writing it failed.

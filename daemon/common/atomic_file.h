@@ -22,7 +22,12 @@ struct AtomicWriteOptions {
   std::string temp_path;
 };
 
-// Writes content to path through a temporary file and a rename.
+// The error of a failed write of path, errno `error`: a full disk (ENOSPC, EDQUOT, EFBIG) says
+// "disk full" and is RESOURCE_EXHAUSTED, so that users and callers tell it from other failures.
+absl::Status FileWriteError(const std::string& path, int error);
+
+// Writes content to path through a temporary file and a rename; the temporary file is removed
+// when anything fails.
 absl::Status WriteFileAtomically(const std::string& path, absl::string_view content,
                                  const AtomicWriteOptions& options = {});
 

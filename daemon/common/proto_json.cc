@@ -14,4 +14,10 @@ std::string ProtoToJson(const google::protobuf::Message& message, const ProtoJso
   return out;
 }
 
+bool ProtoFromJson(const std::string& json, google::protobuf::Message* message) {
+  google::protobuf::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  return google::protobuf::util::JsonStringToMessage(json, message, options).ok();
+}
+
 }  // namespace profd

@@ -17,4 +17,8 @@ struct ProtoJsonOptions {
 std::string ProtoToJson(const google::protobuf::Message& message,
                         const ProtoJsonOptions& options = {});
 
+// Reads what ProtoToJson wrote (fields it does not know are ignored); false when json is not
+// such a message.
+bool ProtoFromJson(const std::string& json, google::protobuf::Message* message);
+
 }  // namespace profd

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/checked_math.h"
+#include "daemon/common/atomic_file.h"
 #include "daemon/trace/event_limits.h"
 #include "daemon/trace/event_names.h"
 
@@ -73,6 +74,7 @@ absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Create(
     const std::string& path, const TraceProcess& process, int gzip_level, BytesObserver on_bytes) {
   FILE* file = std::fopen(path.c_str(), "wb");
   if (file == nullptr) {
+    if (errno == ENOSPC || errno == EDQUOT) return FileWriteError(path, errno);
     return absl::UnavailableError(
         absl::StrCat("cannot create trace file ", path, ": ", std::strerror(errno)));
   }
@@ -117,8 +119,7 @@ absl::Status ChromeTraceWriter::Flush(bool finish) {
     int rc = deflate(&zs_, flush);
     size_t produced = out_.size() - zs_.avail_out;
     if (produced > 0 && std::fwrite(out_.data(), 1, produced, file_) != produced) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("cannot write trace file ", path_, ": ", std::strerror(errno)));
+      return FileWriteError(path_, errno);
     }
     compressed_bytes_ += produced;
     if (on_bytes_ && produced > 0) on_bytes_(std::string_view(out_.data(), produced));
@@ -477,10 +478,7 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
   Append(tail);
   absl::Status status = flush_error_.ok() ? Flush(true) : flush_error_;
   deflateEnd(&zs_);
-  if (std::fclose(file_) != 0 && status.ok()) {
-    status = absl::ResourceExhaustedError(
-        absl::StrCat("cannot write trace file ", path_, ": ", std::strerror(errno)));
-  }
+  if (std::fclose(file_) != 0 && status.ok()) status = FileWriteError(path_, errno);
   file_ = nullptr;
   return status;
 }

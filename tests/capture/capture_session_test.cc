@@ -43,6 +43,39 @@ TEST(CaptureSessionTest, AgentThatNeverEnablesCuptiFailsAtTheStartTimeout) {
   EXPECT_TRUE(session.AllTerminal());
 }
 
+// A cancel bounds the wait for the agent's end by the cancel timeout, whatever the window left
+// (issue 13: a stalled agent kept a cancelled capture "finishing" and its pid locked).
+TEST(CaptureSessionTest, CancelledCaptureEndsAtTheCancelTimeoutEvenWithTheWindowLeft) {
+  CaptureSession session = Session(1);
+  ASSERT_TRUE(session.ApplyStatus(0, Status(v1::CAPTURE_STATE_STARTED), 0));
+  const absl::Time cancel = kRequested + absl::Seconds(1);
+  session.Cancel(cancel);
+  session.Cancel(cancel + absl::Seconds(3));  // a second cancel does not move the deadline
+  EXPECT_TRUE(session.cancelled());
+  EXPECT_FALSE(session.CheckDeadlines(cancel + absl::Seconds(5)));
+  EXPECT_TRUE(session.CheckDeadlines(cancel + absl::Seconds(5) + absl::Milliseconds(1)));
+  EXPECT_EQ(session.info().processes(0).state(), v1::CAPTURE_STATE_FAILED);
+  EXPECT_TRUE(absl::StrContains(session.info().processes(0).message(),
+                                "cancelled, and the agent did not report its end within 5s"));
+  EXPECT_TRUE(session.AllTerminal());
+}
+
+// Cancelled before its delayed start: not kept until the start timeout of a start an hour away.
+TEST(CaptureSessionTest, CancelBeforeADelayedStartEndsAtTheCancelTimeout) {
+  CaptureSession session = Session(1, {}, absl::Hours(1));
+  session.Cancel(kRequested);
+  EXPECT_FALSE(session.CheckDeadlines(kRequested + absl::Seconds(5)));
+  EXPECT_TRUE(session.CheckDeadlines(kRequested + absl::Seconds(6)));
+  EXPECT_TRUE(session.AllTerminal());
+}
+
+// Kineto keeps its own deadlines (the orchestrator's): a cancel does not fail it here.
+TEST(CaptureSessionTest, CancelLeavesSelfTimedProcessesToTheirOwnDeadlines) {
+  CaptureSession session = Session(1, {true});
+  session.Cancel(kRequested);
+  EXPECT_FALSE(session.CheckDeadlines(kRequested + absl::Minutes(10)));
+}
+
 TEST(CaptureSessionTest, StartTimeoutCountsFromTheStartTimeAskedFor) {
   CaptureSession session = Session(1, {}, absl::Seconds(60));
   EXPECT_FALSE(session.CheckDeadlines(kRequested + absl::Seconds(64)));

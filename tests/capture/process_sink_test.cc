@@ -120,5 +120,34 @@ TEST(ProcessSinkTest, StringsPastTheBoundRefuseTheBatch) {
   EXPECT_NE(why.find("need more than 1 MiB"), std::string::npos) << why;
 }
 
+// profd keeps max_events to the event whatever the agent sends (issue 13: --max-events 1 kept
+// a whole batch, 2,008 events).
+TEST(ProcessSinkTest, CutKeepsMaxEventsToTheEventAcrossBatches) {
+  RecordingSink recording;
+  ProcessSink& sink = recording.sink;
+  std::vector<v1::EventBatch> batches = ReadRecordedBatches(SourcePath(kFixture));
+  uint64_t all = 0;
+  for (const v1::EventBatch& b : batches) all += EventsIn(b);
+  const uint64_t max = all - 7;  // cuts inside the last batch, or the only one
+  for (v1::EventBatch& b : batches) {
+    const uint64_t before = EventsIn(b);
+    const bool cut = sink.Cut(&b, max);
+    EXPECT_EQ(cut, EventsIn(b) != before);
+    ASSERT_TRUE(sink.Write(b, b.SerializeAsString(), true).ok());
+  }
+  EXPECT_EQ(sink.events(), max);
+  v1::EventBatch more = ReadRecordedBatches(SourcePath(kFixture)).front();
+  EXPECT_TRUE(sink.Cut(&more, max));
+  EXPECT_EQ(EventsIn(more), 0u);
+  v1::EventBatch unlimited = ReadRecordedBatches(SourcePath(kFixture)).front();
+  EXPECT_FALSE(sink.Cut(&unlimited, 0));
+
+  RecordingSink one;
+  v1::EventBatch first = ReadRecordedBatches(SourcePath(kFixture)).front();
+  EXPECT_TRUE(one.sink.Cut(&first, 1));
+  EXPECT_EQ(EventsIn(first), 1u);
+  EXPECT_EQ(first.kernels_size() + first.memcpys_size(), 1) << "kept in the batch's order";
+}
+
 }  // namespace
 }  // namespace profd

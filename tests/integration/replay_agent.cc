@@ -1,7 +1,9 @@
 // A stand-in for a GPU process in tests that run without a GPU: the real agent (channel,
 // registration, heartbeats) with a capture backend that, instead of CUPTI, replays event batches
 // recorded from a real capture (tests/fixtures/), shifted to the current time.
-//   replay_agent <batches.pb> [--die-after-start]
+//   replay_agent <batches.pb> [--die-after-start | --never-finish]
+// --never-finish: a stalled capture thread; it sends its batches, then ignores stop requests and
+// never reports the capture's end (the agent thread keeps heartbeating).
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -24,6 +26,7 @@ namespace {
 
 std::vector<profd::v1::EventBatch> g_batches;
 bool g_die_after_start = false;
+bool g_never_finish = false;
 
 uint64_t NowNs() {
   timespec ts;
@@ -106,6 +109,7 @@ class ReplayHandler final : public profagent::CaptureHandler {
       *message.mutable_events() = std::move(b);
       agent_->Enqueue(message.SerializeAsString());
     }
+    if (g_never_finish) return;  // running_ stays set: later captures are ignored too
     {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(request.duration_ms), [this] { return stop_; });
@@ -131,6 +135,7 @@ int main(int argc, char** argv) {
   if (argc < 2) return 2;
   g_batches = profd::testing::ReadRecordedBatches(argv[1]);
   g_die_after_start = argc > 2 && std::strcmp(argv[2], "--die-after-start") == 0;
+  g_never_finish = argc > 2 && std::strcmp(argv[2], "--never-finish") == 0;
   profagent::AgentOptions options;
   const char* socket = std::getenv(profd::v1::kAgentSocketEnv);
   options.socket_path = socket ? socket : profd::v1::kDefaultAgentSocket;
