@@ -149,13 +149,7 @@ void Retention::SweepCaptureDir() {
     ++pruned;
     pruned_bytes += c.bytes;
   }
-  uint64_t kept_bytes = 0;
-  for (const RetainedCapture& c : captures) kept_bytes += c.bytes;
-  absl::MutexLock lock(&mu_);
-  capture_dir_stats_.kept = captures.size() - pruned;
-  capture_dir_stats_.kept_bytes = kept_bytes - pruned_bytes;
-  capture_dir_stats_.pruned_total += pruned;
-  capture_dir_stats_.pruned_bytes_total += pruned_bytes;
+  Account(captures, pruned, pruned_bytes, &capture_dir_stats_);
 }
 
 void Retention::SweepStore() {
@@ -187,13 +181,18 @@ void Retention::SweepStore() {
     ++pruned;
     pruned_bytes += c.bytes;
   }
-  uint64_t kept_bytes = 0;
-  for (const RetainedCapture& c : captures) kept_bytes += c.bytes;
+  Account(captures, pruned, pruned_bytes, &store_stats_);
+}
+
+void Retention::Account(const std::vector<RetainedCapture>& swept, uint64_t pruned,
+                        uint64_t pruned_bytes, RetentionStats* stats) {
+  uint64_t bytes = 0;
+  for (const RetainedCapture& c : swept) bytes += c.bytes;
   absl::MutexLock lock(&mu_);
-  store_stats_.kept = captures.size() - pruned;
-  store_stats_.kept_bytes = kept_bytes - pruned_bytes;
-  store_stats_.pruned_total += pruned;
-  store_stats_.pruned_bytes_total += pruned_bytes;
+  stats->kept = swept.size() - pruned;
+  stats->kept_bytes = bytes - pruned_bytes;
+  stats->pruned_total += pruned;
+  stats->pruned_bytes_total += pruned_bytes;
 }
 
 RetentionStats Retention::capture_dir_stats() const {

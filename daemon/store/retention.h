@@ -84,6 +84,9 @@ class Retention {
   void SweepCaptureDir();
   void SweepStore();
   void Loop();
+  // After a sweep of one place: what it found (`swept`), and what it deleted of that.
+  void Account(const std::vector<RetainedCapture>& swept, uint64_t pruned, uint64_t pruned_bytes,
+               RetentionStats* stats) ABSL_LOCKS_EXCLUDED(mu_);
 
   const RetentionOptions options_;
   const Spool* const spool_;

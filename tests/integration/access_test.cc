@@ -22,13 +22,6 @@ namespace {
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
-std::unique_ptr<Subprocess> StartReplayAgent(const std::string& socket) {
-  return std::make_unique<Subprocess>(
-      std::vector<std::string>{BuildPath("tests/integration/replay_agent"),
-                               SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")},
-      std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", socket}});
-}
-
 struct FileMode {
   mode_t mode = 0;
   uid_t uid = 0;
@@ -90,14 +83,6 @@ class AccessTest : public ::testing::Test {
   Identity member_;    // the same user, in the access group
   gid_t group_ = 0;
 };
-
-bool Registered(const ProfdProcess& profd, pid_t pid) {
-  rapidjson::Document d = profd.ProfctlJson({"agents"});
-  for (const auto& a : d["agents"].GetArray()) {
-    if (a["pid"].GetInt() == pid) return true;
-  }
-  return false;
-}
 
 // profd as installed, with nothing about access given: no TCP listener, the control socket and
 // every trace root's only.

@@ -16,23 +16,6 @@
 namespace profd::testing {
 namespace {
 
-std::unique_ptr<Subprocess> StartReplayAgent(const std::string& socket,
-                                             const std::string& extra = "") {
-  std::vector<std::string> argv = {BuildPath("tests/integration/replay_agent"),
-                                   SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")};
-  if (!extra.empty()) argv.push_back(extra);
-  return std::make_unique<Subprocess>(
-      argv, std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", socket}});
-}
-
-bool Registered(const ProfdProcess& profd, pid_t pid) {
-  rapidjson::Document d = profd.ProfctlJson({"agents"});
-  for (const auto& a : d["agents"].GetArray()) {
-    if (a["pid"].GetInt() == pid) return true;
-  }
-  return false;
-}
-
 class CaptureTest : public ::testing::Test {
  protected:
   void SetUp() override {

@@ -31,13 +31,6 @@ bool Stored(const ProfdProcess& profd, const std::string& id) {
   return StateOf(profd, id) == "TRACE_STATE_STORED";
 }
 
-std::unique_ptr<Subprocess> StartReplayAgent(const ProfdProcess& profd) {
-  return std::make_unique<Subprocess>(
-      std::vector<std::string>{BuildPath("tests/integration/replay_agent"),
-                               SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")},
-      std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", profd.agent_socket()}});
-}
-
 uint64_t Uint(const rapidjson::Value& v) {
   return v.IsString() ? std::stoull(v.GetString()) : v.GetUint64();
 }
@@ -123,8 +116,8 @@ TEST(ReportStoredTest, AnotherNodesCaptureIsReported) {
 TEST(ReportStoredTest, ACaptureFromBeforeARestartAndItsFolderPerProcess) {
   ProfdProcess profd;
   profd.Start();
-  auto a = StartReplayAgent(profd);
-  auto b = StartReplayAgent(profd);
+  auto a = StartReplayAgent(profd.agent_socket());
+  auto b = StartReplayAgent(profd.agent_socket());
   ASSERT_TRUE(WaitFor([&] { return profd.ProfctlJson({"agents"})["agents"].Size() == 2; },
                       absl::Seconds(5)));
   rapidjson::Document c = profd.ProfctlJson({"capture", "--all", "--duration", "300ms"});
@@ -171,7 +164,7 @@ TEST(ReportStoredTest, ACaptureFromBeforeARestartAndItsFolderPerProcess) {
 TEST(ReportStoredTest, ShowIsReadableInOneUnitStyle) {
   ProfdProcess profd;
   profd.Start();
-  auto agent = StartReplayAgent(profd);
+  auto agent = StartReplayAgent(profd.agent_socket());
   ASSERT_TRUE(WaitFor([&] { return profd.ProfctlJson({"agents"})["agents"].Size() == 1; },
                       absl::Seconds(5)));
   rapidjson::Document c = profd.ProfctlJson({"capture", "--all", "--duration", "300ms"});

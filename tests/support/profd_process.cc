@@ -71,4 +71,22 @@ std::unique_ptr<Subprocess> StartAgentHost(const std::string& agent_socket,
   return std::make_unique<Subprocess>(argv, env);
 }
 
+std::unique_ptr<Subprocess> StartReplayAgent(const std::string& agent_socket,
+                                             const std::string& extra) {
+  std::vector<std::string> argv = {BuildPath("tests/integration/replay_agent"),
+                                   SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")};
+  if (!extra.empty()) argv.push_back(extra);
+  return std::make_unique<Subprocess>(
+      argv, std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", agent_socket}});
+}
+
+bool Registered(const ProfdProcess& profd, pid_t pid) {
+  rapidjson::Document d = profd.ProfctlJson({"agents"});
+  if (!d.HasMember("agents") || !d["agents"].IsArray()) return false;
+  for (const auto& a : d["agents"].GetArray()) {
+    if (a["pid"].GetInt() == pid) return true;
+  }
+  return false;
+}
+
 }  // namespace profd::testing

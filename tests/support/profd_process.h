@@ -43,6 +43,14 @@ class ProfdProcess {
   std::unique_ptr<Subprocess> process_;
 };
 
+// The real agent (tests/integration/replay_agent: libprofagent.so with the batches recorded on an
+// H200 in place of CUPTI) connected to agent_socket; `extra` is one more replay_agent flag.
+std::unique_ptr<Subprocess> StartReplayAgent(const std::string& agent_socket,
+                                             const std::string& extra = "");
+
+// Whether `profctl agents` lists pid.
+bool Registered(const ProfdProcess& profd, pid_t pid);
+
 // A child process that loads libprofagent.so the way the CUDA driver does (dlopen, then
 // InitializeInjection) and idles until killed. No GPU needed.
 std::unique_ptr<Subprocess> StartAgentHost(const std::string& agent_socket,
