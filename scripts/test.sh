@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds, and runs every test that needs no GPU; then
-# the same suite built with ASan+UBSan (scripts/sanitize.sh) and each fuzz target for a bounded
-# time (scripts/fuzz.sh). TEST_SANITIZE=0 or TEST_FUZZ=0 skip those two (e.g. while iterating);
-# CI runs everything. Each stage prints how long it took.
+# the same suite built with ASan+UBSan (scripts/sanitize.sh), the agent's threaded parts built with
+# TSan (scripts/tsan.sh) and each fuzz target for a bounded time (scripts/fuzz.sh). TEST_SANITIZE=0,
+# TEST_TSAN=0 or TEST_FUZZ=0 skip those (e.g. while iterating); CI runs everything. Each stage
+# prints how long it took.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 stage() {
@@ -17,5 +18,6 @@ stage build bash scripts/build.sh
 BUILD_DIR=${BUILD_DIR:-build}
 stage tests ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 --timeout 600
 if [ "${TEST_SANITIZE:-1}" != 0 ]; then stage "ASan+UBSan suite" bash scripts/sanitize.sh; fi
+if [ "${TEST_TSAN:-1}" != 0 ]; then stage "TSan (agent)" bash scripts/tsan.sh; fi
 if [ "${TEST_FUZZ:-1}" != 0 ]; then stage fuzzing bash scripts/fuzz.sh; fi
 echo "== test.sh: all passed in $SECONDS s"

@@ -91,6 +91,41 @@ TEST(LaunchCountersTest, SampledLaunchesAreScaledByTheTimeWatched) {
   EXPECT_EQ(hb.launch_sample_every, 10u);
 }
 
+// The sampler thread folds while application threads launch (what the TSan build checks): every
+// launch seen is counted once, scaled by period / watched.
+TEST(LaunchCountersTest, SamplerFoldsWhileApplicationThreadsLaunch) {
+  LaunchCounters& c = LaunchCounters::Get();
+  c.Enable();  // sampled, 1/10 (no CUDA here: no sampler thread of its own)
+  std::atomic<int> launching{4};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20000; ++i) c.OnLaunch(5, i % 100 == 0);
+      --launching;
+    });
+  }
+  uint64_t last = 0;
+  while (launching.load() > 0) {
+    c.FoldWindow(10'000'000, 1'000'000);
+    wire::Heartbeat hb;
+    c.FillHeartbeat(&hb);
+    for (const wire::DeviceCounters& d : hb.devices) {
+      if (d.device != 5) continue;
+      EXPECT_GE(d.kernel_launches, last);  // a Prometheus counter never goes back
+      last = d.kernel_launches;
+    }
+  }
+  for (std::thread& t : threads) t.join();
+  c.FoldWindow(10'000'000, 1'000'000);
+  wire::Heartbeat hb;
+  c.FillHeartbeat(&hb);
+  auto d5 = std::find_if(hb.devices.begin(), hb.devices.end(),
+                         [](const wire::DeviceCounters& d) { return d.device == 5; });
+  ASSERT_NE(d5, hb.devices.end());
+  EXPECT_EQ(d5->kernel_launches, 4u * 19800u * 10u);
+  EXPECT_EQ(d5->graph_launches, 4u * 200u * 10u);
+}
+
 // The sampler's schedule and estimate over a minute of simulated launches, one every `every_ns`
 // while the work is on; windows overshoot by 60 us, as sleeps do.
 uint64_t LaunchesIn(uint64_t a, uint64_t b, uint64_t every_ns) {
