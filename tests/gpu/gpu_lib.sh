@@ -12,3 +12,18 @@ wait_running() {
   say "TIMEOUT waiting for a running capture"; return 1
 }
 trace_of() { python3 -c "import json,sys; d=json.load(open('$1')); print(d['files'][0]['path'] if d.get('files') else '')"; }
+# profd from $DIST (bin/, lib/ put first on PATH and LD_LIBRARY_PATH) in a fresh runtime folder
+# RT=/tmp/profd-NAME: no TCP, a local store there, the log in $RT/profd.log; more flags after NAME.
+# Sets RT, PROFD_PID, and PROFD_TARGET/PROFD_AGENT_SOCKET for profctl and the agents.
+start_profd() {  # NAME [flag ...]
+  local name=$1
+  shift
+  export LD_LIBRARY_PATH=$DIST/lib:${LD_LIBRARY_PATH:-}
+  export PATH=$DIST/bin:$PATH
+  RT=/tmp/profd-$name; rm -rf "$RT"; mkdir -p "$RT"
+  export PROFD_TARGET=unix:$RT/profd.sock PROFD_AGENT_SOCKET=$RT/agent.sock
+  profd --runtime_dir="$RT" --grpc_address=none --capture_dir="$RT/captures" \
+    --spool_dir="$RT/spool" --store="file://$RT/store" "$@" > "$RT/profd.log" 2>&1 &
+  PROFD_PID=$!
+  sleep 0.5
+}

@@ -8,14 +8,7 @@ set -u
 DIST=$(cd "$1" && pwd); OUT=$2; WINDOWS=${3:-48}
 mkdir -p "$OUT"
 source tests/gpu/gpu_lib.sh
-export LD_LIBRARY_PATH=$DIST/lib:${LD_LIBRARY_PATH:-}
-export PATH=$DIST/bin:$PATH
-RT=/tmp/profd-ablation; rm -rf $RT; mkdir -p $RT
-export PROFD_TARGET=unix:$RT/profd.sock PROFD_AGENT_SOCKET=$RT/agent.sock
-profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures --metrics_address=none \
-  --spool_dir=$RT/spool --store=file://$RT/store > "$RT/profd.log" 2>&1 &
-PROFD_PID=$!
-sleep 0.5
+start_profd ablation --metrics_address=none
 run() {  # name, extra environment, conditions
   env PROFD_AGENT_COUNTERS=off CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so $2 \
     python3 tests/gpu/gpt2_workload.py loop --windows "$WINDOWS" --steps 200 --toggle mix \

@@ -9,14 +9,7 @@ set -u
 DIST=$(cd "$1" && pwd); OUT=$2; WINDOWS=${3:-24}
 mkdir -p "$OUT"
 source tests/gpu/gpu_lib.sh
-export LD_LIBRARY_PATH=$DIST/lib:${LD_LIBRARY_PATH:-}
-export PATH=$DIST/bin:$PATH
-RT=/tmp/profd-cost; rm -rf $RT; mkdir -p $RT
-export PROFD_TARGET=unix:$RT/profd.sock PROFD_AGENT_SOCKET=$RT/agent.sock
-profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures --metrics_address=none \
-  --spool_dir=$RT/spool --store=file://$RT/store > "$RT/profd.log" 2>&1 &
-PROFD_PID=$!
-sleep 0.5
+start_profd cost --metrics_address=none
 
 # One real 10 s capture of a launch-bound loop (empty kernels, counters off): profd's peak RSS
 # before and after, the time from the end of the window to `profctl capture` returning, and the

@@ -9,15 +9,7 @@ set -u
 DIST=$(cd "$1" && pwd); OUT=$2
 mkdir -p "$OUT"
 source tests/gpu/gpu_lib.sh
-export LD_LIBRARY_PATH=$DIST/lib:${LD_LIBRARY_PATH:-}
-export PATH=$DIST/bin:$PATH
-RT=/tmp/profd-firstday; rm -rf $RT; mkdir -p $RT
-export PROFD_TARGET=unix:$RT/profd.sock PROFD_AGENT_SOCKET=$RT/agent.sock
-profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures \
-  --metrics_address=127.0.0.1:19477 --spool_dir=$RT/spool --store=file://$RT/store \
-  > $RT/profd.log 2>&1 &
-P=$!
-sleep 0.5
+start_profd firstday --metrics_address=127.0.0.1:19477
 RANK=3 WORLD_SIZE=8 LOCAL_RANK=3 CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so \
   $DIST/share/profd/tests/cuda_workload pulse --on-ms 1000 --off-ms 0 --cycles 12 \
   > "$OUT/workload.txt" 2>&1 &
@@ -69,5 +61,5 @@ if trace:
 else:
     print("no trace:", open(out + "/capture.json").read()[:500])
 PY
-kill $P 2>/dev/null
-wait $P 2>/dev/null
+kill $PROFD_PID 2>/dev/null
+wait $PROFD_PID 2>/dev/null

@@ -12,14 +12,7 @@ set -u
 DIST=$(cd "$1" && pwd); OUT=$2; SECONDS_RUN=${3:-75}
 mkdir -p "$OUT"
 source tests/gpu/gpu_lib.sh
-export LD_LIBRARY_PATH=$DIST/lib:${LD_LIBRARY_PATH:-}
-export PATH=$DIST/bin:$PATH
-RT=/tmp/profd-launches; rm -rf $RT; mkdir -p $RT
-export PROFD_TARGET=unix:$RT/profd.sock PROFD_AGENT_SOCKET=$RT/agent.sock
-profd --runtime_dir=$RT --grpc_address=none --capture_dir=$RT/captures --heartbeat_interval=200ms \
-  --metrics_address=none --spool_dir=$RT/spool --store=file://$RT/store > $RT/profd.log 2>&1 &
-P=$!
-sleep 0.5
+start_profd launches --heartbeat_interval=200ms --metrics_address=none
 W=$DIST/share/profd/tests/cuda_workload
 AGENT=$DIST/lib/libprofagent.so
 CUDA_INJECTION64_PATH=$AGENT $W pulse --on-ms 1000 --off-ms 0 --cycles "$SECONDS_RUN" \
@@ -83,5 +76,5 @@ for mode in sampled exact; do
       "$(python3 tests/bench/overhead_report.py "$OUT/cost_${mode}_$run.txt")"
   done
 done
-kill $P 2>/dev/null
-wait $P 2>/dev/null
+kill $PROFD_PID 2>/dev/null
+wait $PROFD_PID 2>/dev/null

@@ -19,18 +19,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::string StateOf(const ProfdProcess& profd, const std::string& id) {
-  rapidjson::Document doc = profd.ProfctlJson({"list"});
-  for (const auto& t : doc["traces"].GetArray()) {
-    if (id == t["capture_id"].GetString()) return t["state"].GetString();
-  }
-  return "absent";
-}
-
-bool Stored(const ProfdProcess& profd, const std::string& id) {
-  return StateOf(profd, id) == "TRACE_STATE_STORED";
-}
-
 uint64_t Uint(const rapidjson::Value& v) {
   return v.IsString() ? std::stoull(v.GetString()) : v.GetUint64();
 }

@@ -61,18 +61,6 @@ class StoreProfctlTest : public ::testing::Test {
     return doc["trace"]["capture_id"].GetString();
   }
 
-  std::string StateOf(const ProfdProcess& profd, const std::string& id) {
-    rapidjson::Document doc = profd.ProfctlJson({"list"});
-    for (const auto& t : doc["traces"].GetArray()) {
-      if (id == t["capture_id"].GetString()) return t["state"].GetString();
-    }
-    return "absent";
-  }
-
-  bool Stored(const ProfdProcess& profd, const std::string& id) {
-    return StateOf(profd, id) == "TRACE_STATE_STORED";
-  }
-
   // profctl get into a fresh folder; returns the folder.
   std::string Get(const ProfdProcess& profd, const std::string& id) {
     std::string dir = scratch_.File("get-" + id);

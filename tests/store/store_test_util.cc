@@ -224,4 +224,16 @@ std::string MakeCaptureFolder(const std::string& parent, const std::string& id,
   return folder;
 }
 
+std::string StateOf(const ProfdProcess& profd, const std::string& id) {
+  rapidjson::Document doc = profd.ProfctlJson({"list"});
+  for (const auto& t : doc["traces"].GetArray()) {
+    if (id == t["capture_id"].GetString()) return t["state"].GetString();
+  }
+  return "absent";
+}
+
+bool Stored(const ProfdProcess& profd, const std::string& id) {
+  return StateOf(profd, id) == "TRACE_STATE_STORED";
+}
+
 }  // namespace profd::testing

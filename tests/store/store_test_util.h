@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "tests/support/profd_process.h"
 #include "tests/support/subprocess.h"
 
 namespace profd::testing {
@@ -86,6 +87,10 @@ std::string MakeCaptureFolder(const std::string& parent, const std::string& id,
 std::string MakeTraceFile(const std::string& path, int kernels, uint64_t padding, bool gzip);
 
 std::string Sha256File(const std::string& path);
+
+// A capture's state in `profctl list` ("TRACE_STATE_STORED", ...), or "absent".
+std::string StateOf(const ProfdProcess& profd, const std::string& id);
+bool Stored(const ProfdProcess& profd, const std::string& id);
 std::string ReadFile(const std::string& path);
 
 }  // namespace profd::testing
