@@ -245,6 +245,8 @@ class InterruptWatch {
     id_ = id;
   }
   bool detached() const { return detached_; }
+  // The first Ctrl-C asked profd to stop the capture (a second one may still have detached).
+  bool stop_asked() const { return stop_asked_; }
 
  private:
   void Watch() {
@@ -255,6 +257,7 @@ class InterruptWatch {
         handled = n;
         if (n == 1) {
           // On its own thread: a second Ctrl-C while profd stops the capture still detaches.
+          stop_asked_ = true;
           stopper_ = std::thread([this] { Stop(); });
         } else {
           detached_ = true;
@@ -292,6 +295,7 @@ class InterruptWatch {
   std::string id_;
   std::atomic<bool> done_{false};
   std::atomic<bool> detached_{false};
+  std::atomic<bool> stop_asked_{false};
   struct sigaction previous_ = {};
   std::thread thread_;
   std::thread stopper_;
@@ -424,12 +428,16 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   }
   if (tty) std::fprintf(stderr, "\n");
   const bool detached = interrupts->detached();
+  const bool stop_asked = interrupts->stop_asked();
   interrupts.reset();
   grpc::Status status = reader->Finish();
   if (detached) {
     std::cerr << "profctl: detached"
-              << (last.capture_id().empty()
-                      ? ""
+              << (last.capture_id().empty() ? ""
+                  : stop_asked
+                      ? "; capture " + last.capture_id() +
+                            " is stopping in profd, keeping what was captured: see `profctl "
+                            "captures`"
                       : "; capture " + last.capture_id() + " goes on: see `profctl captures`")
               << "\n";
     return 130;  // as a shell reports an interrupted command

@@ -184,16 +184,22 @@ TEST_F(CaptureTest, CtrlCStopsTheCaptureEarlyAndASecondOneDetaches) {
   EXPECT_NE(said.find("Stopping capture " + id + " early"), std::string::npos) << said;
   EXPECT_NE(said.find("2,008 events"), std::string::npos) << "what was captured is kept: " << said;
   EXPECT_EQ(phase_of(id), "CAPTURE_PHASE_CANCELLED");
-  // Two presses: detached, unless the replayed capture (which stops at once) ended between them.
+  // Two presses: detached, unless the replayed capture (which stops at once) ended between them
+  // (profctl saw the first press alone and the stop finished first: on a loaded machine, often).
+  // Seen together, the presses detach and the capture goes on to its end; seen apart, the first
+  // asked profd to stop it, and profctl says that it is stopping.
   bool detached = false;
-  for (int attempt = 0; attempt < 3 && !detached; ++attempt) {
+  for (int attempt = 0; attempt < 10 && !detached; ++attempt) {
     const int rc = interrupted(2, &id, &said);
     if (rc == 0) continue;
     detached = true;
     EXPECT_EQ(rc, 130) << said;
-    EXPECT_NE(said.find("detached; capture " + id + " goes on"), std::string::npos) << said;
-    // The capture goes on without profctl, to its end.
-    EXPECT_TRUE(WaitFor([&] { return phase_of(id) == "CAPTURE_PHASE_DONE"; }, absl::Seconds(15)));
+    const bool goes_on = said.find("detached; capture " + id + " goes on") != std::string::npos;
+    const bool stopping =
+        said.find("detached; capture " + id + " is stopping in profd") != std::string::npos;
+    EXPECT_TRUE(goes_on || stopping) << said;
+    const std::string end = goes_on ? "CAPTURE_PHASE_DONE" : "CAPTURE_PHASE_CANCELLED";
+    EXPECT_TRUE(WaitFor([&] { return phase_of(id) == end; }, absl::Seconds(15))) << said;
   }
   EXPECT_TRUE(detached) << "a second Ctrl-C never detached: " << said;
 }
