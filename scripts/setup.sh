@@ -11,7 +11,8 @@ packages=(
   libcurl4-openssl-dev   # S3 uploads (built-in AWS SigV4)
   libssl-dev             # libcrypto: SHA-256/MD5 integrity checks of stored traces
   openssl                # tests: the openssl CLI makes throwaway CA/server/client certificates (tls_test)
-  zlib1g-dev             # gzip traces
+  libisal-dev            # gzip traces and scrapes (ISA-L igzip, ~4x zlib)
+  zlib1g-dev             # reading gzip (traces, imports), the tests' reference inflate
   rapidjson-dev          # reading traces (profctl report/import)
   libcli11-dev           # profctl's command line
   libgtest-dev libgmock-dev  # unit tests

@@ -9,7 +9,6 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
-#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -25,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "daemon/common/gzip_stream.h"
 #include "prometheus/counter.h"
 #include "prometheus/registry.h"
 #include "prometheus/summary.h"
@@ -58,24 +58,6 @@ bool AcceptsGzip(absl::string_view value) {
     if (!refused) return true;
   }
   return false;
-}
-
-// One gzip member (RFC 1952) of `in`. Level 1: the text repeats its label sets line after line,
-// so the fastest level already shrinks it about tenfold, and a scrape stays a few ms.
-std::string Gzip(const std::string& in) {
-  z_stream zs{};
-  if (deflateInit2(&zs, Z_BEST_SPEED, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-    return "";
-  }
-  std::string out(deflateBound(&zs, in.size()), '\0');
-  zs.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(in.data()));
-  zs.avail_in = static_cast<uInt>(in.size());
-  zs.next_out = reinterpret_cast<Bytef*>(out.data());
-  zs.avail_out = static_cast<uInt>(out.size());
-  int rc = deflate(&zs, Z_FINISH);
-  out.resize(zs.total_out);
-  deflateEnd(&zs);
-  return rc == Z_STREAM_END ? out : "";
 }
 
 struct Request {
@@ -491,7 +473,11 @@ class MetricsServer::Loop {
       made_at_ = now;
     }
     if (!gzip) return plain_;
-    if (gzipped_ == nullptr) gzipped_ = std::make_shared<const std::string>(Gzip(*plain_));
+    // Level 1: the text repeats its label sets line after line, so the fastest level already
+    // shrinks it about tenfold, and a scrape stays a few ms.
+    if (gzipped_ == nullptr) {
+      gzipped_ = std::make_shared<const std::string>(GzipStream::Gzip(*plain_));
+    }
     return gzipped_->empty() ? plain_ : gzipped_;
   }
 

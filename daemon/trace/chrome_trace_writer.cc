@@ -15,9 +15,6 @@ namespace profd {
 namespace {
 
 constexpr size_t kFlushBytes = 256 * 1024;
-// deflate's output goes through a buffer of this size, however much input a flush has: sized to
-// the input, it grew with the largest batch and stayed that large for the whole capture.
-constexpr size_t kDeflateOutBytes = 64 * 1024;
 
 // An event's text apart from its name (and a copy's bandwidth) is at most this long: ~300
 // bytes of keys and at most 30 numbers of at most 21 characters each.
@@ -94,45 +91,36 @@ absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Create(
 
 ChromeTraceWriter::ChromeTraceWriter(std::string path, FILE* file, const TraceProcess& process,
                                      int level, BytesObserver on_bytes)
-    : path_(std::move(path)), file_(file), process_(process), on_bytes_(std::move(on_bytes)) {
-  // windowBits 15 + 16: a gzip wrapper, so `zcat` and every trace viewer read it.
-  deflateInit2(&zs_, level, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    : path_(std::move(path)),
+      file_(file),
+      process_(process),
+      on_bytes_(std::move(on_bytes)),
+      gzip_(level) {
   json_capacity_ = kFlushBytes + 4 * kMaxEventBytes;
   json_.reset(new char[json_capacity_]);
 }
 
 ChromeTraceWriter::~ChromeTraceWriter() {
-  if (file_ != nullptr) {
-    deflateEnd(&zs_);
-    std::fclose(file_);
-  }
+  if (file_ != nullptr) std::fclose(file_);
 }
 
 absl::Status ChromeTraceWriter::Flush(bool finish) {
-  zs_.next_in = reinterpret_cast<Bytef*>(json_.get());
-  zs_.avail_in = static_cast<uInt>(json_size_);
-  out_.resize(kDeflateOutBytes);
-  int flush = finish ? Z_FINISH : Z_NO_FLUSH;
-  while (true) {
-    zs_.next_out = reinterpret_cast<Bytef*>(out_.data());
-    zs_.avail_out = static_cast<uInt>(out_.size());
-    int rc = deflate(&zs_, flush);
-    size_t produced = out_.size() - zs_.avail_out;
-    if (produced > 0 && std::fwrite(out_.data(), 1, produced, file_) != produced) {
-      return FileWriteError(path_, errno);
-    }
-    compressed_bytes_ += produced;
-    if (on_bytes_ && produced > 0) on_bytes_(std::string_view(out_.data(), produced));
-    if (finish ? rc == Z_STREAM_END : zs_.avail_in == 0 && zs_.avail_out != 0) break;
-    if (rc != Z_OK && rc != Z_BUF_ERROR) return absl::InternalError("deflate failed");
-  }
+  absl::Status status = gzip_.Compress(
+      std::string_view(json_.get(), json_size_), finish, [&](std::string_view compressed) {
+        if (std::fwrite(compressed.data(), 1, compressed.size(), file_) != compressed.size()) {
+          return FileWriteError(path_, errno);
+        }
+        compressed_bytes_ += compressed.size();
+        if (on_bytes_) on_bytes_(compressed);
+        return absl::OkStatus();
+      });
   json_size_ = 0;
-  return absl::OkStatus();
+  return status;
 }
 
 char* ChromeTraceWriter::Reserve(size_t bytes) {
   if (json_capacity_ - json_size_ < bytes) {
-    // Only a name longer than a few KiB, or a failed flush, gets here.
+    // Only a name longer than a few KiB gets here.
     size_t capacity = std::max(2 * json_capacity_, json_size_ + bytes);
     std::unique_ptr<char[]> grown(new char[capacity]);
     std::memcpy(grown.get(), json_.get(), json_size_);
@@ -147,7 +135,14 @@ void ChromeTraceWriter::Append(std::string_view text) { Commit(Put(Reserve(text.
 char* ChromeTraceWriter::BeginEvent(size_t max_bytes) {
   // Flushing between events, not only after a batch, keeps the buffer near kFlushBytes: one
   // ~1 MiB batch is several MB of JSON, and a capture of 64 processes holds 64 writers at once.
-  if (json_size_ >= kFlushBytes && flush_error_.ok()) flush_error_ = Flush(false);
+  if (json_size_ >= kFlushBytes) {
+    // After a failed flush the text has nowhere to go: it is dropped (the error is returned).
+    if (flush_error_.ok()) {
+      flush_error_ = Flush(false);
+    } else {
+      json_size_ = 0;
+    }
+  }
   char* p = Reserve(max_bytes + 2);
   if (!first_event_) p = Put(p, ",\n");
   first_event_ = false;
@@ -477,7 +472,6 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
       ",\"error\":", StringTable::JsonQuote(footer.error), "}}\n");
   Append(tail);
   absl::Status status = flush_error_.ok() ? Flush(true) : flush_error_;
-  deflateEnd(&zs_);
   if (std::fclose(file_) != 0 && status.ok()) status = FileWriteError(path_, errno);
   file_ = nullptr;
   return status;

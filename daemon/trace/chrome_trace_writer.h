@@ -4,8 +4,6 @@
 // whole trace. Owned and called by one capture pipeline thread.
 #pragma once
 
-#include <zlib.h>
-
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -15,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "daemon/common/gzip_stream.h"
 #include "daemon/trace/string_table.h"
 #include "profd/v1/events.pb.h"
 
@@ -43,7 +42,7 @@ class ChromeTraceWriter {
   // takes the file's SHA-256 from them rather than reading the file back).
   using BytesObserver = std::function<void(std::string_view compressed)>;
 
-  // Creates (truncates) path and writes the header.
+  // Creates (truncates) path and writes the header. gzip_level: GzipStream's (ISA-L's 0-3).
   static absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> Create(
       const std::string& path, const TraceProcess& process, int gzip_level = 1,
       BytesObserver on_bytes = nullptr);
@@ -103,11 +102,10 @@ class ChromeTraceWriter {
   FILE* file_;
   TraceProcess process_;
   BytesObserver on_bytes_;
-  z_stream zs_{};
+  GzipStream gzip_;
   std::unique_ptr<char[]> json_;
   size_t json_size_ = 0;
   size_t json_capacity_ = 0;
-  std::string out_;
   absl::Status flush_error_;  // a failed flush between events, returned by Write/Finish
   bool first_event_ = true;
   uint64_t events_ = 0;
