@@ -18,6 +18,38 @@
 namespace profagent {
 namespace {
 
+// API calls a process makes constantly whose records no reader wants: torch.profiler drops these
+// from its traces (Kineto's CuptiCbidRegistry), and Kineto stops CUPTI recording cudaGetDevice
+// at the source. The agent stops all of them at the source while it traces, so CUPTI builds no
+// record for each, and puts them back when its capture ends.
+constexpr CUpti_CallbackId kQuietRuntimeCbids[] = {
+    CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaSetDevice_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventCreate_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventCreateWithFlags_v3020,
+    CUPTI_RUNTIME_TRACE_CBID_cudaEventDestroy_v3020,
+};
+constexpr CUpti_CallbackId kQuietDriverCbids[] = {
+    CUPTI_DRIVER_TRACE_CBID_cuKernelGetAttribute,
+    CUPTI_DRIVER_TRACE_CBID_cuDevicePrimaryCtxGetState,
+    CUPTI_DRIVER_TRACE_CBID_cuCtxGetCurrent,
+};
+
+// Turns the recording of those calls off (quiet) or back on, for the API kinds in `kinds`.
+void QuietFrequentApis(const CuptiLibrary& cupti, const std::vector<CUpti_ActivityKind>& kinds,
+                       bool quiet) {
+  const uint8_t record = quiet ? 0 : 1;
+  for (CUpti_ActivityKind kind : kinds) {
+    if (kind == CUPTI_ACTIVITY_KIND_RUNTIME && cupti.ActivityEnableRuntimeApi != nullptr) {
+      for (CUpti_CallbackId cbid : kQuietRuntimeCbids) cupti.ActivityEnableRuntimeApi(cbid, record);
+    }
+    if (kind == CUPTI_ACTIVITY_KIND_DRIVER && cupti.ActivityEnableDriverApi != nullptr) {
+      for (CUpti_CallbackId cbid : kQuietDriverCbids) cupti.ActivityEnableDriverApi(cbid, record);
+    }
+  }
+}
+
 std::atomic<CuptiBroker*> g_broker{nullptr};
 
 // > 0 while another client's callback runs on this thread: calls it makes into the broker must
@@ -804,6 +836,7 @@ void CuptiBroker::CutShortLocked(const std::string& by) {
   const CuptiLibrary& cupti = LoadCupti();
   requester_.store(kNobody);
   for (CUpti_ActivityKind kind : agent_kinds_) cupti.ActivityDisable(kind);
+  QuietFrequentApis(cupti, agent_kinds_, false);
   cut_short_at_ = RealtimeNs();
   // No lock of ours that a buffer callback takes is held: CUPTI calls them under its own lock.
   cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -1039,6 +1072,7 @@ bool CuptiBroker::StartAgentTracing(const std::vector<CUpti_ActivityKind>& kinds
     }
   }
   agent_kinds_ = *enabled;
+  QuietFrequentApis(cupti, agent_kinds_, true);
   agent_tracing_ = !enabled->empty();
   if (!agent_tracing_) requester_.store(other_fns_.load() != nullptr ? kOther : kNobody);
   return true;
@@ -1058,6 +1092,7 @@ CuptiBroker::StopResult CuptiBroker::StopAgentTracing() {
     return result;
   }
   for (CUpti_ActivityKind kind : agent_kinds_) cupti.ActivityDisable(kind);
+  QuietFrequentApis(cupti, agent_kinds_, false);
   result.disabled_realtime_ns = RealtimeNs();
   cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   requester_.store(other_fns_.load() != nullptr ? kOther : kNobody);

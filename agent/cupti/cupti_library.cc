@@ -94,6 +94,8 @@ const CuptiLibrary& LoadCupti() {
     Bind(lib, "cuptiActivityDisableContext", &c.ActivityDisableContext);
     Bind(lib, "cuptiActivityRegisterTimestampCallback", &c.ActivityRegisterTimestampCallback);
     Bind(lib, "cuptiSetThreadIdType", &c.SetThreadIdType);
+    Bind(lib, "cuptiActivityEnableRuntimeApi", &c.ActivityEnableRuntimeApi);
+    Bind(lib, "cuptiActivityEnableDriverApi", &c.ActivityEnableDriverApi);
     c.GetVersion(&c.version);
     c.loaded = true;
   });

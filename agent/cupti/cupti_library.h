@@ -40,6 +40,8 @@ struct CuptiLibrary {
   decltype(&cuptiActivityEnableContext) ActivityEnableContext = nullptr;
   decltype(&cuptiActivityDisableContext) ActivityDisableContext = nullptr;
   decltype(&cuptiActivityRegisterTimestampCallback) ActivityRegisterTimestampCallback = nullptr;
+  decltype(&cuptiActivityEnableRuntimeApi) ActivityEnableRuntimeApi = nullptr;  // CUDA 12.5+
+  decltype(&cuptiActivityEnableDriverApi) ActivityEnableDriverApi = nullptr;    // CUDA 12.5+
 
   // "CUPTI_ERROR_...: description" for a result code.
   std::string Describe(CUptiResult result) const;

@@ -287,6 +287,44 @@ TEST_F(CuptiBrokerTest, KinetoStartingDuringACaptureCutsItShortAfterFlushingIt) 
   EXPECT_EQ(broker().Report().captures_cut_short, 1u);
 }
 
+// The calls torch.profiler drops from its traces (cudaGetDevice, cudaGetLastError, ...) are not
+// recorded while a capture with runtime records runs, and are again once it ends or is cut short
+// (before the other profiler's own kinds go on); a kernels-only capture leaves them alone.
+TEST_F(CuptiBrokerTest, FrequentCallsAreNotRecordedDuringACaptureAndAreAgainAfter) {
+  constexpr int kRuntimeApi = CUPTI_CB_DOMAIN_RUNTIME_API;
+  StartCapture({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL});
+  EXPECT_EQ(fakecupti_quiet_apis(kRuntimeApi), 0);
+  broker().StopAgentTracing();
+  broker().ReleaseCapture();
+
+  StartCapture({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME});
+  EXPECT_EQ(fakecupti_quiet_apis(kRuntimeApi), 6);
+  EXPECT_EQ(fakecupti_api_recorded(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020), 0);
+  EXPECT_EQ(fakecupti_api_recorded(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaGetLastError_v3020),
+            0);
+  EXPECT_EQ(fakecupti_api_recorded(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaLaunchKernel_v7000),
+            1);
+  EXPECT_EQ(
+      fakecupti_api_recorded(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020), 1);
+  EXPECT_EQ(fakecupti_quiet_apis(CUPTI_CB_DOMAIN_DRIVER_API), 0);  // no driver records asked for
+  broker().StopAgentTracing();
+  broker().ReleaseCapture();
+  EXPECT_EQ(fakecupti_quiet_apis(kRuntimeApi), 0);
+
+  ASSERT_EQ(fakekineto_init(), CUPTI_SUCCESS);
+  StartCapture({CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER});
+  EXPECT_EQ(fakecupti_quiet_apis(CUPTI_CB_DOMAIN_DRIVER_API), 3);
+  fakecupti_clear_log();
+  ASSERT_EQ(fakekineto_start(kRuntime), CUPTI_SUCCESS);  // cuts the capture short
+  EXPECT_EQ(fakecupti_quiet_apis(kRuntimeApi), 0);
+  EXPECT_EQ(fakecupti_quiet_apis(CUPTI_CB_DOMAIN_DRIVER_API), 0);
+  const std::string log = fakecupti_log();
+  EXPECT_LT(log.find("runtime_api:"), log.rfind("enable:" + std::to_string(kRuntime))) << log;
+  broker().StopAgentTracing();
+  broker().ReleaseCapture();
+  ASSERT_EQ(fakekineto_stop(kRuntime), CUPTI_SUCCESS);
+}
+
 // Kineto's timestamp source is raw TSC ticks (7777 here); a capture's must stay CLOCK_REALTIME ns.
 TEST_F(CuptiBrokerTest, KinetoTimestampSourceNeverReachesACapture) {
   ASSERT_EQ(fakekineto_init(), CUPTI_SUCCESS);

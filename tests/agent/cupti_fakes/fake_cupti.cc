@@ -48,7 +48,8 @@ struct State {
   CUpti_BuffersCallbackCompleteFunc completed = nullptr;
   CUpti_TimestampCallbackFunc timestamp = nullptr;
   std::set<int> kinds;
-  uint8_t* buffer = nullptr;  // the current buffer, until flushed
+  std::set<int> quiet_runtime, quiet_driver;  // cbids whose records are off
+  uint8_t* buffer = nullptr;                  // the current buffer, until flushed
   size_t buffer_size = 0;
   size_t buffer_used = 0;
   int dropped = 0;
@@ -251,6 +252,8 @@ CUptiResult CUPTIAPI cuptiFinalize(void) {
   Note("finalize");
   for (Subscriber& sub : s.subscribers) sub = Subscriber{};
   s.kinds.clear();
+  s.quiet_runtime.clear();
+  s.quiet_driver.clear();
   s.requested = nullptr;
   s.completed = nullptr;
   s.timestamp = nullptr;
@@ -295,6 +298,28 @@ CUptiResult CUPTIAPI cuptiActivityEnableContext(CUcontext, CUpti_ActivityKind ki
 
 CUptiResult CUPTIAPI cuptiActivityDisableContext(CUcontext, CUpti_ActivityKind kind) {
   return cuptiActivityDisable(kind);
+}
+
+CUptiResult CUPTIAPI cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  if (enable) {
+    S().quiet_runtime.erase(static_cast<int>(cbid));
+  } else {
+    S().quiet_runtime.insert(static_cast<int>(cbid));
+  }
+  Note("runtime_api:" + std::to_string(cbid) + "=" + std::to_string(enable));
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  if (enable) {
+    S().quiet_driver.erase(static_cast<int>(cbid));
+  } else {
+    S().quiet_driver.insert(static_cast<int>(cbid));
+  }
+  Note("driver_api:" + std::to_string(cbid) + "=" + std::to_string(enable));
+  return CUPTI_SUCCESS;
 }
 
 CUptiResult CUPTIAPI cuptiSetThreadIdType(CUpti_ActivityThreadIdType type) {
@@ -423,6 +448,19 @@ uint64_t fakecupti_record_timestamp(const CUpti_Activity* record) {
 int fakecupti_subscribers(void) {
   std::lock_guard<std::recursive_mutex> lock(S().mutex);
   return LiveCount();
+}
+
+int fakecupti_quiet_apis(int domain) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  return static_cast<int>(domain == CUPTI_CB_DOMAIN_RUNTIME_API ? S().quiet_runtime.size()
+                                                                : S().quiet_driver.size());
+}
+
+int fakecupti_api_recorded(int domain, int cbid) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  return (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? S().quiet_runtime : S().quiet_driver).count(cbid)
+             ? 0
+             : 1;
 }
 
 int fakecupti_kind_enabled(int kind) {

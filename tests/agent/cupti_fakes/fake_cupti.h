@@ -20,6 +20,10 @@ int fakecupti_subscribers(void);
 // The callback and userdata CUPTI would call for the index-th live subscriber; 0 when none.
 int fakecupti_subscriber_callback(int index, CUpti_CallbackFunc* callback, void** userdata);
 int fakecupti_kind_enabled(int kind);
+// cuptiActivityEnableRuntimeApi/DriverApi: how many calls of a domain are not recorded, and
+// whether one is.
+int fakecupti_quiet_apis(int domain);
+int fakecupti_api_recorded(int domain, int cbid);
 int fakecupti_callback_enabled(int domain, int cbid);
 int fakecupti_dropped(void);
 int fakecupti_finalizes(void);
