@@ -21,7 +21,9 @@ namespace {
 // API calls a process makes constantly whose records no reader wants: torch.profiler drops these
 // from its traces (Kineto's CuptiCbidRegistry), and Kineto stops CUPTI recording cudaGetDevice
 // at the source. The agent stops all of them at the source while it traces, so CUPTI builds no
-// record for each, and puts them back when its capture ends.
+// record for each, and puts them back when its capture ends. Likewise the polls: a
+// cudaEventQuery or cudaStreamQuery whose work has not finished yet (NCCL and PyTorch's caching
+// allocator poll in loops) makes no synchronization record; a wait that ends still does.
 constexpr CUpti_CallbackId kQuietRuntimeCbids[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaGetDevice_v3020,
     CUPTI_RUNTIME_TRACE_CBID_cudaSetDevice_v3020,
@@ -46,6 +48,10 @@ void QuietFrequentApis(const CuptiLibrary& cupti, const std::vector<CUpti_Activi
     }
     if (kind == CUPTI_ACTIVITY_KIND_DRIVER && cupti.ActivityEnableDriverApi != nullptr) {
       for (CUpti_CallbackId cbid : kQuietDriverCbids) cupti.ActivityEnableDriverApi(cbid, record);
+    }
+    if (kind == CUPTI_ACTIVITY_KIND_SYNCHRONIZATION &&
+        cupti.ActivityEnableAllSyncRecords != nullptr) {
+      cupti.ActivityEnableAllSyncRecords(record);
     }
   }
 }

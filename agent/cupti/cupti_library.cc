@@ -96,6 +96,7 @@ const CuptiLibrary& LoadCupti() {
     Bind(lib, "cuptiSetThreadIdType", &c.SetThreadIdType);
     Bind(lib, "cuptiActivityEnableRuntimeApi", &c.ActivityEnableRuntimeApi);
     Bind(lib, "cuptiActivityEnableDriverApi", &c.ActivityEnableDriverApi);
+    Bind(lib, "cuptiActivityEnableAllSyncRecords", &c.ActivityEnableAllSyncRecords);
     c.GetVersion(&c.version);
     c.loaded = true;
   });

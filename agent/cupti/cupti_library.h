@@ -42,6 +42,7 @@ struct CuptiLibrary {
   decltype(&cuptiActivityRegisterTimestampCallback) ActivityRegisterTimestampCallback = nullptr;
   decltype(&cuptiActivityEnableRuntimeApi) ActivityEnableRuntimeApi = nullptr;  // CUDA 12.5+
   decltype(&cuptiActivityEnableDriverApi) ActivityEnableDriverApi = nullptr;    // CUDA 12.5+
+  decltype(&cuptiActivityEnableAllSyncRecords) ActivityEnableAllSyncRecords = nullptr;
 
   // "CUPTI_ERROR_...: description" for a result code.
   std::string Describe(CUptiResult result) const;

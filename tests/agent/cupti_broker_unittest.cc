@@ -287,15 +287,24 @@ TEST_F(CuptiBrokerTest, KinetoStartingDuringACaptureCutsItShortAfterFlushingIt) 
   EXPECT_EQ(broker().Report().captures_cut_short, 1u);
 }
 
-// The calls torch.profiler drops from its traces (cudaGetDevice, cudaGetLastError, ...) are not
-// recorded while a capture with runtime records runs, and are again once it ends or is cut short
-// (before the other profiler's own kinds go on); a kernels-only capture leaves them alone.
+// The calls torch.profiler drops from its traces (cudaGetDevice, cudaGetLastError, ...) and the
+// polls that find work unfinished are not recorded while a capture with their records runs, and are
+// again once it ends or is cut short (before the other profiler's own kinds go on); a kernels-only
+// capture leaves them alone.
 TEST_F(CuptiBrokerTest, FrequentCallsAreNotRecordedDuringACaptureAndAreAgainAfter) {
   constexpr int kRuntimeApi = CUPTI_CB_DOMAIN_RUNTIME_API;
   StartCapture({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL});
   EXPECT_EQ(fakecupti_quiet_apis(kRuntimeApi), 0);
+  EXPECT_EQ(fakecupti_all_sync_records(), 1);
   broker().StopAgentTracing();
   broker().ReleaseCapture();
+
+  // Synchronization records: only for waits and queries that found the work done.
+  StartCapture({CUPTI_ACTIVITY_KIND_SYNCHRONIZATION});
+  EXPECT_EQ(fakecupti_all_sync_records(), 0);
+  broker().StopAgentTracing();
+  broker().ReleaseCapture();
+  EXPECT_EQ(fakecupti_all_sync_records(), 1);
 
   StartCapture({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_RUNTIME});
   EXPECT_EQ(fakecupti_quiet_apis(kRuntimeApi), 6);

@@ -49,6 +49,7 @@ struct State {
   CUpti_TimestampCallbackFunc timestamp = nullptr;
   std::set<int> kinds;
   std::set<int> quiet_runtime, quiet_driver;  // cbids whose records are off
+  bool all_sync_records = true;               // unfinished event/stream queries recorded too
   uint8_t* buffer = nullptr;                  // the current buffer, until flushed
   size_t buffer_size = 0;
   size_t buffer_used = 0;
@@ -254,6 +255,7 @@ CUptiResult CUPTIAPI cuptiFinalize(void) {
   s.kinds.clear();
   s.quiet_runtime.clear();
   s.quiet_driver.clear();
+  s.all_sync_records = true;
   s.requested = nullptr;
   s.completed = nullptr;
   s.timestamp = nullptr;
@@ -319,6 +321,13 @@ CUptiResult CUPTIAPI cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t
     S().quiet_driver.insert(static_cast<int>(cbid));
   }
   Note("driver_api:" + std::to_string(cbid) + "=" + std::to_string(enable));
+  return CUPTI_SUCCESS;
+}
+
+CUptiResult CUPTIAPI cuptiActivityEnableAllSyncRecords(uint8_t enable) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  S().all_sync_records = enable != 0;
+  Note("all_sync_records:" + std::to_string(enable));
   return CUPTI_SUCCESS;
 }
 
@@ -461,6 +470,11 @@ int fakecupti_api_recorded(int domain, int cbid) {
   return (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? S().quiet_runtime : S().quiet_driver).count(cbid)
              ? 0
              : 1;
+}
+
+int fakecupti_all_sync_records(void) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  return S().all_sync_records ? 1 : 0;
 }
 
 int fakecupti_kind_enabled(int kind) {

@@ -24,6 +24,7 @@ int fakecupti_kind_enabled(int kind);
 // whether one is.
 int fakecupti_quiet_apis(int domain);
 int fakecupti_api_recorded(int domain, int cbid);
+int fakecupti_all_sync_records(void);  // cuptiActivityEnableAllSyncRecords, 1 by default
 int fakecupti_callback_enabled(int domain, int cbid);
 int fakecupti_dropped(void);
 int fakecupti_finalizes(void);
