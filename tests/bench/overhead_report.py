@@ -7,8 +7,12 @@ ms per step). With capture JSONs (profctl --json capture output), windows are cl
 whether they lie wholly inside a capture (CUPTI enabled..disabled: "on") or wholly outside every
 capture ("off"); windows that straddle an edge are left out. Without, the cond column is used
 (on/off, or any names: gpt2_workload.py --toggle mix). Prints median, min and max of each
-condition and each one's median overhead over "off", as JSON."""
+condition and each one's median overhead over "off", as JSON. With the cond column, also each
+condition's paired overhead: every window of it against the mean of the "off" windows next to it
+(the host's load drifts over minutes, the neighbours share it), the median of those and a
+bootstrap 95 % interval of that median."""
 import json
+import random
 import statistics
 import sys
 
@@ -49,4 +53,16 @@ if "on" in out and "off" in out:
 for name in list(out):
     if name not in ("on", "off") and "off" in out and isinstance(out[name], dict):
         out[name]["overhead_pct"] = 100.0 * (out[name]["median"] / out["off"]["median"] - 1)
+if not intervals:
+    rng = random.Random(1)  # the same interval for the same file
+    paired = {}
+    for i, (_, _, value, cond) in enumerate(windows):
+        near = [windows[j][2] for j in (i - 1, i + 1)
+                if cond != "off" and 0 <= j < len(windows) and windows[j][3] == "off"]
+        if near:
+            paired.setdefault(cond, []).append(100.0 * (value / statistics.mean(near) - 1))
+    for name, rel in paired.items():
+        medians = sorted(statistics.median(rng.choices(rel, k=len(rel))) for _ in range(2000))
+        out[name]["paired_pct"] = statistics.median(rel)
+        out[name]["paired_pct_95"] = [medians[50], medians[1949]]
 print(json.dumps(out))
