@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "daemon/common/mutex.h"
 #include "daemon/log.h"
 #include "profd/v1/agent_frame.h"
 
@@ -236,7 +237,7 @@ void AgentChannelServer::Wake() {
 bool AgentChannelServer::Send(ConnectionId connection, const v1::DaemonMessage& message) {
   std::string frame = FrameOf(message);
   {
-    absl::MutexLock lock(&outbox_mutex_);
+    MutexLock lock(&outbox_mutex_);
     if (!live_.contains(connection)) return false;
     outbox_.emplace_back(connection, std::move(frame));
   }
@@ -359,7 +360,7 @@ void AgentChannelServer::Accept() {
     ev.events = EPOLLIN;
     ev.data.u64 = id | kPidfdTag;
     epoll_ctl(epoll_fd_, EPOLL_CTL_ADD, c.peer->pidfd(), &ev);
-    absl::MutexLock lock(&outbox_mutex_);
+    MutexLock lock(&outbox_mutex_);
     live_.insert(id);
   }
 }
@@ -629,7 +630,7 @@ void AgentChannelServer::UpdateInterest(ConnectionId id, Connection& c) {
 void AgentChannelServer::DrainOutbox() {
   std::vector<std::pair<ConnectionId, std::string>> pending;
   {
-    absl::MutexLock lock(&outbox_mutex_);
+    MutexLock lock(&outbox_mutex_);
     pending.swap(outbox_);
   }
   for (auto& [id, frame] : pending) {
@@ -695,7 +696,7 @@ void AgentChannelServer::Close(ConnectionId id, const std::string& reason,
   }
   connections_.erase(it);
   open_connections_.fetch_sub(1);
-  absl::MutexLock lock(&outbox_mutex_);
+  MutexLock lock(&outbox_mutex_);
   live_.erase(id);
 }
 

@@ -3,21 +3,23 @@
 #include <algorithm>
 #include <utility>
 
+#include "daemon/common/mutex.h"
+
 namespace profd {
 
 void PipelineBacklog::set_wake(std::function<void()> wake) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   wake_ = std::move(wake);
 }
 
 void PipelineBacklog::Add(ConnectionId connection, size_t bytes) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   by_connection_[connection] += bytes;
   total_ += bytes;
 }
 
 void PipelineBacklog::Release(ConnectionId connection, size_t bytes) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   auto it = by_connection_.find(connection);
   if (it == by_connection_.end()) return;
   const size_t connection_before = it->second, total_before = total_;
@@ -33,14 +35,14 @@ void PipelineBacklog::Release(ConnectionId connection, size_t bytes) {
 }
 
 bool PipelineBacklog::Full(ConnectionId connection) const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   if (total_ >= max_total_) return true;
   auto it = by_connection_.find(connection);
   return it != by_connection_.end() && it->second >= max_per_connection_;
 }
 
 size_t PipelineBacklog::total() const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   return total_;
 }
 

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/agents/process_identity.h"
+#include "daemon/common/mutex.h"
 
 namespace profd {
 namespace {
@@ -46,7 +47,7 @@ absl::StatusOr<AgentRegistry::Registered> AgentRegistry::Register(
   if (!identity.ok()) return identity.status();
   v1::AgentInfo info =
       InfoOf(static_cast<uint32_t>(process->pid()), process->uid(), *identity, hello, now);
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   // Two live entries with one pid are one process: a pid names one live process at a time.
   Registered registered;
   registered.comm = identity->comm;
@@ -64,13 +65,13 @@ void AgentRegistry::Register(ConnectionId connection, uint32_t pid, uint32_t uid
   ProcessIdentity identity =
       ReadProcessIdentity(static_cast<pid_t>(pid)).value_or(ProcessIdentity{});
   v1::AgentInfo info = InfoOf(pid, uid, identity, hello, now);
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   agents_[connection] = Entry{std::move(info), nullptr};
 }
 
 void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& heartbeat,
                               absl::Time now) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   auto it = agents_.find(connection);
   if (it == agents_.end()) return;
   v1::AgentInfo& info = it->second.info;
@@ -82,24 +83,24 @@ void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& hear
 }
 
 void AgentRegistry::Unregister(ConnectionId connection) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   agents_.erase(connection);
 }
 
 void AgentRegistry::SetCapturing(ConnectionId connection, const std::string& capture_id) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   auto it = agents_.find(connection);
   if (it != agents_.end()) it->second.info.set_capturing(capture_id);
 }
 
 bool AgentRegistry::IsCapturing(ConnectionId connection) const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   auto it = agents_.find(connection);
   return it != agents_.end() && !it->second.info.capturing().empty();
 }
 
 std::vector<v1::AgentInfo> AgentRegistry::List() const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   std::vector<v1::AgentInfo> out;
   out.reserve(agents_.size());
   for (const auto& [id, entry] : agents_) {
@@ -109,7 +110,7 @@ std::vector<v1::AgentInfo> AgentRegistry::List() const {
 }
 
 std::vector<std::pair<ConnectionId, v1::AgentInfo>> AgentRegistry::ListWithConnections() const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   std::vector<std::pair<ConnectionId, v1::AgentInfo>> out;
   out.reserve(agents_.size());
   for (const auto& [id, entry] : agents_) {
@@ -119,7 +120,7 @@ std::vector<std::pair<ConnectionId, v1::AgentInfo>> AgentRegistry::ListWithConne
 }
 
 std::optional<v1::AgentInfo> AgentRegistry::FindByPid(uint32_t pid) const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   for (const auto& [id, entry] : agents_) {
     if (entry.info.pid() == pid && entry.Live()) return entry.info;
   }
@@ -127,7 +128,7 @@ std::optional<v1::AgentInfo> AgentRegistry::FindByPid(uint32_t pid) const {
 }
 
 std::optional<ConnectionId> AgentRegistry::ConnectionOfPid(uint32_t pid) const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   for (const auto& [id, entry] : agents_) {
     if (entry.info.pid() == pid && entry.Live()) return id;
   }
@@ -135,7 +136,7 @@ std::optional<ConnectionId> AgentRegistry::ConnectionOfPid(uint32_t pid) const {
 }
 
 size_t AgentRegistry::size() const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   size_t live = 0;
   for (const auto& [id, entry] : agents_) live += entry.Live() ? 1 : 0;
   return live;

@@ -21,6 +21,7 @@
 #include "daemon/capture/process_sink.h"
 #include "daemon/checked_math.h"
 #include "daemon/common/capture_id.h"
+#include "daemon/common/mutex.h"
 #include "daemon/common/proto_json.h"
 #include "daemon/log.h"
 #include "daemon/trace/capture_analysis.h"
@@ -197,22 +198,22 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   };
 
   void Push(Item item) {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (finished_) return;  // a late batch or status: nobody would ever take it off the queue
     queue_.push_back(std::move(item));
     queue_cv_.Signal();
   }
 
   v1::CaptureInfo Snapshot() const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return snapshot_;
   }
 
   bool WaitForChange(uint64_t* version, absl::Duration timeout, v1::CaptureInfo* out) const {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     absl::Time deadline = absl::Now() + timeout;
     while (version_ <= *version && !Terminal(snapshot_.phase())) {
-      if (snapshot_cv_.WaitWithDeadline(&mu_, deadline)) break;
+      if (WaitWithDeadline(&snapshot_cv_, &mu_, deadline)) break;
     }
     *version = version_;
     *out = snapshot_;
@@ -337,7 +338,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   void Publish() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     snapshot_ = info_;
     ++version_;
     last_publish_ = absl::Now();
@@ -348,8 +349,9 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     while (true) {
       std::deque<Item> items;
       {
-        absl::MutexLock lock(&mu_);
-        if (queue_.empty()) queue_cv_.WaitWithTimeout(&mu_, absl::Milliseconds(100));
+        MutexLock lock(&mu_);
+        if (queue_.empty())
+          WaitWithDeadline(&queue_cv_, &mu_, absl::Now() + absl::Milliseconds(100));
         items.swap(queue_);
       }
       bool changed = false;
@@ -375,7 +377,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     std::vector<Process>().swap(processes_);
     analysis_.reset();
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       finished_ = true;
       std::deque<Item>().swap(queue_);
     }
@@ -591,7 +593,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
             info_.location().empty() ? "no trace" : info_.location());
     if (owner_->options_.on_finished) owner_->options_.on_finished(info_);
     {
-      absl::MutexLock lock(&owner_->mutex_);
+      MutexLock lock(&owner_->mutex_);
       if (info_.phase() == v1::CAPTURE_PHASE_FAILED) {
         ++owner_->failed_;
       } else {
@@ -657,7 +659,7 @@ std::string CaptureOrchestrator::RunningCaptureOf(uint32_t pid) const {
 CaptureOrchestrator::~CaptureOrchestrator() {
   std::vector<std::shared_ptr<Capture>> all;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     for (auto& [id, c] : captures_) all.push_back(c);
   }
   // Shutting down: agents will not be heard from again, so every running capture ends with what
@@ -669,7 +671,7 @@ CaptureOrchestrator::~CaptureOrchestrator() {
 void CaptureOrchestrator::Shutdown() {
   std::vector<std::shared_ptr<Capture>> all;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     for (auto& [id, c] : captures_) all.push_back(c);
   }
   for (auto& c : all) c->Shutdown();
@@ -756,7 +758,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   auto capture = std::make_shared<Capture>(this, std::move(info), std::move(targets), max_events,
                                            options_.capture_dir + "/" + id);
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     captures_[id] = capture;
     order_.push_back(id);
     // Forget the oldest finished captures (their folders stay in the store).
@@ -777,7 +779,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
 
 std::shared_ptr<CaptureOrchestrator::Capture> CaptureOrchestrator::Find(
     const std::string& id) const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   auto it = captures_.find(id);
   return it == captures_.end() ? nullptr : it->second;
 }
@@ -785,7 +787,7 @@ std::shared_ptr<CaptureOrchestrator::Capture> CaptureOrchestrator::Find(
 std::optional<v1::CaptureInfo> CaptureOrchestrator::Get(const std::string& id) const {
   auto capture = Find(id);
   if (!capture) {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     for (const v1::CaptureInfo& r : recovered_) {
       if (r.capture_id() == id) return r;
     }
@@ -805,7 +807,7 @@ std::vector<v1::CaptureInfo> CaptureOrchestrator::List(size_t limit) const {
   std::vector<std::shared_ptr<Capture>> recent;
   std::vector<v1::CaptureInfo> recovered;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     for (auto it = order_.rbegin(); it != order_.rend() && (limit == 0 || recent.size() < limit);
          ++it) {
       auto c = captures_.find(*it);
@@ -975,7 +977,7 @@ std::vector<std::string> CaptureOrchestrator::RecoverUnfinished() {
                info->files_size() > 0 ? "its trace was repaired (truncated)" : "it had no events");
     if (options_.on_finished) options_.on_finished(*info);
     ids.push_back(info->capture_id());
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     ++failed_;
     recovered_.push_back(*std::move(info));
     if (recovered_.size() > kKeepFinished) recovered_.erase(recovered_.begin());
@@ -987,7 +989,7 @@ CaptureOrchestrator::Counts CaptureOrchestrator::counts() const {
   Counts c;
   std::vector<std::shared_ptr<Capture>> all;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     c.completed = completed_;
     c.failed = failed_;
     for (auto& [id, capture] : captures_) all.push_back(capture);
@@ -998,7 +1000,7 @@ CaptureOrchestrator::Counts CaptureOrchestrator::counts() const {
 
 std::shared_ptr<CaptureOrchestrator::Capture> CaptureOrchestrator::FindByConnection(
     ConnectionId connection) const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   // Newest first: a connection is in at most one running capture.
   for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
     auto c = captures_.find(*it);

@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "daemon/common/mutex.h"
 
 namespace profd {
 
@@ -14,7 +15,7 @@ std::string NewCaptureId(const std::string& hostname, absl::Time now) {
   static std::mt19937_64 rng{std::random_device{}()};  // guarded by mutex
   uint32_t suffix;
   {
-    absl::MutexLock lock(&mutex);
+    MutexLock lock(&mutex);
     suffix = static_cast<uint32_t>(rng());
   }
   std::string host;

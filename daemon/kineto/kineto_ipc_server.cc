@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/mutex.h"
 #include "daemon/kineto/kineto_wire.h"
 #include "daemon/log.h"
 
@@ -89,7 +90,7 @@ void KinetoIpcServer::Stop() {
   unlink(socket_path_.c_str());
   std::map<uint32_t, Offer> offers;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     offers.swap(offers_);
   }
   for (auto& [pid, offer] : offers) {
@@ -102,7 +103,7 @@ bool Alive(const KinetoClient& c) { return !c.process->Exited(); }
 }  // namespace
 
 absl::Status KinetoIpcServer::Make(uint32_t pid, Offer offer) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   auto it = clients_.find(pid);
   if (it == clients_.end() || !Alive(it->second)) {
     return absl::NotFoundError(
@@ -113,19 +114,19 @@ absl::Status KinetoIpcServer::Make(uint32_t pid, Offer offer) {
 }
 
 bool KinetoIpcServer::Withdraw(uint32_t pid) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   return offers_.erase(pid) > 0;
 }
 
 std::optional<KinetoClient> KinetoIpcServer::Find(uint32_t pid) const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   auto it = clients_.find(pid);
   if (it == clients_.end() || !Alive(it->second)) return std::nullopt;
   return it->second;
 }
 
 std::vector<KinetoClient> KinetoIpcServer::Clients() const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   std::vector<KinetoClient> out;
   out.reserve(clients_.size());
   for (const auto& [pid, client] : clients_) {
@@ -186,7 +187,7 @@ void KinetoIpcServer::OnDatagram(std::string_view bytes, uint32_t pid, uint32_t 
   std::optional<Offer> deliver;
   KinetoClient client;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     Rate& rate = rates_[pid];
     if (now - rate.window_start >= absl::Seconds(1)) rate = Rate{now, 0};
     if (++rate.count > options_.max_polls_per_second) {
@@ -267,7 +268,7 @@ void KinetoIpcServer::Reply(const std::string& endpoint, const std::string& conf
 void KinetoIpcServer::Expire(absl::Time now) {
   std::vector<Offer> expired;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     for (auto it = offers_.begin(); it != offers_.end();) {
       if (it->second.expires < now) {
         expired.push_back(std::move(it->second));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <tuple>
 
+#include "daemon/common/mutex.h"
+
 namespace profd {
 
 const char* CaptureResultLabel(CaptureResult result) {
@@ -18,7 +20,7 @@ const char* CaptureResultLabel(CaptureResult result) {
 }
 
 void DaemonMetrics::OnCaptureStarted() {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   ++state_.captures_running;
 }
 
@@ -29,7 +31,7 @@ void DaemonMetrics::OnCaptureFinished(CaptureResult result, absl::Duration durat
   const size_t bucket =
       std::lower_bound(kDurationBuckets.begin(), kDurationBuckets.end(), seconds) -
       kDurationBuckets.begin();
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   ++state_.captures_by_result[static_cast<int>(result)];
   // A capture finished without a matching start (a caller's bug) must not drive this negative.
   state_.captures_running = std::max<int64_t>(0, state_.captures_running - 1);
@@ -61,18 +63,18 @@ void DaemonMetrics::OnCaptureFinished(const v1::CaptureInfo& info) {
 }
 
 void DaemonMetrics::SetUploadSource(std::function<Uploads()> source) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   uploads_ = std::move(source);
 }
 
 void DaemonMetrics::OnTraceBytesWritten(uint64_t bytes) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   state_.trace_bytes_written += bytes;
 }
 
 void DaemonMetrics::SetRetentionSource(
     std::function<std::pair<Snapshot::Retained, Snapshot::Retained>()> source) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   retention_ = std::move(source);
 }
 
@@ -81,7 +83,7 @@ DaemonMetrics::Snapshot DaemonMetrics::Read() const {
   std::function<std::pair<Snapshot::Retained, Snapshot::Retained>()> retention;
   Snapshot snapshot;
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     snapshot = state_;
     source = uploads_;
     retention = retention_;

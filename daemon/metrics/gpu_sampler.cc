@@ -6,6 +6,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/mutex.h"
 #include "daemon/log.h"
 #include "daemon/metrics/nvml.h"
 
@@ -63,20 +64,22 @@ void GpuSampler::Start() {
 
 void GpuSampler::Stop() {
   {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     stop_ = true;
+    changed_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
 }
 
 std::shared_ptr<const GpuSnapshot> GpuSampler::snapshot() const {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   return snapshot_;
 }
 
 bool GpuSampler::WaitUntilSettled(absl::Duration timeout) const {
-  absl::MutexLock lock(&mutex_);
-  return mutex_.AwaitWithTimeout(absl::Condition(&settled_), timeout);
+  MutexLock lock(&mutex_);
+  return WaitUntil(&changed_, &mutex_, absl::Now() + timeout,
+                   [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return settled_; });
 }
 
 void GpuSampler::PublishForTesting(GpuSnapshot snapshot) {
@@ -84,9 +87,10 @@ void GpuSampler::PublishForTesting(GpuSnapshot snapshot) {
 }
 
 void GpuSampler::Publish(std::shared_ptr<const GpuSnapshot> snapshot, bool settled) {
-  absl::MutexLock lock(&mutex_);
+  MutexLock lock(&mutex_);
   snapshot_ = std::move(snapshot);
   settled_ = settled_ || settled;
+  if (settled_) changed_.SignalAll();
 }
 
 void GpuSampler::Run() {
@@ -219,8 +223,10 @@ void GpuSampler::Run() {
     next += options_.interval;
     absl::Time now = absl::Now();
     if (next < now) next = now;  // a slow tick (sick driver) skips ahead instead of bursting
-    absl::MutexLock lock(&mutex_);
-    if (mutex_.AwaitWithDeadline(absl::Condition(&stop_), next)) return;
+    MutexLock lock(&mutex_);
+    if (WaitUntil(&changed_, &mutex_, next,
+                  [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return stop_; }))
+      return;
   }
 }
 

@@ -82,6 +82,7 @@ class GpuSampler {
   std::shared_ptr<const GpuSnapshot> snapshot_ ABSL_GUARDED_BY(mutex_);
   bool settled_ ABSL_GUARDED_BY(mutex_) = false;
   bool stop_ ABSL_GUARDED_BY(mutex_) = false;
+  mutable absl::CondVar changed_;  // settled_ or stop_ set
 };
 
 }  // namespace profd

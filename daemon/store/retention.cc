@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/mutex.h"
 #include "daemon/log.h"
 
 namespace profd::store {
@@ -66,15 +67,16 @@ std::vector<RetainedCapture> ChooseForDeletion(
 
 Retention::Retention(RetentionOptions options, const Spool* spool, TraceStore* store)
     : options_(std::move(options)), spool_(spool), store_(store) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   capture_dir_stats_.active = options_.capture_dir_limits.enabled();
   store_stats_.active = options_.store_limits.enabled() && store_ != nullptr && store_->is_local();
 }
 
 Retention::~Retention() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
+    stop_cv_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
 }
@@ -86,19 +88,20 @@ void Retention::Start() {
 void Retention::Loop() {
   while (true) {
     Sweep();
-    absl::MutexLock lock(&mu_);
-    auto stop = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
-    mu_.AwaitWithTimeout(absl::Condition(&stop), options_.interval);
-    if (stopping_) return;
+    MutexLock lock(&mu_);
+    if (WaitUntil(&stop_cv_, &mu_, absl::Now() + options_.interval,
+                  [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; })) {
+      return;
+    }
   }
 }
 
 void Retention::Sweep() {
-  absl::MutexLock one_at_a_time(&sweep_mu_);
+  MutexLock one_at_a_time(&sweep_mu_);
   if (options_.capture_dir_limits.enabled()) SweepCaptureDir();
   bool store_active;
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     store_active = store_stats_.active;
   }
   if (store_active) SweepStore();
@@ -188,7 +191,7 @@ void Retention::Account(const std::vector<RetainedCapture>& swept, uint64_t prun
                         uint64_t pruned_bytes, RetentionStats* stats) {
   uint64_t bytes = 0;
   for (const RetainedCapture& c : swept) bytes += c.bytes;
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   stats->kept = swept.size() - pruned;
   stats->kept_bytes = bytes - pruned_bytes;
   stats->pruned_total += pruned;
@@ -196,12 +199,12 @@ void Retention::Account(const std::vector<RetainedCapture>& swept, uint64_t prun
 }
 
 RetentionStats Retention::capture_dir_stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return capture_dir_stats_;
 }
 
 RetentionStats Retention::store_stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return store_stats_;
 }
 

@@ -96,7 +96,8 @@ class Retention {
   RetentionStats capture_dir_stats_ ABSL_GUARDED_BY(mu_);
   RetentionStats store_stats_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Mutex sweep_mu_;  // one sweep at a time (the thread, a test)
+  absl::CondVar stop_cv_;  // stopping_ set
+  absl::Mutex sweep_mu_;   // one sweep at a time (the thread, a test)
   std::thread thread_;
 };
 

@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "daemon/common/mutex.h"
 #include "daemon/log.h"
 #include "daemon/store/byte_size.h"
 
@@ -88,7 +89,7 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(SpoolOptions options, TraceSt
     if (entry.is_directory()) pending.push_back(entry.path().string());
   }
   std::sort(pending.begin(), pending.end());  // ids start with their time: oldest first
-  absl::MutexLock lock(&spool->mu_);
+  MutexLock lock(&spool->mu_);
   for (const std::string& folder : pending) {
     if (absl::EndsWith(folder, ".partial")) {
       fs::remove_all(folder, ec);
@@ -118,7 +119,7 @@ absl::StatusOr<std::unique_ptr<Spool>> Spool::Open(SpoolOptions options, TraceSt
 
 Spool::~Spool() {
   {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     stopping_ = true;
     wake_.SignalAll();
   }
@@ -158,14 +159,14 @@ absl::Status Spool::CheckSpaceLocked(uint64_t expected_bytes) const {
 }
 
 absl::Status Spool::CheckSpace(uint64_t expected_bytes) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   return CheckSpaceLocked(expected_bytes);
 }
 
 absl::StatusOr<std::string> Spool::Reserve(const std::string& capture_id, uint64_t expected_bytes) {
   if (absl::Status s = ValidateCaptureId(capture_id); !s.ok()) return s;
   std::string folder = (fs::path(options_.dir) / "incoming" / capture_id).string();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (absl::Status s = CheckSpaceLocked(expected_bytes); !s.ok()) {
     ++stats_.refused_total;
     return s;
@@ -186,7 +187,7 @@ absl::StatusOr<std::string> Spool::Reserve(const std::string& capture_id, uint64
 }
 
 absl::Status Spool::Grow(const std::string& capture_id, uint64_t bytes) {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   auto it = reservations_.find(capture_id);
   if (it == reservations_.end()) {
     return absl::FailedPreconditionError(
@@ -240,7 +241,7 @@ absl::StatusOr<v1::StoredTrace> Spool::Queue(const v1::StoredTrace& trace,
                                              const std::string& source) {
   const std::string& capture_id = trace.capture_id();
   std::string target = (fs::path(options_.dir) / "pending" / capture_id).string();
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   if (absl::Status s = MoveFolder(source, target); !s.ok()) return s;
   reservations_.erase(capture_id);
   Enqueue(trace, target);
@@ -277,12 +278,12 @@ void Spool::Abandon(const std::string& capture_id) {
   if (!ValidateCaptureId(capture_id).ok()) return;
   std::error_code ec;
   fs::remove_all(fs::path(options_.dir) / "incoming" / capture_id, ec);
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   reservations_.erase(capture_id);
 }
 
 SpoolStats Spool::stats() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   SpoolStats s = stats_;
   s.bytes = UsedBytesLocked();
   s.pending = static_cast<uint32_t>(queue_.size());
@@ -291,7 +292,7 @@ SpoolStats Spool::stats() const {
 }
 
 std::vector<v1::StoredTrace> Spool::Pending() const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   std::vector<v1::StoredTrace> out;
   for (const Item& item : queue_) {
     out.push_back(item.trace);
@@ -302,7 +303,7 @@ std::vector<v1::StoredTrace> Spool::Pending() const {
 
 std::optional<std::pair<v1::StoredTrace, std::string>> Spool::FindPending(
     const std::string& capture_id) const {
-  absl::MutexLock lock(&mu_);
+  MutexLock lock(&mu_);
   for (const Item& item : queue_) {
     if (item.trace.capture_id() == capture_id) {
       v1::StoredTrace trace = item.trace;
@@ -317,12 +318,12 @@ void Spool::UploadLoop() {
   for (;;) {
     Item item;
     {
-      absl::MutexLock lock(&mu_);
+      MutexLock lock(&mu_);
       while (!stopping_ && (queue_.empty() || absl::Now() < stats_.next_attempt)) {
         if (queue_.empty()) {
-          wake_.Wait(&mu_);
+          Wait(&wake_, &mu_);
         } else {
-          wake_.WaitWithDeadline(&mu_, stats_.next_attempt);
+          WaitWithDeadline(&wake_, &mu_, stats_.next_attempt);
         }
       }
       if (stopping_) return;
@@ -338,7 +339,7 @@ void Spool::UploadLoop() {
       status = store_->Put(item.trace, item.folder, /*may_move=*/true).status();
     }
 
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     if (status.ok() || folder_gone) {
       queue_.pop_front();
       queued_bytes_ -= std::min(queued_bytes_, item.trace.bytes());

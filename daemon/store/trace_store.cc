@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "daemon/common/mutex.h"
 #include "daemon/common/proto_json.h"
 #include "daemon/common/sha256.h"
 #include "daemon/store/local_bucket.h"
@@ -336,7 +337,7 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described
   stored.set_location(bucket_->UriOf(key));
   stored.clear_upload_error();
 
-  absl::MutexLock lock(&index_mu_);
+  MutexLock lock(&index_mu_);
   const std::string index_key = IndexKey(IndexDay(described), described.hostname());
   absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(index_key);
   if (!rows.ok() && !absl::IsDataLoss(rows.status())) return rows.status();
@@ -360,7 +361,7 @@ absl::Status TraceStore::Remove(const v1::StoredTrace& trace) {
   if (absl::Status s = ValidateCaptureId(trace.capture_id()); !s.ok()) return s;
   {
     // Out of the index first: a listed capture is always whole.
-    absl::MutexLock lock(&index_mu_);
+    MutexLock lock(&index_mu_);
     const std::string index_key = IndexKey(IndexDay(trace), trace.hostname());
     absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(index_key);
     if (!rows.ok()) return rows.status();
