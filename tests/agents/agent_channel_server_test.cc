@@ -17,6 +17,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "daemon/common/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/support/raw_agent.h"
 #include "tests/support/subprocess.h"
@@ -32,17 +33,17 @@ class StalledCaptures : public AgentEventSink {
  public:
   void OnCaptureStatus(ConnectionId, uint32_t, const v1::CaptureStatus&) override {}
   void OnEventBatch(ConnectionId, uint32_t, AgentEventBatch batch) override {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     batches_.push_back(std::move(batch));
   }
   void OnAgentGone(ConnectionId, uint32_t) override {}
   size_t held() {
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     return batches_.size();
   }
   void CatchUp() {
     std::vector<AgentEventBatch> done;
-    absl::MutexLock lock(&mutex_);
+    MutexLock lock(&mutex_);
     done.swap(batches_);
   }
 

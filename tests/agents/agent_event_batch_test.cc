@@ -3,6 +3,7 @@
 // thread, and the I/O thread is woken exactly when a paused connection may read again.
 #include "daemon/agents/agent_event_batch.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <thread>
@@ -15,7 +16,7 @@ namespace {
 AgentEventBatch MakeBatch(std::shared_ptr<PipelineBacklog> backlog, ConnectionId connection,
                           size_t bytes) {
   auto frame = std::make_unique<char[]>(bytes);
-  std::memset(frame.get(), 'x', bytes);
+  std::fill_n(frame.get(), bytes, 'x');
   absl::string_view view(frame.get() + 1, bytes - 1);
   return AgentEventBatch(std::move(frame), bytes, view, "cap-1", 3, std::move(backlog), connection);
 }
