@@ -133,6 +133,18 @@ void CompleteCurrent() {
   if (s.completed != nullptr) s.completed(nullptr, 0, buffer, size, used);
 }
 
+// cuptiActivityEnableRuntimeApi/DriverApi: whether calls of one cbid make records.
+CUptiResult SetApiRecorded(std::set<int> State::*quiet, const char* what, CUpti_CallbackId cbid,
+                           uint8_t enable) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  if (enable) {
+    (S().*quiet).erase(static_cast<int>(cbid));
+  } else {
+    (S().*quiet).insert(static_cast<int>(cbid));
+  }
+  Note(std::string(what) + ":" + std::to_string(cbid) + "=" + std::to_string(enable));
+  return CUPTI_SUCCESS;
+}
 }  // namespace
 
 extern "C" {
@@ -303,25 +315,11 @@ CUptiResult CUPTIAPI cuptiActivityDisableContext(CUcontext, CUpti_ActivityKind k
 }
 
 CUptiResult CUPTIAPI cuptiActivityEnableRuntimeApi(CUpti_CallbackId cbid, uint8_t enable) {
-  std::lock_guard<std::recursive_mutex> lock(S().mutex);
-  if (enable) {
-    S().quiet_runtime.erase(static_cast<int>(cbid));
-  } else {
-    S().quiet_runtime.insert(static_cast<int>(cbid));
-  }
-  Note("runtime_api:" + std::to_string(cbid) + "=" + std::to_string(enable));
-  return CUPTI_SUCCESS;
+  return SetApiRecorded(&State::quiet_runtime, "runtime_api", cbid, enable);
 }
 
 CUptiResult CUPTIAPI cuptiActivityEnableDriverApi(CUpti_CallbackId cbid, uint8_t enable) {
-  std::lock_guard<std::recursive_mutex> lock(S().mutex);
-  if (enable) {
-    S().quiet_driver.erase(static_cast<int>(cbid));
-  } else {
-    S().quiet_driver.insert(static_cast<int>(cbid));
-  }
-  Note("driver_api:" + std::to_string(cbid) + "=" + std::to_string(enable));
-  return CUPTI_SUCCESS;
+  return SetApiRecorded(&State::quiet_driver, "driver_api", cbid, enable);
 }
 
 CUptiResult CUPTIAPI cuptiActivityEnableAllSyncRecords(uint8_t enable) {
