@@ -40,6 +40,7 @@
 #include "daemon/metrics/gpu_sampler.h"
 #include "daemon/metrics/metrics_collector.h"
 #include "daemon/metrics/metrics_server.h"
+#include "daemon/metrics/pm_sampler.h"
 #include "daemon/server/access_control.h"
 #include "daemon/server/process_limits.h"
 #include "daemon/server/profd_service.h"
@@ -97,6 +98,18 @@ ABSL_FLAG(absl::Duration, nvml_sample_interval, absl::Seconds(1),
           "How often GPU utilization and memory are read from NVML");
 ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
           "NVML library to dlopen (a path, or a name the dynamic loader finds)");
+// docs/HARDWARE_COUNTERS.md: device-wide, from profd's own process, no CUDA context.
+ABSL_FLAG(bool, gpu_counters, false,
+          "Sample each GPU's hardware counters (SM active, occupancy, tensor pipes, DRAM, PCIe) "
+          "with CUPTI PM sampling for /metrics. Off by default: it costs the application nothing "
+          "measurable but profd ~135 MB more memory (the driver's and CUPTI's); off also leaves "
+          "the counters to another tool (Nsight Compute, DCGM profiling)");
+ABSL_FLAG(absl::Duration, gpu_counters_interval, absl::Milliseconds(10),
+          "PM sampling interval of --gpu_counters (100us to 1s); /metrics shows the mean of each "
+          "second");
+ABSL_FLAG(std::string, cupti_library, "",
+          "CUPTI 13 library for --gpu_counters (default: libcupti.so.13 on the library path, "
+          "then /usr/local/cuda/lib64)");
 // PyTorch processes started with KINETO_USE_DAEMON=1 poll here for operator-level captures
 // (docs/KINETO.md). They must set KINETO_IPC_SOCKET_DIR to exactly this folder.
 ABSL_FLAG(std::string, kineto_socket_dir, "",
@@ -642,13 +655,23 @@ int Main(int argc, char** argv) {
       std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
   GpuSampler gpu_sampler(gpu_options);
   gpu_sampler.Start();
+  std::unique_ptr<PmSampler> counter_sampler;
+  if (absl::GetFlag(FLAGS_gpu_counters)) {
+    PmSampler::Options counter_options;
+    counter_options.cupti_library = absl::GetFlag(FLAGS_cupti_library);
+    counter_options.interval = std::clamp(absl::GetFlag(FLAGS_gpu_counters_interval),
+                                          absl::Microseconds(100), absl::Seconds(1));
+    counter_sampler = std::make_unique<PmSampler>(counter_options);
+    counter_sampler->Start();
+  }
   std::unique_ptr<MetricsServer> metrics_server;
   if (const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
       metrics_address != "none" && !metrics_address.empty()) {
     auto collector = std::make_shared<MetricsCollector>(MetricsCollector::Sources{
         identity.hostname, &registry, &gpu_sampler, &daemon_metrics,
         [&channel] { return channel.counters(); },
-        [&captures] { return static_cast<int64_t>(captures.counts().running); }});
+        [&captures] { return static_cast<int64_t>(captures.counts().running); },
+        counter_sampler.get()});
     absl::StatusOr<std::unique_ptr<MetricsServer>> started =
         MetricsServer::Start(metrics_address, std::move(collector));
     if (!started.ok()) {
@@ -727,6 +750,7 @@ int Main(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics_server.reset();
   gpu_sampler.Stop();
+  if (counter_sampler != nullptr) counter_sampler->Stop();
   channel.Stop();
   if (grpc_socket != "none") unlink(grpc_socket.c_str());
   LogInfo(kComponent, "stopped");

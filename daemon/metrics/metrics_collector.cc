@@ -1,11 +1,13 @@
 #include "daemon/metrics/metrics_collector.h"
 
+#include <cmath>
 #include <limits>
 #include <string>
 #include <unordered_map>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/metrics/gpu_counters.h"
 
 namespace profd {
 namespace {
@@ -269,6 +271,36 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   }
   for (MetricFamily* f : {&gpu_util, &gpu_bw, &gpu_used, &gpu_total, &proc_used, &proc_sm}) {
     out.push_back(std::move(*f));
+  }
+
+  // GPUs' hardware counters (CUPTI PM sampling), labelled as the NVML series of the same GPU.
+  if (sources_.counters != nullptr) {
+    auto counters = sources_.counters->snapshot();
+    MetricFamily available = Family(
+        "profd_gpu_counters_available",
+        "1 when profd samples the GPUs' hardware counters (profd_gpu_sm_active_ratio, ...); 0 "
+        "when not (profd's log says why once: not root, MIG, another profiler, no CUPTI)",
+        MetricType::Gauge);
+    Add(available, host, counters->available ? 1 : 0);
+    out.push_back(std::move(available));
+    const auto defs = GpuCounterDefs();
+    std::vector<MetricFamily> families;
+    for (const GpuCounterDef& def : defs) {
+      families.push_back(Family(def.series, def.help, MetricType::Gauge));
+    }
+    for (const GpuCounterSample& g : counters->gpus) {
+      Labels device = {{"gpu", std::to_string(g.cuda_index)},
+                       {"hostname", hostname},
+                       {"model", g.name},
+                       {"uuid", g.uuid}};
+      for (const GpuSample& n : gpus->gpus) {  // NVML numbers GPUs as nvidia-smi does
+        if (n.uuid == g.uuid) device[0].value = std::to_string(n.index);
+      }
+      for (size_t d = 0; d < defs.size() && d < g.values.size(); ++d) {
+        if (!std::isnan(g.values[d])) Add(families[d], device, g.values[d]);
+      }
+    }
+    for (MetricFamily& f : families) out.push_back(std::move(f));
   }
 
   // Processes, from their agents' heartbeats.

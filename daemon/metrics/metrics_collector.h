@@ -1,5 +1,6 @@
 // What /metrics shows: a prometheus::Collectable that builds every profd_* MetricFamily afresh on
-// each scrape from three snapshots — the GpuSampler's latest GpuSnapshot (a shared_ptr copy),
+// each scrape from snapshots — the GpuSampler's latest GpuSnapshot and the PmSampler's latest
+// GpuCounterSnapshot (shared_ptr copies),
 // AgentRegistry::List() (the registry's own copy under its mutex) and DaemonMetrics::Read().
 //
 // Why a Collectable and not prometheus-cpp Gauges kept up to date: the label sets here follow
@@ -23,6 +24,7 @@
 #include "daemon/agents/agent_registry.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "daemon/metrics/gpu_sampler.h"
+#include "daemon/metrics/pm_sampler.h"
 #include "prometheus/collectable.h"
 #include "prometheus/metric_family.h"
 
@@ -39,6 +41,7 @@ class MetricsCollector : public prometheus::Collectable {
     std::function<AgentChannelCounters()> agent_channel;
     // Captures in progress, from their owner; when empty, DaemonMetrics' own count.
     std::function<int64_t()> captures_running;
+    const PmSampler* counters = nullptr;  // GPU hardware counters; null when turned off
   };
 
   explicit MetricsCollector(Sources sources);

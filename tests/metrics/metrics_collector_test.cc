@@ -3,9 +3,11 @@
 // series of processes that leave vanish.
 #include "daemon/metrics/metrics_collector.h"
 
+#include <cmath>
 #include <fstream>
 
 #include "absl/time/clock.h"
+#include "daemon/metrics/gpu_counters.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"
@@ -276,6 +278,45 @@ TEST_F(MetricsCollectorTest, FinishedCaptureInfoIsCounted) {
 }
 
 // Every family, with all its label sets, passes Prometheus' own linter.
+// The hardware counters: one series per counter a GPU measured, labelled as NVML labels the
+// same GPU (joined by UUID: CUDA and NVML number GPUs differently); a counter not measured is
+// left out, not 0; the availability gauge says whether they are sampled at all.
+TEST_F(MetricsCollectorTest, HardwareCounterSeriesFollowNvmlLabels) {
+  gpus_.PublishForTesting(TwoGpus(false));
+  PmSampler counters(PmSampler::Options{});  // never started
+  MetricsCollector collector(
+      MetricsCollector::Sources{"node-a", &registry_, &gpus_, &daemon_, {}, {}, &counters});
+  auto scrape = [&] { return prometheus::TextSerializer().Serialize(collector.Collect()); };
+  EXPECT_THAT(scrape(), Line("profd_gpu_counters_available{hostname=\"node-a\"} 0"));
+
+  GpuCounterSnapshot snapshot;
+  snapshot.available = true;
+  GpuCounterSample gpu;
+  gpu.cuda_index = 0;  // NVML's GPU 3
+  gpu.uuid = kUuid3;
+  gpu.name = "NVIDIA H100 80GB HBM3";
+  gpu.values.assign(GpuCounterDefs().size(), std::nan(""));
+  gpu.values[0] = 0.5;   // sm active
+  gpu.values[3] = 0.91;  // dram active
+  snapshot.gpus.push_back(gpu);
+  counters.PublishForTesting(snapshot);
+  const std::string text = scrape();
+  const std::string gpu3 = "gpu=\"3\",hostname=\"node-a\",model=\"NVIDIA H100 80GB HBM3\",uuid=\"" +
+                           std::string(kUuid3) + "\"";
+  EXPECT_THAT(text, Line("profd_gpu_counters_available{hostname=\"node-a\"} 1"));
+  EXPECT_THAT(text, Line("profd_gpu_sm_active_ratio{" + gpu3 + "} 0.5"));
+  EXPECT_THAT(text, Line("profd_gpu_dram_active_ratio{" + gpu3 + "} 0.91"));
+  EXPECT_THAT(text, Not(HasSubstr("profd_gpu_tensor_active_ratio{")));
+  EXPECT_THAT(text, HasSubstr("DCGM_FI_PROF_SM_ACTIVE"));  // the HELP names dcgm's field
+
+  testing::TempDir dir;
+  const std::string file = dir.File("metrics.txt");
+  std::ofstream(file) << text;
+  testing::RunResult r = testing::Run({"/bin/sh", "-c", "promtool check metrics < " + file});
+  EXPECT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_EQ(r.out + r.err, "") << "promtool lint findings";
+}
+
 TEST_F(MetricsCollectorTest, PromtoolAcceptsTheFullExposition) {
   gpus_.PublishForTesting(TwoGpus(true));
   registry_.Register(1, kPid, 1000, Hello("llm-7f9c", {{0, kUuid3}}), absl::Now());

@@ -4,10 +4,13 @@
 // and variables) is asked through Prometheus' HTTP query API: a malformed expression fails the
 // test through the API's error, and an expression without data fails it too — except, when
 // profd_nvml_available is 0, expressions on NVML-sourced series, which have nothing to show on a
-// host without a GPU. With the fake NVML library every expression must return data.
+// host without a GPU, and the GPU hardware-counter series (CUPTI PM sampling needs a real GPU;
+// tests/gpu/run_gpu_counters_prom.sh shows them). With the fake NVML library every other
+// expression must return data.
 #include <stdlib.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -17,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
+#include "daemon/metrics/gpu_counters.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/metrics/http_get.h"
@@ -50,6 +54,7 @@ struct Expression {
   std::string where;  // panel title / variable name, for messages
   std::string promql;
   bool nvml = false;
+  bool counters = false;  // a GPU hardware-counter series (CUPTI PM sampling: needs a GPU)
 };
 
 // Every expression of the dashboard, with Grafana's variables as a user with "All" selected
@@ -68,7 +73,12 @@ std::vector<Expression> DashboardExpressions() {
                                       {"$gpu", ".*"}});
     EXPECT_EQ(expr.find('$'), std::string::npos) << where << ": unknown variable in " << expr;
     Expression e{std::move(where), expr};
-    for (const char* series : kNvmlSeries) e.nvml |= expr.find(series) != std::string::npos;
+    for (const GpuCounterDef& def : GpuCounterDefs()) {
+      e.counters |= expr.find(def.series) != std::string::npos;
+    }
+    for (const char* series : kNvmlSeries) {
+      e.nvml |= !e.counters && expr.find(series) != std::string::npos;
+    }
     out.push_back(std::move(e));
   };
   for (const auto& panel : dashboard["panels"].GetArray()) {
@@ -177,7 +187,8 @@ int ExpectDashboardHasData(const PrometheusServer& prometheus, bool nvml_require
           int n = prometheus.Count(e.promql);
           if (n < 0) return true;  // malformed: already a failure, stop waiting
           if (n > 0) continue;
-          if (e.nvml && !nvml_required) {
+          // No GPU here: the hardware counters are never available (the test asserts it).
+          if ((e.nvml && !nvml_required) || e.counters) {
             ++exempt;
             continue;
           }
@@ -200,7 +211,7 @@ class PrometheusDashboardTest : public ::testing::Test {
 // What CI sees: no GPU, no NVML. The agent host's counters are empty (no CUDA), so a WireAgent
 // provides the launch and memory counters the pod panels need.
 TEST_F(PrometheusDashboardTest, EveryPanelAnswersWithoutNvmlAndExitedProcessesVanish) {
-  ProfdProcess profd({"--nvml_library=/nonexistent/libnvidia-ml.so.1"});
+  ProfdProcess profd({"--nvml_library=/nonexistent/libnvidia-ml.so.1", "--gpu_counters"});
   profd.Start();
   auto host = StartAgentHost(profd.agent_socket(), {},
                              {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}});
@@ -211,6 +222,10 @@ TEST_F(PrometheusDashboardTest, EveryPanelAnswersWithoutNvmlAndExitedProcessesVa
       WaitFor([&] { return prometheus.Count("profd_nvml_available") == 1; }, absl::Seconds(15)))
       << prometheus.log();
   ASSERT_EQ(prometheus.Value("profd_nvml_available"), 0);
+  // --gpu_counters without a GPU: profd goes on, and the gauge says the counters are off.
+  EXPECT_TRUE(WaitFor([&] { return prometheus.Count("profd_gpu_counters_available") == 1; },
+                      absl::Seconds(10)));
+  EXPECT_EQ(prometheus.Value("profd_gpu_counters_available"), 0);
   // And `profctl status` says so, with the reason.
   RunResult status = profd.Profctl({"status"});
   EXPECT_NE(status.out.find("GPU metrics:       off: cannot load /nonexistent/libnvidia-ml.so.1"),
@@ -251,7 +266,7 @@ TEST_F(PrometheusDashboardTest, EveryPanelHasDataWithNvml) {
   const std::string pids_file = dir.File("nvml_pids");
   setenv("FAKE_NVML_PIDS_FILE", pids_file.c_str(), 1);
   ProfdProcess profd({"--nvml_library=" + BuildPath("tests/metrics/libfake_nvml.so"),
-                      "--nvml_sample_interval=200ms"});
+                      "--nvml_sample_interval=200ms", "--gpu_counters"});
   profd.Start();
   auto host = StartAgentHost(profd.agent_socket(), {},
                              {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}});
@@ -259,7 +274,12 @@ TEST_F(PrometheusDashboardTest, EveryPanelHasDataWithNvml) {
   std::ofstream(pids_file) << host->pid() << " 1\n" << getpid() << " 1\n";
   PrometheusServer prometheus(MetricsAddress(profd));
 
-  EXPECT_EQ(ExpectDashboardHasData(prometheus, /*nvml_required=*/true), 0);
+  // Only the hardware-counter panels may be empty: no GPU here for CUPTI's PM sampling.
+  const std::vector<Expression> expressions = DashboardExpressions();
+  const auto counters = std::count_if(expressions.begin(), expressions.end(),
+                                      [](const Expression& e) { return e.counters; });
+  EXPECT_GE(counters, 9);
+  EXPECT_EQ(ExpectDashboardHasData(prometheus, /*nvml_required=*/true), counters);
   EXPECT_EQ(prometheus.Value("profd_nvml_available"), 1);
   // The wire agent's CUDA device 0 is the fake's GPU 1 (same uuid): one `gpu` for both sources.
   const std::string wire_gpu = absl::StrCat("{pid=\"", getpid(), "\",gpu=\"1\"}");

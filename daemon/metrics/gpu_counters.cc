@@ -1,0 +1,71 @@
+#include "daemon/metrics/gpu_counters.h"
+
+#include <cmath>
+#include <limits>
+
+namespace profd {
+
+namespace {
+
+constexpr double kPercent = 0.01;
+constexpr GpuCounterDef kDefs[] = {
+    {"profd_gpu_sm_active_ratio",
+     "Fraction of time each SM had at least one warp resident, averaged over SMs "
+     "(DCGM_FI_PROF_SM_ACTIVE; CUPTI PM sampling)",
+     "sm__cycles_active.avg.pct_of_peak_sustained_elapsed", kPercent},
+    {"profd_gpu_sm_occupancy_ratio",
+     "Resident warps over the SMs' maximum, averaged over time and SMs: achieved occupancy "
+     "(DCGM_FI_PROF_SM_OCCUPANCY; CUPTI PM sampling)",
+     "sm__warps_active.avg.pct_of_peak_sustained_elapsed", kPercent},
+    {"profd_gpu_tensor_active_ratio",
+     "Fraction of cycles the tensor pipes were busy (DCGM_FI_PROF_PIPE_TENSOR_ACTIVE; CUPTI PM "
+     "sampling)",
+     "sm__pipe_tensor_cycles_active_realtime.avg.pct_of_peak_sustained_elapsed", kPercent},
+    {"profd_gpu_dram_active_ratio",
+     "Device memory throughput over its peak (DCGM_FI_PROF_DRAM_ACTIVE; CUPTI PM sampling)",
+     "dram__throughput.avg.pct_of_peak_sustained_elapsed", kPercent},
+    {"profd_gpu_graphics_engine_active_ratio",
+     "Fraction of time the graphics/compute engine was busy (DCGM_FI_PROF_GR_ENGINE_ACTIVE; "
+     "CUPTI PM sampling)",
+     "gr__cycles_active.avg.pct_of_peak_sustained_elapsed", kPercent},
+    {"profd_gpu_dram_read_bytes_per_second",
+     "Bytes read from device memory per second (CUPTI PM "
+     "sampling)",
+     "dram__bytes_read.sum.per_second", 1},
+    {"profd_gpu_dram_write_bytes_per_second",
+     "Bytes written to device memory per second (CUPTI PM sampling)",
+     "dram__bytes_write.sum.per_second", 1},
+    {"profd_gpu_pcie_rx_bytes_per_second",
+     "PCIe bytes read per second (DCGM_FI_PROF_PCIE_RX_BYTES; CUPTI PM sampling)",
+     "pcie__read_bytes.sum.per_second", 1},
+    {"profd_gpu_pcie_tx_bytes_per_second",
+     "PCIe bytes written per second (DCGM_FI_PROF_PCIE_TX_BYTES; CUPTI PM sampling)",
+     "pcie__write_bytes.sum.per_second", 1},
+};
+
+}  // namespace
+
+std::span<const GpuCounterDef> GpuCounterDefs() { return kDefs; }
+
+void GpuCounterMeans::Add(uint64_t start_ns, uint64_t end_ns, std::span<const double> values) {
+  if (end_ns <= start_ns) return;
+  const double weight = static_cast<double>(end_ns - start_ns);
+  covered_ns_ += end_ns - start_ns;
+  for (size_t i = 0; i < sums_.size() && i < values.size(); ++i) {
+    if (std::isnan(values[i])) continue;
+    sums_[i] += values[i] * weight;
+    weights_[i] += weight;
+  }
+}
+
+std::vector<double> GpuCounterMeans::Take() {
+  std::vector<double> means(sums_.size(), std::numeric_limits<double>::quiet_NaN());
+  for (size_t i = 0; i < sums_.size(); ++i) {
+    if (weights_[i] > 0) means[i] = sums_[i] / weights_[i];
+    sums_[i] = weights_[i] = 0;
+  }
+  covered_ns_ = 0;
+  return means;
+}
+
+}  // namespace profd

@@ -1,0 +1,485 @@
+#include "daemon/metrics/pm_sampler.h"
+
+#include <cuda.h>
+#include <cupti_pmsampling.h>
+#include <cupti_profiler_host.h>
+#include <cupti_profiler_target.h>
+#include <cupti_result.h>
+#include <cupti_target.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "daemon/common/mutex.h"
+#include "daemon/log.h"
+#include "daemon/metrics/gpu_counters.h"
+
+namespace profd {
+namespace {
+
+constexpr char kComponent[] = "gpu-counters";
+
+// A CUPTI params struct: structSize set, the named fields given, the rest zero (GCC warns about
+// the fields designated initializers leave out, which is the intent).
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+#define PARAMS(T, ...) \
+  T { .structSize = T##_STRUCT_SIZE, __VA_ARGS__ }
+
+// The CUDA driver and CUPTI entry points the sampler calls, resolved with dlsym.
+struct Api {
+  CUresult (*cuInit)(unsigned) = nullptr;
+  CUresult (*cuDeviceGetCount)(int*) = nullptr;
+  CUresult (*cuDeviceGet)(CUdevice*, int) = nullptr;
+  CUresult (*cuDeviceGetUuid)(CUuuid*, CUdevice) = nullptr;
+  CUresult (*cuDeviceGetName)(char*, int, CUdevice) = nullptr;
+  decltype(&cuptiGetResultString) GetResultString = nullptr;
+  decltype(&cuptiProfilerInitialize) ProfilerInitialize = nullptr;
+  decltype(&cuptiProfilerDeInitialize) ProfilerDeInitialize = nullptr;
+  decltype(&cuptiDeviceGetChipName) DeviceGetChipName = nullptr;
+  decltype(&cuptiPmSamplingGetCounterAvailability) GetCounterAvailability = nullptr;
+  decltype(&cuptiProfilerHostInitialize) HostInitialize = nullptr;
+  decltype(&cuptiProfilerHostDeinitialize) HostDeinitialize = nullptr;
+  decltype(&cuptiProfilerHostConfigAddMetrics) HostConfigAddMetrics = nullptr;
+  decltype(&cuptiProfilerHostGetConfigImageSize) HostGetConfigImageSize = nullptr;
+  decltype(&cuptiProfilerHostGetConfigImage) HostGetConfigImage = nullptr;
+  decltype(&cuptiProfilerHostGetNumOfPasses) HostGetNumOfPasses = nullptr;
+  decltype(&cuptiProfilerHostEvaluateToGpuValues) HostEvaluateToGpuValues = nullptr;
+  decltype(&cuptiPmSamplingEnable) Enable = nullptr;
+  decltype(&cuptiPmSamplingDisable) Disable = nullptr;
+  decltype(&cuptiPmSamplingSetConfig) SetConfig = nullptr;
+  decltype(&cuptiPmSamplingStart) Start = nullptr;
+  decltype(&cuptiPmSamplingStop) Stop = nullptr;
+  decltype(&cuptiPmSamplingGetCounterDataSize) GetCounterDataSize = nullptr;
+  decltype(&cuptiPmSamplingCounterDataImageInitialize) CounterDataImageInitialize = nullptr;
+  decltype(&cuptiPmSamplingDecodeData) DecodeData = nullptr;
+  decltype(&cuptiPmSamplingGetCounterDataInfo) GetCounterDataInfo = nullptr;
+  decltype(&cuptiPmSamplingCounterDataGetSampleInfo) GetSampleInfo = nullptr;
+
+  std::string Describe(CUptiResult r) const {
+    const char* text = nullptr;
+    if (GetResultString != nullptr) GetResultString(r, &text);
+    return text != nullptr ? text : absl::StrCat("CUPTI error ", static_cast<int>(r));
+  }
+};
+
+template <typename F>
+bool Bind(void* lib, const char* name, F* fn) {
+  *fn = reinterpret_cast<F>(dlsym(lib, name));
+  return *fn != nullptr;
+}
+
+// Loads both libraries; empty error on success.
+std::string LoadApi(const std::string& cupti_path, Api* api) {
+  void* cuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (cuda == nullptr) return absl::StrCat("no CUDA driver (", dlerror(), ")");
+  if (!Bind(cuda, "cuInit", &api->cuInit) ||
+      !Bind(cuda, "cuDeviceGetCount", &api->cuDeviceGetCount) ||
+      !Bind(cuda, "cuDeviceGet", &api->cuDeviceGet) ||
+      !Bind(cuda, "cuDeviceGetName", &api->cuDeviceGetName) ||
+      !(Bind(cuda, "cuDeviceGetUuid_v2", &api->cuDeviceGetUuid) ||
+        Bind(cuda, "cuDeviceGetUuid", &api->cuDeviceGetUuid))) {
+    return "the CUDA driver lacks an entry point profd needs";
+  }
+  std::vector<std::string> candidates;
+  if (!cupti_path.empty()) {
+    candidates = {cupti_path};
+  } else {
+    candidates = {"libcupti.so.13", "/usr/local/cuda/lib64/libcupti.so.13",
+                  "/usr/local/cuda/extras/CUPTI/lib64/libcupti.so.13"};
+  }
+  void* cupti = nullptr;
+  std::string tried;
+  for (const std::string& path : candidates) {
+    cupti = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (cupti != nullptr) break;
+    absl::StrAppend(&tried, tried.empty() ? "" : ", ", path);
+  }
+  if (cupti == nullptr) return absl::StrCat("no CUPTI 13 (tried ", tried, "; --cupti_library)");
+  bool ok =
+      Bind(cupti, "cuptiGetResultString", &api->GetResultString) &&
+      Bind(cupti, "cuptiProfilerInitialize", &api->ProfilerInitialize) &&
+      Bind(cupti, "cuptiProfilerDeInitialize", &api->ProfilerDeInitialize) &&
+      Bind(cupti, "cuptiDeviceGetChipName", &api->DeviceGetChipName) &&
+      Bind(cupti, "cuptiPmSamplingGetCounterAvailability", &api->GetCounterAvailability) &&
+      Bind(cupti, "cuptiProfilerHostInitialize", &api->HostInitialize) &&
+      Bind(cupti, "cuptiProfilerHostDeinitialize", &api->HostDeinitialize) &&
+      Bind(cupti, "cuptiProfilerHostConfigAddMetrics", &api->HostConfigAddMetrics) &&
+      Bind(cupti, "cuptiProfilerHostGetConfigImageSize", &api->HostGetConfigImageSize) &&
+      Bind(cupti, "cuptiProfilerHostGetConfigImage", &api->HostGetConfigImage) &&
+      Bind(cupti, "cuptiProfilerHostGetNumOfPasses", &api->HostGetNumOfPasses) &&
+      Bind(cupti, "cuptiProfilerHostEvaluateToGpuValues", &api->HostEvaluateToGpuValues) &&
+      Bind(cupti, "cuptiPmSamplingEnable", &api->Enable) &&
+      Bind(cupti, "cuptiPmSamplingDisable", &api->Disable) &&
+      Bind(cupti, "cuptiPmSamplingSetConfig", &api->SetConfig) &&
+      Bind(cupti, "cuptiPmSamplingStart", &api->Start) &&
+      Bind(cupti, "cuptiPmSamplingStop", &api->Stop) &&
+      Bind(cupti, "cuptiPmSamplingGetCounterDataSize", &api->GetCounterDataSize) &&
+      Bind(cupti, "cuptiPmSamplingCounterDataImageInitialize", &api->CounterDataImageInitialize) &&
+      Bind(cupti, "cuptiPmSamplingDecodeData", &api->DecodeData) &&
+      Bind(cupti, "cuptiPmSamplingGetCounterDataInfo", &api->GetCounterDataInfo) &&
+      Bind(cupti, "cuptiPmSamplingCounterDataGetSampleInfo", &api->GetSampleInfo);
+  return ok ? "" : "this CUPTI has no PM sampling (CUDA 12.6 or later is needed)";
+}
+
+// Why a CUPTI call failed, in the words an operator acts on.
+std::string Why(const Api& api, const char* call, CUptiResult r) {
+  switch (r) {
+    case CUPTI_ERROR_INSUFFICIENT_PRIVILEGES:
+    case CUPTI_ERROR_VIRTUALIZED_DEVICE_INSUFFICIENT_PRIVILEGES:
+      return "GPU profiling is restricted to admin users: run profd as root, or load the nvidia "
+             "module with NVreg_RestrictProfilingToAdminUsers=0";
+    case CUPTI_ERROR_NOT_SUPPORTED:
+    case CUPTI_ERROR_MIG_DEVICE_NOT_SUPPORTED:
+    case CUPTI_ERROR_VIRTUALIZED_DEVICE_NOT_SUPPORTED:
+    case CUPTI_ERROR_CONFIDENTIAL_COMPUTING_NOT_SUPPORTED:
+    case CUPTI_ERROR_CMP_DEVICE_NOT_SUPPORTED:
+    case CUPTI_ERROR_SLI_DEVICE_NOT_SUPPORTED:
+    case CUPTI_ERROR_WSL_DEVICE_NOT_SUPPORTED:
+      return absl::StrCat(
+          "PM sampling is not supported here (MIG, vGPU, confidential computing "
+          "or a GPU older than Turing): ",
+          call, ": ", api.Describe(r));
+    default:
+      return absl::StrCat(call, ": ", api.Describe(r),
+                          " (another profiler, e.g. Nsight Compute or DCGM profiling, may hold "
+                          "the GPU's counters)");
+  }
+}
+
+std::string UuidText(const CUuuid& u) {
+  const auto* b = reinterpret_cast<const unsigned char*>(u.bytes);
+  return absl::StrFormat("GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+                         b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11],
+                         b[12], b[13], b[14], b[15]);
+}
+
+// One GPU being sampled.
+struct Gpu {
+  GpuCounterSample identity;
+  CUpti_Profiler_Host_Object* host = nullptr;  // evaluates the samples
+  CUpti_PmSampling_Object* sampling = nullptr;
+  std::vector<size_t> def_of_metric;  // for each configured metric, its def
+  std::vector<const char*> metric_names;
+  // Kept for the GPU's whole session: CUPTI may refer to them after the calls that take them
+  // (the host object to its chip name and availability image).
+  std::string chip;
+  std::vector<uint8_t> availability;
+  std::vector<uint8_t> config;
+  std::vector<uint8_t> image;  // the counter data image
+  std::vector<double> metric_values;
+  GpuCounterMeans means{GpuCounterDefs().size()};
+  std::string error;  // set when this GPU stopped being sampled
+};
+
+// A config image for `metrics` on a fresh host object (kept in *host on success).
+CUptiResult BuildConfig(const Api& api, const std::string& chip, const std::vector<uint8_t>& avail,
+                        std::vector<const char*> metrics, CUpti_Profiler_Host_Object** host,
+                        std::vector<uint8_t>* image, size_t* passes, const char** failed) {
+  auto init =
+      PARAMS(CUpti_Profiler_Host_Initialize_Params, .profilerType = CUPTI_PROFILER_TYPE_PM_SAMPLING,
+             .pChipName = chip.c_str(), .pCounterAvailabilityImage = avail.data());
+  CUptiResult r = api.HostInitialize(&init);
+  if (r != CUPTI_SUCCESS) return *failed = "cuptiProfilerHostInitialize", r;
+  auto add = PARAMS(CUpti_Profiler_Host_ConfigAddMetrics_Params, .pHostObject = init.pHostObject,
+                    .ppMetricNames = metrics.data(), .numMetrics = metrics.size());
+  auto size =
+      PARAMS(CUpti_Profiler_Host_GetConfigImageSize_Params, .pHostObject = init.pHostObject);
+  if ((r = api.HostConfigAddMetrics(&add)) != CUPTI_SUCCESS) {
+    *failed = "cuptiProfilerHostConfigAddMetrics";
+  } else if ((r = api.HostGetConfigImageSize(&size)) != CUPTI_SUCCESS) {
+    *failed = "cuptiProfilerHostGetConfigImageSize";
+  } else {
+    image->assign(size.configImageSize, 0);
+    auto get = PARAMS(CUpti_Profiler_Host_GetConfigImage_Params, .pHostObject = init.pHostObject,
+                      .configImageSize = image->size(), .pConfigImage = image->data());
+    auto count = PARAMS(CUpti_Profiler_Host_GetNumOfPasses_Params, .configImageSize = image->size(),
+                        .pConfigImage = image->data());
+    if ((r = api.HostGetConfigImage(&get)) != CUPTI_SUCCESS) {
+      *failed = "cuptiProfilerHostGetConfigImage";
+    } else if ((r = api.HostGetNumOfPasses(&count)) != CUPTI_SUCCESS) {
+      *failed = "cuptiProfilerHostGetNumOfPasses";
+    } else {
+      *passes = count.numOfPasses;
+    }
+  }
+  if (r != CUPTI_SUCCESS) {
+    auto deinit = PARAMS(CUpti_Profiler_Host_Deinitialize_Params, .pHostObject = init.pHostObject);
+    api.HostDeinitialize(&deinit);
+    return r;
+  }
+  *host = init.pHostObject;
+  return CUPTI_SUCCESS;
+}
+
+void ReleaseHost(const Api& api, CUpti_Profiler_Host_Object* host) {
+  auto deinit = PARAMS(CUpti_Profiler_Host_Deinitialize_Params, .pHostObject = host);
+  api.HostDeinitialize(&deinit);
+}
+
+// Configures and starts PM sampling on one GPU with every counter the chip takes in one pass.
+// Empty on success, else why not.
+std::string StartGpu(const Api& api, const PmSampler::Options& options, Gpu& gpu) {
+  const size_t device = gpu.identity.cuda_index;
+  auto chip = PARAMS(CUpti_Device_GetChipName_Params, .deviceIndex = device);
+  CUptiResult r = api.DeviceGetChipName(&chip);
+  if (r != CUPTI_SUCCESS) return Why(api, "cuptiDeviceGetChipName", r);
+  gpu.chip = chip.pChipName;
+  const std::string& chip_name = gpu.chip;
+  auto avail = PARAMS(CUpti_PmSampling_GetCounterAvailability_Params, .deviceIndex = device);
+  if ((r = api.GetCounterAvailability(&avail)) != CUPTI_SUCCESS) {
+    return Why(api, "cuptiPmSamplingGetCounterAvailability", r);
+  }
+  std::vector<uint8_t>& availability = gpu.availability;
+  availability.assign(avail.counterAvailabilityImageSize, 0);
+  avail.pCounterAvailabilityImage = availability.data();
+  if ((r = api.GetCounterAvailability(&avail)) != CUPTI_SUCCESS) {
+    return Why(api, "cuptiPmSamplingGetCounterAvailability", r);
+  }
+  // Each counter in turn, kept when the set still builds in one pass (PM sampling has no replay).
+  std::vector<uint8_t>& config = gpu.config;
+  const auto defs = GpuCounterDefs();
+  for (size_t d = 0; d < defs.size(); ++d) {
+    std::vector<const char*> trial = gpu.metric_names;
+    trial.push_back(defs[d].cupti_metric);
+    CUpti_Profiler_Host_Object* host = nullptr;
+    size_t passes = 0;
+    const char* failed = "";
+    r = BuildConfig(api, chip_name, availability, trial, &host, &config, &passes, &failed);
+    if (r == CUPTI_SUCCESS) ReleaseHost(api, host);
+    if (r == CUPTI_SUCCESS && passes == 1) {
+      gpu.metric_names = std::move(trial);
+      gpu.def_of_metric.push_back(d);
+    } else {
+      LogInfo(kComponent, "GPU %d (%s): %s left out: %s", device, chip_name, defs[d].cupti_metric,
+              r != CUPTI_SUCCESS ? absl::StrCat(failed, ": ", api.Describe(r))
+                                 : absl::StrCat(passes, " passes"));
+    }
+  }
+  if (gpu.metric_names.empty()) return absl::StrCat("no counter of profd's set on ", chip_name);
+  size_t passes = 0;
+  const char* failed = "";
+  r = BuildConfig(api, chip_name, availability, gpu.metric_names, &gpu.host, &config, &passes,
+                  &failed);
+  if (r != CUPTI_SUCCESS) return Why(api, failed, r);
+
+  auto enable = PARAMS(CUpti_PmSampling_Enable_Params, .deviceIndex = device);
+  if ((r = api.Enable(&enable)) != CUPTI_SUCCESS) return Why(api, "cuptiPmSamplingEnable", r);
+  gpu.sampling = enable.pPmSamplingObject;
+  // KEEP_OLDEST: a buffer that fills between decodes is reported (overflow), not overwritten.
+  auto set =
+      PARAMS(CUpti_PmSampling_SetConfig_Params, .pPmSamplingObject = gpu.sampling,
+             .configSize = config.size(), .pConfig = config.data(),
+             .hardwareBufferSize = options.hardware_buffer_bytes,
+             .samplingInterval = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options.interval)),
+             .triggerMode = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
+             .hwBufferAppendMode = CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST);
+  if ((r = api.SetConfig(&set)) != CUPTI_SUCCESS) return Why(api, "cuptiPmSamplingSetConfig", r);
+  // Room for two publication periods of samples, so one decode normally empties the buffer.
+  const auto samples = static_cast<uint32_t>(2 * (options.publish_every / options.interval)) + 16;
+  auto data_size =
+      PARAMS(CUpti_PmSampling_GetCounterDataSize_Params, .pPmSamplingObject = gpu.sampling,
+             .pMetricNames = gpu.metric_names.data(), .numMetrics = gpu.metric_names.size(),
+             .maxSamples = samples);
+  if ((r = api.GetCounterDataSize(&data_size)) != CUPTI_SUCCESS) {
+    return Why(api, "cuptiPmSamplingGetCounterDataSize", r);
+  }
+  gpu.image.assign(data_size.counterDataSize, 0);
+  auto init =
+      PARAMS(CUpti_PmSampling_CounterDataImage_Initialize_Params, .pPmSamplingObject = gpu.sampling,
+             .counterDataSize = gpu.image.size(), .pCounterData = gpu.image.data());
+  if ((r = api.CounterDataImageInitialize(&init)) != CUPTI_SUCCESS) {
+    return Why(api, "cuptiPmSamplingCounterDataImageInitialize", r);
+  }
+  gpu.metric_values.assign(gpu.metric_names.size(), 0);
+  auto start = PARAMS(CUpti_PmSampling_Start_Params, .pPmSamplingObject = gpu.sampling);
+  if ((r = api.Start(&start)) != CUPTI_SUCCESS) return Why(api, "cuptiPmSamplingStart", r);
+  return "";
+}
+
+// Moves what the GPU recorded into the counter data image and adds every completed sample to
+// the GPU's means; repeats while the image filled up before the hardware buffer emptied.
+std::string Drain(const Api& api, Gpu& gpu) {
+  for (int round = 0; round < 64; ++round) {
+    auto decode =
+        PARAMS(CUpti_PmSampling_DecodeData_Params, .pPmSamplingObject = gpu.sampling,
+               .pCounterDataImage = gpu.image.data(), .counterDataImageSize = gpu.image.size());
+    CUptiResult r = api.DecodeData(&decode);
+    if (r == CUPTI_ERROR_OUT_OF_MEMORY || decode.overflow != 0) {
+      return "the hardware buffer overflowed between decodes (a stalled profd?)";
+    }
+    if (r != CUPTI_SUCCESS) return Why(api, "cuptiPmSamplingDecodeData", r);
+    auto info =
+        PARAMS(CUpti_PmSampling_GetCounterDataInfo_Params, .pCounterDataImage = gpu.image.data(),
+               .counterDataImageSize = gpu.image.size());
+    if ((r = api.GetCounterDataInfo(&info)) != CUPTI_SUCCESS) {
+      return Why(api, "cuptiPmSamplingGetCounterDataInfo", r);
+    }
+    std::vector<double> values(GpuCounterDefs().size(), std::nan(""));
+    for (size_t i = 0; i < info.numCompletedSamples; ++i) {
+      auto sample = PARAMS(CUpti_PmSampling_CounterData_GetSampleInfo_Params,
+                           .pPmSamplingObject = gpu.sampling, .pCounterDataImage = gpu.image.data(),
+                           .counterDataImageSize = gpu.image.size(), .sampleIndex = i);
+      // For PM sampling the host API's "range" is the sample.
+      auto evaluate =
+          PARAMS(CUpti_Profiler_Host_EvaluateToGpuValues_Params, .pHostObject = gpu.host,
+                 .pCounterDataImage = gpu.image.data(), .counterDataImageSize = gpu.image.size(),
+                 .rangeIndex = i, .ppMetricNames = gpu.metric_names.data(),
+                 .numMetrics = gpu.metric_names.size(), .pMetricValues = gpu.metric_values.data());
+      if (api.GetSampleInfo(&sample) != CUPTI_SUCCESS ||
+          api.HostEvaluateToGpuValues(&evaluate) != CUPTI_SUCCESS) {
+        continue;  // one unreadable sample: its time is simply not covered
+      }
+      for (size_t m = 0; m < gpu.metric_values.size(); ++m) {
+        values[gpu.def_of_metric[m]] = gpu.metric_values[m];
+      }
+      gpu.means.Add(sample.startTimestamp, sample.endTimestamp, values);
+    }
+    auto init = PARAMS(CUpti_PmSampling_CounterDataImage_Initialize_Params,
+                       .pPmSamplingObject = gpu.sampling, .counterDataSize = gpu.image.size(),
+                       .pCounterData = gpu.image.data());
+    if ((r = api.CounterDataImageInitialize(&init)) != CUPTI_SUCCESS) {
+      return Why(api, "cuptiPmSamplingCounterDataImageInitialize", r);
+    }
+    if (decode.decodeStopReason != CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL) break;
+  }
+  return "";
+}
+
+void StopGpu(const Api& api, Gpu& gpu) {
+  if (gpu.sampling != nullptr) {
+    auto stop = PARAMS(CUpti_PmSampling_Stop_Params, .pPmSamplingObject = gpu.sampling);
+    api.Stop(&stop);
+    auto disable = PARAMS(CUpti_PmSampling_Disable_Params, .pPmSamplingObject = gpu.sampling);
+    api.Disable(&disable);
+    gpu.sampling = nullptr;
+  }
+  if (gpu.host != nullptr) ReleaseHost(api, std::exchange(gpu.host, nullptr));
+}
+
+}  // namespace
+
+PmSampler::PmSampler(Options options)
+    : options_(std::move(options)),
+      snapshot_(std::make_shared<const GpuCounterSnapshot>(
+          GpuCounterSnapshot{.available = false, .error = "starting"})) {}
+
+PmSampler::~PmSampler() { Stop(); }
+
+void PmSampler::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void PmSampler::Stop() {
+  {
+    MutexLock lock(&mutex_);
+    stop_ = true;
+    stop_cv_.SignalAll();
+  }
+  if (thread_.joinable()) thread_.join();
+}
+
+std::shared_ptr<const GpuCounterSnapshot> PmSampler::snapshot() const {
+  MutexLock lock(&mutex_);
+  return snapshot_;
+}
+
+void PmSampler::Publish(GpuCounterSnapshot snapshot) {
+  snapshot.taken = absl::Now();
+  auto published = std::make_shared<const GpuCounterSnapshot>(std::move(snapshot));
+  MutexLock lock(&mutex_);
+  snapshot_ = std::move(published);
+}
+
+bool PmSampler::Stopping(absl::Time until) {
+  MutexLock lock(&mutex_);
+  return WaitUntil(&stop_cv_, &mutex_, until,
+                   [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return stop_; });
+}
+
+void PmSampler::Run() {
+  auto unavailable = [this](const std::string& why) {
+    LogWarning(kComponent,
+               "GPU hardware counters unavailable: %s; captures and the other "
+               "metrics are not affected",
+               why);
+    Publish(GpuCounterSnapshot{.available = false, .error = why});
+  };
+  Api api;
+  if (std::string error = LoadApi(options_.cupti_library, &api); !error.empty()) {
+    return unavailable(error);
+  }
+  int count = 0;
+  if (api.cuInit(0) != CUDA_SUCCESS || api.cuDeviceGetCount(&count) != CUDA_SUCCESS) {
+    return unavailable("the CUDA driver does not initialise (no GPU?)");
+  }
+  auto profiler = PARAMS(CUpti_Profiler_Initialize_Params, .pPriv = nullptr);
+  if (CUptiResult r = api.ProfilerInitialize(&profiler); r != CUPTI_SUCCESS) {
+    return unavailable(Why(api, "cuptiProfilerInitialize", r));
+  }
+  std::vector<Gpu> gpus(static_cast<size_t>(count));
+  std::string first_error;
+  for (int i = 0; i < count; ++i) {
+    Gpu& gpu = gpus[static_cast<size_t>(i)];
+    gpu.identity.cuda_index = static_cast<uint32_t>(i);
+    CUdevice device = 0;
+    CUuuid uuid{};
+    char name[256] = {};
+    if (api.cuDeviceGet(&device, i) == CUDA_SUCCESS) {
+      if (api.cuDeviceGetUuid(&uuid, device) == CUDA_SUCCESS) gpu.identity.uuid = UuidText(uuid);
+      if (api.cuDeviceGetName(name, sizeof(name) - 1, device) == CUDA_SUCCESS) {
+        gpu.identity.name = name;
+      }
+    }
+    gpu.error = StartGpu(api, options_, gpu);
+    if (!gpu.error.empty()) {
+      LogWarning(kComponent, "GPU %d: no hardware counters: %s", i, gpu.error);
+      if (first_error.empty()) first_error = gpu.error;
+      StopGpu(api, gpu);
+    }
+  }
+  const bool any =
+      std::any_of(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); });
+  if (!any) {
+    auto deinit = PARAMS(CUpti_Profiler_DeInitialize_Params, .pPriv = nullptr);
+    api.ProfilerDeInitialize(&deinit);
+    return unavailable(count == 0 ? "no GPU" : first_error);
+  }
+  LogInfo(kComponent, "sampling %d GPU(s) every %s, published every %s", count,
+          absl::FormatDuration(options_.interval), absl::FormatDuration(options_.publish_every));
+
+  for (absl::Time next = absl::Now() + options_.publish_every; !Stopping(next);
+       next += options_.publish_every) {
+    GpuCounterSnapshot snapshot{.available = true};
+    for (Gpu& gpu : gpus) {
+      if (!gpu.error.empty()) continue;
+      if (std::string error = Drain(api, gpu); !error.empty()) {
+        LogWarning(kComponent, "GPU %d: hardware counters stopped: %s", gpu.identity.cuda_index,
+                   error);
+        gpu.error = error;
+        StopGpu(api, gpu);
+        continue;
+      }
+      GpuCounterSample sample = gpu.identity;
+      sample.values = gpu.means.Take();
+      const auto defs = GpuCounterDefs();
+      for (size_t d = 0; d < defs.size(); ++d) sample.values[d] *= defs[d].scale;
+      snapshot.gpus.push_back(std::move(sample));
+    }
+    if (snapshot.gpus.empty()) {
+      snapshot.available = false;
+      snapshot.error = gpus.empty() ? "no GPU" : gpus.front().error;
+    }
+    Publish(std::move(snapshot));
+    const absl::Time now = absl::Now();
+    if (next < now) next = now;  // a slow decode skips ahead instead of bursting
+  }
+  for (Gpu& gpu : gpus) StopGpu(api, gpu);
+  auto deinit = PARAMS(CUpti_Profiler_DeInitialize_Params, .pPriv = nullptr);
+  api.ProfilerDeInitialize(&deinit);
+}
+
+}  // namespace profd
