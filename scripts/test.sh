@@ -18,6 +18,6 @@ stage build bash scripts/build.sh
 BUILD_DIR=${BUILD_DIR:-build}
 stage tests ctest --test-dir "$BUILD_DIR" --output-on-failure -j 2 --timeout 600
 if [ "${TEST_SANITIZE:-1}" != 0 ]; then stage "ASan+UBSan suite" bash scripts/sanitize.sh; fi
-if [ "${TEST_TSAN:-1}" != 0 ]; then stage "TSan (agent)" bash scripts/tsan.sh; fi
+if [ "${TEST_TSAN:-1}" != 0 ]; then stage "TSan (profd and the agent)" bash scripts/tsan.sh; fi
 if [ "${TEST_FUZZ:-1}" != 0 ]; then stage fuzzing bash scripts/fuzz.sh; fi
 echo "== test.sh: all passed in $SECONDS s"
