@@ -50,7 +50,6 @@ std::span<const GpuCounterDef> GpuCounterDefs() { return kDefs; }
 void GpuCounterMeans::Add(uint64_t start_ns, uint64_t end_ns, std::span<const double> values) {
   if (end_ns <= start_ns) return;
   const double weight = static_cast<double>(end_ns - start_ns);
-  covered_ns_ += end_ns - start_ns;
   for (size_t i = 0; i < sums_.size() && i < values.size(); ++i) {
     if (std::isnan(values[i])) continue;
     sums_[i] += values[i] * weight;
@@ -64,7 +63,6 @@ std::vector<double> GpuCounterMeans::Take() {
     if (weights_[i] > 0) means[i] = sums_[i] / weights_[i];
     sums_[i] = weights_[i] = 0;
   }
-  covered_ns_ = 0;
   return means;
 }
 

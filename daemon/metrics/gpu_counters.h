@@ -29,12 +29,10 @@ class GpuCounterMeans {
   void Add(uint64_t start_ns, uint64_t end_ns, std::span<const double> values);
   // The means, then starts over.
   std::vector<double> Take();
-  uint64_t covered_ns() const { return covered_ns_; }
 
  private:
   std::vector<double> sums_;
   std::vector<double> weights_;
-  uint64_t covered_ns_ = 0;
 };
 
 }  // namespace profd

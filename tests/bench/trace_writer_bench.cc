@@ -53,18 +53,6 @@ double Report(const char* what, const std::function<RunResult()>& run) {
   return rates[2];
 }
 
-std::string Gunzip(const std::string& path) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  std::string text;
-  char buf[1 << 16];
-  int n;
-  while (f != nullptr && (n = gzread(f, buf, sizeof(buf))) > 0) {
-    text.append(buf, static_cast<size_t>(n));
-  }
-  if (f != nullptr) gzclose(f);
-  return text;
-}
-
 }  // namespace
 }  // namespace profd
 
@@ -138,7 +126,7 @@ int main(int argc, char** argv) {
   const double writer_rate = Report(what, [&] { return convert(level, true, false, path); });
 
   // The compressors alone over the JSON of that same run, in the writer's pieces.
-  const std::string json = Gunzip(path);
+  const std::string json = testing::ReadGzip(path);
   const uint64_t events = convert(level, true, false, path).events;
   std::snprintf(what, sizeof(what), "GzipStream alone (ISA-L level %d, that JSON)", level);
   const double gzip_rate = Report(what, [&] {
@@ -174,10 +162,11 @@ int main(int argc, char** argv) {
     deflateEnd(&zs);
     return r;
   });
-  std::printf("  (JSON: %.1f bytes/event before gzip; the writer's time per event less the\n"
-              "   compressor's: %.0f ns: formatting, file writes, and sharing one core's caches)\n",
-              static_cast<double>(json.size()) / static_cast<double>(events),
-              1e9 * (1 / writer_rate - 1 / gzip_rate));
+  std::printf(
+      "  (JSON: %.1f bytes/event before gzip; the writer's time per event less the\n"
+      "   compressor's: %.0f ns: formatting, file writes, and sharing one core's caches)\n",
+      static_cast<double>(json.size()) / static_cast<double>(events),
+      1e9 * (1 / writer_rate - 1 / gzip_rate));
 
   Report("streaming analysis alone (CaptureAnalysis)",
          [&] { return convert(level, false, true, path); });

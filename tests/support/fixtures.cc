@@ -28,7 +28,7 @@ std::vector<v1::EventBatch> ReadRecordedBatches(const std::string& path) {
   return batches;
 }
 
-rapidjson::Document ReadGzipJson(const std::string& path) {
+std::string ReadGzip(const std::string& path) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) throw std::runtime_error("cannot open " + path);
   std::string text;
@@ -36,6 +36,11 @@ rapidjson::Document ReadGzipJson(const std::string& path) {
   int n;
   while ((n = gzread(f, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
   gzclose(f);
+  return text;
+}
+
+rapidjson::Document ReadGzipJson(const std::string& path) {
+  const std::string text = ReadGzip(path);
   rapidjson::Document doc;
   doc.Parse(text.c_str());
   if (doc.HasParseError()) throw std::runtime_error("not JSON: " + path);

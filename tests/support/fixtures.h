@@ -14,6 +14,8 @@ namespace profd::testing {
 std::vector<v1::EventBatch> ReadRecordedBatches(const std::string& path);
 
 // Decompresses a .json.gz and parses it; fails the calling test on error.
+// A gzip (or plain) file's whole text; throws when it cannot be opened.
+std::string ReadGzip(const std::string& path);
 rapidjson::Document ReadGzipJson(const std::string& path);
 
 }  // namespace profd::testing
