@@ -47,6 +47,8 @@ struct CaptureFlags {
   bool record_shapes = false;
   bool with_stack = false;
   bool profile_memory = false;
+  bool gpu_metrics = false;
+  std::string gpu_metrics_interval = "100us";
 };
 
 using analysis::FormatBytes;
@@ -132,6 +134,17 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
     if (p.error() == profd::v1::CAPTURE_ERROR_CUT_SHORT)
       std::cout << ", CUT SHORT: " << p.message();
     std::cout << "\n";
+  }
+  if (info.has_gpu_metrics()) {
+    const profd::v1::GpuMetrics& m = info.gpu_metrics();
+    if (m.samples() > 0) {
+      std::cout << "  GPU counters: " << FormatCount(m.samples()) << " samples of " << m.gpus()
+                << " GPU(s), every " << FormatDuration(static_cast<double>(m.interval_ns()))
+                << " (the report's kernel table says what bounds each kernel)\n";
+    } else {
+      std::cout << "  GPU counters: none"
+                << (m.error().empty() ? "" : absl::StrCat(" (", m.error(), ")")) << "\n";
+    }
   }
   if (s.gpus_size() > 0) {
     std::cout << "\n";
@@ -388,6 +401,18 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   request.set_record_shapes(f.record_shapes);
   request.set_with_stack(f.with_stack);
   request.set_profile_memory(f.profile_memory);
+  if (f.gpu_metrics) {
+    absl::Duration interval;
+    // CUPTI's PM sampling runs from tens of microseconds; profd widens it for long captures.
+    if (std::string bad = ParseDurationFlag("--gpu-metrics-interval", f.gpu_metrics_interval,
+                                            absl::Microseconds(20), absl::Seconds(1), &interval);
+        !bad.empty()) {
+      std::cerr << "profctl: " << bad << "\n";
+      return kExitUsage;
+    }
+    request.set_gpu_metrics(true);
+    request.set_gpu_metrics_interval_ns(absl::ToInt64Nanoseconds(interval));
+  }
   if (f.pids.empty() && !f.all && f.pod.empty()) {
     std::cerr << "profctl: say what to capture: --pid PID (see `profctl agents`), --pod NAME or "
                  "--all\n";
@@ -555,6 +580,12 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   capture->add_option("--via", f->via,
                       "auto (default: through Kineto when the process polls profd's Kineto "
                       "socket, with CPU operators; else the agent), kineto, or cupti (the agent)");
+  capture->add_flag("--gpu-metrics", f->gpu_metrics,
+                    "Sample each GPU's hardware counters (SM, tensor pipes, DRAM, PCIe) over the "
+                    "window: counter tracks in the trace, per-kernel throughputs and what bounds "
+                    "each kernel in the report");
+  capture->add_option("--gpu-metrics-interval", f->gpu_metrics_interval,
+                      "Sampling interval of --gpu-metrics (default 100us; 20us to 1s)");
   capture->add_flag("--record-shapes", f->record_shapes,
                     "Through Kineto: operator input shapes (torch.profiler record_shapes)");
   capture->add_flag("--with-stack", f->with_stack,

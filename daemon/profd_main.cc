@@ -108,7 +108,8 @@ ABSL_FLAG(absl::Duration, gpu_counters_interval, absl::Milliseconds(10),
           "PM sampling interval of --gpu_counters (100us to 1s); /metrics shows the mean of each "
           "second");
 ABSL_FLAG(std::string, cupti_library, "",
-          "CUPTI 13 library for --gpu_counters (default: libcupti.so.13 on the library path, "
+          "CUPTI 13 library for --gpu_counters and captures' --gpu-metrics (default: "
+          "libcupti.so.13 on the library path, "
           "then /usr/local/cuda/lib64)");
 // PyTorch processes started with KINETO_USE_DAEMON=1 poll here for operator-level captures
 // (docs/KINETO.md). They must set KINETO_IPC_SOCKET_DIR to exactly this folder.
@@ -640,6 +641,16 @@ int Main(int argc, char** argv) {
     }
   }
   CaptureTargets targets(&registry, kineto_server.get(), identity.hostname, agent_socket);
+  PmSampler::Options counter_options;
+  counter_options.cupti_library = absl::GetFlag(FLAGS_cupti_library);
+  counter_options.interval = std::clamp(absl::GetFlag(FLAGS_gpu_counters_interval),
+                                        absl::Microseconds(100), absl::Seconds(1));
+  PmSampler counter_sampler(counter_options);
+  capture_options.begin_gpu_metrics =
+      [&counter_sampler](absl::Duration interval, PmSampler::CaptureSink sink, std::string* why) {
+        return counter_sampler.BeginCapture(interval, std::move(sink), why);
+      };
+  capture_options.end_gpu_metrics = [&counter_sampler] { return counter_sampler.EndCapture(); };
   CaptureOrchestrator captures(capture_options, &registry, &channel, &targets, kineto_server.get());
   channel.set_event_sink(&captures);
   // Captures the previous profd never finished (killed mid-capture): repaired and listed.
@@ -655,15 +666,8 @@ int Main(int argc, char** argv) {
       std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
   GpuSampler gpu_sampler(gpu_options);
   gpu_sampler.Start();
-  std::unique_ptr<PmSampler> counter_sampler;
-  if (absl::GetFlag(FLAGS_gpu_counters)) {
-    PmSampler::Options counter_options;
-    counter_options.cupti_library = absl::GetFlag(FLAGS_cupti_library);
-    counter_options.interval = std::clamp(absl::GetFlag(FLAGS_gpu_counters_interval),
-                                          absl::Microseconds(100), absl::Seconds(1));
-    counter_sampler = std::make_unique<PmSampler>(counter_options);
-    counter_sampler->Start();
-  }
+  // For /metrics with --gpu_counters; else started only for captures with --gpu-metrics.
+  if (absl::GetFlag(FLAGS_gpu_counters)) counter_sampler.Start();
   std::unique_ptr<MetricsServer> metrics_server;
   if (const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
       metrics_address != "none" && !metrics_address.empty()) {
@@ -671,7 +675,7 @@ int Main(int argc, char** argv) {
         identity.hostname, &registry, &gpu_sampler, &daemon_metrics,
         [&channel] { return channel.counters(); },
         [&captures] { return static_cast<int64_t>(captures.counts().running); },
-        counter_sampler.get()});
+        absl::GetFlag(FLAGS_gpu_counters) ? &counter_sampler : nullptr});
     absl::StatusOr<std::unique_ptr<MetricsServer>> started =
         MetricsServer::Start(metrics_address, std::move(collector));
     if (!started.ok()) {
@@ -750,7 +754,7 @@ int Main(int argc, char** argv) {
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics_server.reset();
   gpu_sampler.Stop();
-  if (counter_sampler != nullptr) counter_sampler->Stop();
+  counter_sampler.Stop();
   channel.Stop();
   if (grpc_socket != "none") unlink(grpc_socket.c_str());
   LogInfo(kComponent, "stopped");

@@ -77,10 +77,17 @@ Report Analyze(const Trace& input, const AnalysisOptions& options) {
     operators = AnalyzeOperators(trace, launch_of, options);
   }
 
-  // The whole trace is here: every launch call first, then the GPU work in start order.
+  // The whole trace is here: every launch call and counter sample first, then the GPU work in
+  // start order.
   StreamingAnalysis analysis(&trace, options, StreamLimits::Unbounded());
   analysis.AddInvalid(dropped);
   for (const HostCall& c : trace.host) analysis.Add(c);
+  std::vector<const CounterSample*> samples;
+  for (const CounterSample& c : trace.counters) samples.push_back(&c);
+  std::stable_sort(
+      samples.begin(), samples.end(),
+      [](const CounterSample* a, const CounterSample* b) { return a->start_ns < b->start_ns; });
+  for (const CounterSample* c : samples) analysis.Add(*c);
   std::vector<uint32_t> order(trace.gpu.size());
   for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
   std::stable_sort(order.begin(), order.end(), [&](uint32_t a, uint32_t b) {

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "daemon/analysis/format.h"
 #include "daemon/checked_math.h"
+#include "daemon/metrics/gpu_counters.h"
 
 namespace profd::analysis {
 namespace {
@@ -272,10 +274,13 @@ void LowOccupancy(const Report& r, const std::vector<KernelRow>& kernels, const 
                   std::vector<Finding>* out) {
   if (r.kernel_time_ns <= 0) return;
   double low_share = 0;
+  bool any_measured = false;
   std::vector<const KernelRow*> low;
   for (const KernelRow& k : kernels) {
-    if (k.est_occupancy < 0 || k.est_occupancy >= o.low_occupancy_below) continue;
+    KernelOccupancy occ = OccupancyOf(k);
+    if (occ.ratio < 0 || occ.ratio >= o.low_occupancy_below) continue;
     low_share += k.time_ratio;
+    any_measured |= occ.measured;
     low.push_back(&k);
   }
   if (low.empty() || low_share < o.low_occupancy_time_fraction) return;
@@ -283,19 +288,25 @@ void LowOccupancy(const Report& r, const std::vector<KernelRow>& kernels, const 
   f.id = "low_occupancy";
   f.severity = "warning";
   f.value = low_share;
-  f.title = absl::StrCat(low.size(), " kernels with estimated occupancy below ",
-                         FormatPercent(o.low_occupancy_below), " take ", FormatPercent(low_share),
-                         " of kernel time");
-  f.threshold = absl::StrCat(
-      "kernels with est. achieved occupancy < ", FormatPercent(o.low_occupancy_below),
-      " together >= ", FormatPercent(o.low_occupancy_time_fraction), " of kernel time");
+  f.title = absl::StrCat(low.size(), " kernels with ", any_measured ? "" : "estimated ",
+                         "occupancy below ", FormatPercent(o.low_occupancy_below), " take ",
+                         FormatPercent(low_share), " of kernel time");
+  f.threshold = absl::StrCat("kernels with ", any_measured ? "measured (else est.)" : "est.",
+                             " achieved occupancy < ", FormatPercent(o.low_occupancy_below),
+                             " together >= ", FormatPercent(o.low_occupancy_time_fraction),
+                             " of kernel time");
   bool grid = false, regs = false, smem = false;
   for (size_t i = 0; i < low.size() && i < 5; ++i) {
     const KernelRow& k = *low[i];
-    f.evidence.push_back(absl::StrCat(Short(k.name, 60), ": est. ", FormatPercent(k.est_occupancy),
-                                      " (theoretical ", FormatPercent(k.theoretical_occupancy),
-                                      "), limited by ", k.occupancy_limiter, "; ", k.launch_config,
-                                      "; ", FormatPercent(k.time_ratio), " of kernel time"));
+    KernelOccupancy occ = OccupancyOf(k);
+    std::string limiter = k.occupancy_limiter.empty() ? "-" : k.occupancy_limiter;
+    f.evidence.push_back(absl::StrCat(
+        Short(k.name, 60), ": ", occ.measured ? "measured " : "est. ", FormatPercent(occ.ratio),
+        occ.measured && k.est_occupancy >= 0
+            ? absl::StrCat(" (est. ", FormatPercent(k.est_occupancy), ")")
+            : "",
+        " (theoretical ", FormatPercent(k.theoretical_occupancy), "), limited by ", limiter, "; ",
+        k.launch_config, "; ", FormatPercent(k.time_ratio), " of kernel time"));
     grid |= k.occupancy_limiter == "grid";
     regs |= k.occupancy_limiter == "registers";
     smem |= k.occupancy_limiter == "shared memory";
@@ -313,13 +324,191 @@ void LowOccupancy(const Report& r, const std::vector<KernelRow>& kernels, const 
   if (smem) {
     f.advice.push_back("Shared-memory-limited: smaller tiles or fewer pipeline stages.");
   }
+  f.advice.push_back(any_measured
+                         ? "Measured occupancy is the GPU's sm_occupancy_ratio over the kernel's "
+                           "running time (device-wide: kernels running at the same time share it); "
+                           "confirm with Nsight Compute (--section Occupancy)."
+                         : "Estimates from the launch configuration only; confirm with Nsight "
+                           "Compute (--section Occupancy).");
+  out->push_back(std::move(f));
+}
+
+// What the kernels that take the time are limited by, from the hardware counters over their
+// running time (ClassifyBound's verdicts): the kernels' side of the seeds' "compute- or
+// memory-bound?" that dominant_kernels leaves to Nsight Compute.
+void KernelBound(const Report& r, const std::vector<KernelRow>& kernels, const AnalysisOptions& o,
+                 std::vector<Finding>* out) {
+  // Enough kernels to cover most of the kernel time, few enough to read.
+  constexpr size_t kMaxKernels = 5;
+  constexpr double kCoveredEnough = 0.80;
+  // A warning when most kernel time is in kernels the math pipes do not limit.
+  constexpr double kWarnNotCompute = 0.50;
+  if (r.kernel_time_ns <= 0) return;
+  std::vector<const KernelRow*> listed;
+  double covered = 0;
+  for (const KernelRow& k : kernels) {
+    if (listed.size() == kMaxKernels || covered >= kCoveredEnough) break;
+    if (k.bound.empty()) continue;
+    listed.push_back(&k);
+    covered += k.time_ratio;
+  }
+  if (listed.empty()) return;
+
+  // Kernel time per class among the listed kernels, most first.
+  std::vector<std::pair<std::string, double>> classes;
+  for (const KernelRow* k : listed) {
+    auto it = std::find_if(classes.begin(), classes.end(),
+                           [k](const auto& c) { return c.first == k->bound; });
+    if (it == classes.end()) it = classes.insert(classes.end(), {k->bound, 0.0});
+    it->second += k->time_ratio;
+  }
+  std::stable_sort(classes.begin(), classes.end(),
+                   [](const auto& a, const auto& b) { return a.second > b.second; });
+  double not_compute = 0;
+  std::string shares;
+  for (const auto& [bound, share] : classes) {
+    if (bound != "compute") not_compute += share;
+    absl::StrAppend(&shares, shares.empty() ? "" : ", ", bound, " ", FormatPercent(share));
+  }
+
+  Finding f;
+  f.id = "kernel_bound";
+  f.severity = not_compute >= kWarnNotCompute ? "warning" : "info";
+  f.value = not_compute;
+  f.title = absl::StrCat("What bounds the top ", listed.size(),
+                         listed.size() == 1 ? " kernel" : " kernels",
+                         " (hardware counters): ", shares, " of kernel time");
+  f.threshold =
+      absl::StrCat("per kernel, the first that holds: compute if tensor pipes >= ",
+                   FormatPercent(o.bound_compute_tensor),
+                   "; memory if DRAM >= ", FormatPercent(o.bound_memory_dram),
+                   " of peak; compute if SMs active >= ", FormatPercent(o.bound_compute_sm),
+                   "; launch if median < ", FormatDuration(o.bound_launch_kernel_ns),
+                   "; else latency. Warning when kernels not compute-bound take >= ",
+                   FormatPercent(kWarnNotCompute), " of kernel time");
+  bool memory = false, launch = false, latency = false;
+  for (const KernelRow* k : listed) {
+    const char* verdict = k->bound == "compute"  ? "compute-bound, fine"
+                          : k->bound == "memory" ? "memory-bound: fuse it with its neighbours"
+                          : k->bound == "launch"
+                              ? "launch-bound: batch the work or capture it in a CUDA graph"
+                              : "latency-bound: more blocks/warps, fewer dependent stalls";
+    std::string covered_part;
+    if (k->stats.total_ns > 0 && k->counter_time_ns < k->stats.total_ns) {
+      covered_part = absl::StrCat(", counters over ",
+                                  FormatPercent(double(k->counter_time_ns) / k->stats.total_ns),
+                                  " of its time");
+    }
+    f.evidence.push_back(absl::StrCat(Short(k->name, 60), " (", FormatPercent(k->time_ratio),
+                                      " of kernel time", covered_part, "): ", k->bound_reason,
+                                      " → ", verdict));
+    memory |= k->bound == "memory";
+    launch |= k->bound == "launch";
+    latency |= k->bound == "latency";
+  }
+  if (r.counter_samples > 0) {
+    f.evidence.push_back(absl::StrCat("from ", FormatCount(r.counter_samples),
+                                      " hardware counter samples of ",
+                                      FormatDuration(r.counter_interval_ns), " each"));
+  }
+  if (memory) {
+    f.advice.push_back(
+        "Memory-bound kernels move more bytes than they compute on: fuse them with the kernels "
+        "before and after (torch.compile, fused optimizers, norms and activations) so the "
+        "intermediates stay on chip, and move narrower types (bf16, fp8).");
+  }
+  if (launch) {
+    f.advice.push_back(
+        "Launch-bound kernels are too short to fill the GPU: batch the work into fewer, larger "
+        "launches, or capture the step in a CUDA Graph (torch.compile(mode=\"reduce-overhead\")).");
+  }
+  if (latency) {
+    f.advice.push_back(
+        "Latency-bound kernels hold the SMs while neither the pipes nor memory are busy: give "
+        "them more blocks and warps (a larger grid, fewer registers or less shared memory per "
+        "block) and fewer dependent stalls (more independent work per thread, asynchronous "
+        "copies); Nsight Compute's warp state section names the stall.");
+  }
+  if (!memory && !launch && !latency) {
+    f.advice.push_back(
+        "The top kernels are limited by the math pipes: only less math or faster math "
+        "(bf16/fp8 tensor cores, TF32) makes them faster.");
+  }
   f.advice.push_back(
-      "Estimates from the launch configuration only; confirm with Nsight Compute "
-      "(--section Occupancy).");
+      "The counters are the GPU's, not the kernel's: kernels running at the same time share them, "
+      "and a kernel shorter than a sample takes the whole sample's value (docs/ANALYSIS.md, "
+      "\"Bound\").");
   out->push_back(std::move(f));
 }
 
 }  // namespace
+
+std::array<double, kGpuCounters> KernelRow::NoCounters() {
+  std::array<double, kGpuCounters> none;
+  none.fill(std::numeric_limits<double>::quiet_NaN());
+  return none;
+}
+
+double CounterOf(const KernelRow& k, std::string_view trace_name) {
+  int i = GpuCounterFromTraceName(trace_name);
+  return i < 0 ? std::numeric_limits<double>::quiet_NaN() : k.counters[static_cast<size_t>(i)];
+}
+
+KernelOccupancy OccupancyOf(const KernelRow& k) {
+  if (k.counter_time_ns > 0) {
+    double measured = CounterOf(k, "sm_occupancy_ratio");
+    if (std::isfinite(measured)) return {measured, true};
+  }
+  return {k.est_occupancy, false};
+}
+
+void ClassifyBound(const AnalysisOptions& o, KernelRow* k) {
+  k->bound.clear();
+  k->bound_reason.clear();
+  if (k->counter_time_ns <= 0) return;
+  const double sm = CounterOf(*k, "sm_active_ratio");
+  const double tensor = CounterOf(*k, "tensor_active_ratio");
+  const double dram = CounterOf(*k, "dram_active_ratio");
+  // Comparisons with NaN are false: compute by the tensor pipes and memory need only their own
+  // counter; the classes by elimination need all three. Tensor pipes first: a GEMM streaming its
+  // operands at high DRAM throughput is still limited by its math, and fusing it would not help.
+  if (tensor >= o.bound_compute_tensor) {
+    k->bound = "compute";
+    k->bound_reason = absl::StrCat("tensor pipes ", FormatPercent(tensor), " busy");
+    if (std::isfinite(dram)) {
+      absl::StrAppend(&k->bound_reason, ", DRAM ", FormatPercent(dram), " of peak");
+    }
+    return;
+  }
+  if (dram >= o.bound_memory_dram) {
+    k->bound = "memory";
+    k->bound_reason = absl::StrCat("DRAM ", FormatPercent(dram), " of peak");
+    double bytes_per_s =
+        CounterOf(*k, "dram_read_bytes_per_second") + CounterOf(*k, "dram_write_bytes_per_second");
+    if (std::isfinite(bytes_per_s)) {
+      absl::StrAppend(&k->bound_reason, absl::StrFormat(" (%.1f GB/s)", bytes_per_s / 1e9));
+    }
+    return;
+  }
+  if (!std::isfinite(sm) || !std::isfinite(tensor) || !std::isfinite(dram)) return;
+  std::string pipes = absl::StrCat("SMs active ", FormatPercent(sm), ", tensor ",
+                                   FormatPercent(tensor), ", DRAM ", FormatPercent(dram));
+  if (sm >= o.bound_compute_sm) {
+    k->bound = "compute";
+    k->bound_reason = std::move(pipes);
+  } else if (k->stats.median_ns < double(o.bound_launch_kernel_ns)) {
+    k->bound = "launch";
+    k->bound_reason = absl::StrCat("median ", FormatDuration(k->stats.median_ns), ", SMs active ",
+                                   FormatPercent(sm));
+  } else {
+    k->bound = "latency";
+    k->bound_reason = std::move(pipes);
+    double occupancy = CounterOf(*k, "sm_occupancy_ratio");
+    if (std::isfinite(occupancy)) {
+      absl::StrAppend(&k->bound_reason, ", occupancy ", FormatPercent(occupancy));
+    }
+  }
+}
 
 std::vector<Finding> BuildFindings(const Report& report, const std::vector<KernelRow>& all_kernels,
                                    const AnalysisOptions& options) {
@@ -330,6 +519,7 @@ std::vector<Finding> BuildFindings(const Report& report, const std::vector<Kerne
   SyncStall(report, options, &out);
   Dominant(report, all_kernels, options, &out);
   LowOccupancy(report, all_kernels, options, &out);
+  KernelBound(report, all_kernels, options, &out);
   auto rank = [](const std::string& s) { return s == "critical" ? 0 : s == "warning" ? 1 : 2; };
   std::stable_sort(out.begin(), out.end(), [&](const Finding& a, const Finding& b) {
     return rank(a.severity) < rank(b.severity);

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "daemon/analysis/findings.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/render.h"
 
@@ -326,19 +327,52 @@ std::string RenderHtml(const Report& r, const std::string& title) {
                   "<h2>Top kernels</h2><div class=\"plot\"><h4>Total GPU time per kernel "
                   "(instances × average)</h4>",
                   BarChart("plot-top-kernels", labels, values, texts, "#2f6fdf"), "</div>");
-  absl::StrAppend(&h, "<table>",
-                  Th({"Time %", "Total Time", "Instances", "Avg", "Med", "Min", "Max", "StdDev",
-                      "Est. occupancy", "Limiter", "Name"}));
+  // With hardware counters (--gpu-metrics): what each kernel kept busy and what bounds it;
+  // measured occupancy in place of the estimate, which keeps a "~".
+  bool counters = std::any_of(r.top_kernels.begin(), r.top_kernels.end(),
+                              [](const KernelRow& k) { return k.counter_time_ns > 0; });
+  std::vector<std::string> cols = {
+      "Time %", "Total Time", "Instances",
+      "Avg",    "Med",        "Min",
+      "Max",    "StdDev",     counters ? "Occupancy" : "Est. occupancy",
+      "Limiter"};
+  if (counters) cols.insert(cols.end(), {"SM", "Tensor", "DRAM", "Bound"});
+  cols.push_back("Name");
+  absl::StrAppend(&h, "<table>", Th(cols));
   for (const KernelRow& k : r.top_kernels) {
-    h += Td({absl::StrFormat("%.1f", k.time_ratio * 100), FormatDuration(k.stats.total_ns),
-             FormatCount(k.stats.count), FormatDuration(k.stats.avg_ns),
-             FormatDuration(k.stats.median_ns), FormatDuration(k.stats.min_ns),
-             FormatDuration(k.stats.max_ns), FormatDuration(k.stats.stddev_ns),
-             k.est_occupancy < 0 ? "-" : FormatPercent(k.est_occupancy),
-             k.occupancy_limiter.empty() ? "-" : k.occupancy_limiter, k.name},
-            10);
+    KernelOccupancy occ = counters ? OccupancyOf(k) : KernelOccupancy{k.est_occupancy, false};
+    std::string occupancy = occ.ratio < 0 ? "-" : FormatPercent(occ.ratio);
+    if (counters && occ.ratio >= 0 && !occ.measured) occupancy = "~" + occupancy;
+    std::vector<std::string> cells = {absl::StrFormat("%.1f", k.time_ratio * 100),
+                                      FormatDuration(k.stats.total_ns),
+                                      FormatCount(k.stats.count),
+                                      FormatDuration(k.stats.avg_ns),
+                                      FormatDuration(k.stats.median_ns),
+                                      FormatDuration(k.stats.min_ns),
+                                      FormatDuration(k.stats.max_ns),
+                                      FormatDuration(k.stats.stddev_ns),
+                                      occupancy,
+                                      k.occupancy_limiter.empty() ? "-" : k.occupancy_limiter};
+    if (counters) {
+      cells.insert(cells.end(), {FormatPercent(CounterOf(k, "sm_active_ratio")),
+                                 FormatPercent(CounterOf(k, "tensor_active_ratio")),
+                                 FormatPercent(CounterOf(k, "dram_active_ratio")),
+                                 k.bound.empty() ? "-" : k.bound});
+    }
+    cells.push_back(k.name);
+    h += Td(cells, cells.size() - 1);
   }
   absl::StrAppend(&h, "</table>");
+  if (counters) {
+    absl::StrAppend(&h,
+                    "<p class=\"meta\">Occupancy: measured (sm_occupancy_ratio), ~ estimated "
+                    "from the launch configuration. SM (active), Tensor (pipes busy), DRAM (of "
+                    "peak throughput): hardware counters over "
+                    "each kernel's running time, device-wide (",
+                    FormatCount(r.counter_samples), " samples of ",
+                    Esc(FormatDuration(r.counter_interval_ns)),
+                    "). Bound: the kernel_bound finding gives the numbers behind it.</p>");
+  }
 
   // Launch delay histogram.
   std::string hist;

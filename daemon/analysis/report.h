@@ -3,9 +3,12 @@
 // summary.json and `profctl report --json`) and HTML. Times are ns, ratios are 0..1.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "daemon/metrics/gpu_counters.h"
 
 namespace profd::analysis {
 
@@ -39,6 +42,17 @@ struct AnalysisOptions {
   // low_occupancy_time_fraction of kernel time.
   double low_occupancy_below = 0.25;
   double low_occupancy_time_fraction = 0.10;
+
+  // Bound (kernels with hardware counters, docs/ANALYSIS.md), the first that holds:
+  // compute-bound when the tensor pipes are busy at least bound_compute_tensor (a GEMM near DRAM
+  // peak is still a GEMM); memory-bound when DRAM throughput over its running time is at least
+  // bound_memory_dram of peak; compute-bound when the SMs are active at least bound_compute_sm;
+  // launch-bound when its median instance is shorter than bound_launch_kernel_ns; else
+  // latency-bound (SMs held, neither pipes nor memory busy: stalls, low occupancy, few blocks).
+  double bound_memory_dram = 0.60;
+  double bound_compute_tensor = 0.40;
+  double bound_compute_sm = 0.80;
+  int64_t bound_launch_kernel_ns = 10'000;
 
   int top_kernels = 20;
   int top_apis = 20;
@@ -120,6 +134,17 @@ struct KernelRow {
   std::string launch_config;      // "grid [x,y,z] block [x,y,z] regs R smem S"
   // The operators that launched its instances, most first (top 3); empty without CPU operators.
   std::vector<OperatorLaunches> operators;
+  // Hardware counters over its running time (a capture with --gpu-metrics): each counter's mean
+  // over the PM samples overlapping its instances, weighted by the overlap; NaN where not
+  // measured. counter_time_ns: the instances' time the samples covered (0: no counters).
+  std::array<double, kGpuCounters> counters = NoCounters();
+  int64_t counter_time_ns = 0;
+  // What bounds it, from those counters (docs/ANALYSIS.md, "Bound"): "compute", "memory",
+  // "latency", "launch"; empty when not measured. bound_reason: the numbers behind it.
+  std::string bound;
+  std::string bound_reason;
+
+  static std::array<double, kGpuCounters> NoCounters();
 };
 
 // A GPU activity under an operator row: what makes up the row's CUDA total.
@@ -202,7 +227,7 @@ struct HistogramBin {
 
 struct Finding {
   std::string id;        // gpu_idle, launch_bound, copies_hot_path, pageable_memory,
-                         // sync_stall, dominant_kernels, low_occupancy
+                         // sync_stall, dominant_kernels, low_occupancy, kernel_bound
   std::string severity;  // critical, warning, info
   std::string title;
   std::string threshold;  // the rule that fired, with its numbers
@@ -251,6 +276,9 @@ struct Report {
   int64_t launch_delay_p50_ns = 0;
   int64_t launch_delay_p90_ns = 0;
   int64_t launch_delay_p99_ns = 0;
+  // Hardware counter samples the report used (--gpu-metrics), and their mean length.
+  uint64_t counter_samples = 0;
+  int64_t counter_interval_ns = 0;
   std::vector<Finding> findings;
   std::vector<std::string> notes;  // caveats: assumed device properties, unmatched launches
   AnalysisOptions options;

@@ -1,7 +1,11 @@
 // ReportToJson / WriteReportJson: the report's JSON form (summary.json, profctl report --json).
+#include <cmath>
+#include <string_view>
+
 #include "absl/strings/str_cat.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/common/atomic_file.h"
+#include "daemon/metrics/gpu_counters.h"
 #include "rapidjson/prettywriter.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
@@ -127,6 +131,9 @@ void Write(W& w, const Report& r) {
   I64(w, "kernel_time_ns", r.kernel_time_ns);
   U64(w, "distinct_kernels", r.distinct_kernels);
   I64(w, "api_time_ns", r.api_time_ns);
+  // Hardware counter samples behind top_kernels[].counters (0 without --gpu-metrics).
+  U64(w, "counter_samples", r.counter_samples);
+  I64(w, "counter_interval_ns", r.counter_interval_ns);
 
   w.Key("devices");
   w.StartArray();
@@ -232,6 +239,21 @@ void Write(W& w, const Report& r) {
     Str(w, "occupancy_limiter", k.occupancy_limiter);
     Str(w, "launch_config", k.launch_config);
     Launchers(w, "operators", k.operators);
+    // Hardware counters over its running time, by their trace names; only the measured ones.
+    if (k.counter_time_ns > 0) {
+      w.Key("counters");
+      w.StartObject();
+      for (size_t i = 0; i < kGpuCounters; ++i) {
+        if (!std::isfinite(k.counters[i])) continue;
+        std::string_view name = GpuCounterTraceName(i);
+        w.Key(name.data(), static_cast<rapidjson::SizeType>(name.size()));
+        w.Double(k.counters[i]);
+      }
+      w.EndObject();
+    }
+    I64(w, "counter_time_ns", k.counter_time_ns);
+    Str(w, "bound", k.bound);
+    Str(w, "bound_reason", k.bound_reason);
     w.EndObject();
   }
   w.EndArray();
@@ -329,6 +351,10 @@ void Write(W& w, const Report& r) {
   Dbl(w, "dominant_fraction", o.dominant_fraction);
   Dbl(w, "low_occupancy_below", o.low_occupancy_below);
   Dbl(w, "low_occupancy_time_fraction", o.low_occupancy_time_fraction);
+  Dbl(w, "bound_memory_dram", o.bound_memory_dram);
+  Dbl(w, "bound_compute_tensor", o.bound_compute_tensor);
+  Dbl(w, "bound_compute_sm", o.bound_compute_sm);
+  I64(w, "bound_launch_kernel_ns", o.bound_launch_kernel_ns);
   w.EndObject();
   w.EndObject();
 }

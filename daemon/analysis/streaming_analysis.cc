@@ -236,6 +236,11 @@ struct StreamState {
 
 struct KernelState {
   Samples durations;
+  // Hardware counters over its instances' running time: sums of value x overlap, and the overlap
+  // each counter was measured for (CounterCoverage).
+  std::array<double, kGpuCounters> counter_sums{};
+  std::array<double, kGpuCounters> counter_weights{};
+  int64_t counter_time = 0;
   absl::flat_hash_map<uint32_t, OperatorLaunches> launchers;  // by operator row
   // Instances and time per (launch configuration, device): the occupancy estimate needs the
   // device's properties, which may arrive after the kernels.
@@ -256,6 +261,8 @@ constexpr int64_t kDelayEdges[] = {0,         1000,      2000,      5000,      1
                                    1'000'000, 2'000'000, 5'000'000, 10'000'000};
 constexpr size_t kDelayBins = sizeof(kDelayEdges) / sizeof(kDelayEdges[0]);
 constexpr size_t kMaxSyncSegmentsPerThread = 4096;
+// Counter samples kept per GPU ahead of the kernels analysed: 10 s at 100 us.
+constexpr size_t kMaxCounterSamplesAhead = 100'000;
 
 }  // namespace
 
@@ -316,6 +323,45 @@ struct StreamingAnalysis::State {
 
   std::vector<CpuOp> ops;
   uint64_t ops_dropped = 0;
+
+  // Hardware counter samples per (file, device), in time order: those still ahead of the
+  // frontier, which the kernels analysed next may overlap.
+  std::map<std::pair<uint16_t, int32_t>, std::deque<CounterSample>> counter_tracks;
+  uint64_t counter_samples = 0;
+  int64_t counter_time = 0;  // of all samples, for their mean length
+
+  void AddCounters(const CounterSample& c) {
+    ++counter_samples;
+    counter_time = SaturatingAdd(counter_time, c.dur_ns);
+    std::deque<CounterSample>& track = counter_tracks[{c.file, c.device}];
+    track.push_back(c);
+    // A GPU no kernel is analysed on (a process that sees every GPU but uses one) would keep its
+    // samples to the end: it keeps those past the frontier, and at most a window's worth.
+    while (!track.empty() && (track.front().end_ns() <= frontier ||
+                              (Forgets() && track.size() > kMaxCounterSamplesAhead))) {
+      track.pop_front();
+    }
+  }
+
+  // The kernel's overlap with each sample of its GPU, into its name's counter sums. Kernels come
+  // in start order: samples that ended before this one started are passed for good.
+  void AttributeCounters(const GpuActivity& a, KernelState& k) {
+    auto it = counter_tracks.find({a.file, a.device});
+    if (it == counter_tracks.end()) return;
+    std::deque<CounterSample>& track = it->second;
+    while (!track.empty() && track.front().end_ns() <= a.start_ns) track.pop_front();
+    for (const CounterSample& c : track) {
+      if (c.start_ns >= a.end_ns()) break;
+      const int64_t overlap = std::min(c.end_ns(), a.end_ns()) - std::max(c.start_ns, a.start_ns);
+      if (overlap <= 0) continue;
+      k.counter_time = SaturatingAdd(k.counter_time, overlap);
+      for (size_t i = 0; i < kGpuCounters; ++i) {
+        if (std::isnan(c.values[i])) continue;
+        k.counter_sums[i] += static_cast<double>(c.values[i]) * static_cast<double>(overlap);
+        k.counter_weights[i] += static_cast<double>(overlap);
+      }
+    }
+  }
 
   bool Blocking(uint32_t name) {
     if (name >= blocking_name.size()) blocking_name.resize(tables->names.size(), -1);
@@ -517,6 +563,7 @@ struct StreamingAnalysis::State {
     if (first) kernel_order.push_back(a.name);
     KernelState& k = kit->second;
     k.durations.Add(a.dur_ns, &budget);
+    AttributeCounters(a, k);
     if (launcher != OperatorAnalysis::kNoOperator) {
       OperatorLaunches& o = k.launchers[launcher];
       ++o.kernels;
@@ -591,6 +638,14 @@ void StreamingAnalysis::Add(const CpuOp& op) {
     return;
   }
   s_->ops.push_back(op);
+}
+
+void StreamingAnalysis::Add(const CounterSample& sample) {
+  if (!TimeWithinLimits(sample.start_ns, sample.dur_ns)) {
+    ++s_->invalid;
+    return;
+  }
+  s_->AddCounters(sample);
 }
 
 void StreamingAnalysis::AddInvalid(uint64_t events) {
@@ -807,6 +862,14 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
       k.est_occupancy = occupancy_time / known_time;
       k.theoretical_occupancy = theoretical_time / known_time;
     }
+    if (acc.counter_time > 0) {
+      k.counter_time_ns = acc.counter_time;
+      for (size_t i = 0; i < kGpuCounters; ++i) {
+        if (acc.counter_weights[i] > 0)
+          k.counters[i] = acc.counter_sums[i] / acc.counter_weights[i];
+      }
+      ClassifyBound(options, &k);
+    }
     if (!configs.empty()) {
       auto top = std::max_element(configs.begin(), configs.end(), [](const auto& a, const auto& b) {
         return a.second < b.second || (a.second == b.second && a.first > b.first);
@@ -895,6 +958,9 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
                                    "keeps are left out of the operator table."));
   }
 
+  r.counter_samples = s.counter_samples;
+  r.counter_interval_ns =
+      s.counter_samples > 0 ? s.counter_time / static_cast<int64_t>(s.counter_samples) : 0;
   r.findings = BuildFindings(r, kernel_rows, options);
   if (kernel_rows.size() > static_cast<size_t>(std::max(0, options.top_kernels))) {
     kernel_rows.resize(std::max(0, options.top_kernels));

@@ -66,6 +66,11 @@ class StreamingAnalysis {
   void Add(const GpuActivity& activity, uint32_t launcher = OperatorAnalysis::kNoOperator);
   // A CPU operator or annotation: kept (they nest) for the operator table, up to max_cpu_ops.
   void Add(const CpuOp& op);
+  // One PM sample of a GPU's hardware counters. Samples of one (file, device) come in time order,
+  // before the kernels they cover are analysed (a capture decodes them every few ms; a trace file
+  // lists them first): each kernel analysed takes the overlap-weighted mean of the samples over
+  // its running time. Kept until the analysis has passed them.
+  void Add(const CounterSample& sample);
   // Events the caller found impossible and left out: counted in the report's invalid_events.
   void AddInvalid(uint64_t events);
 

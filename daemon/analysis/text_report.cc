@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "daemon/analysis/findings.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/render.h"
 #include "daemon/analysis/text_table.h"
@@ -63,6 +64,59 @@ void RenderOperators(const Report& r, std::string* out) {
     absl::StrAppend(out, "; ", s.distinct - r.operators.size(), " more operators (--top)");
   }
   absl::StrAppend(out, "\n");
+}
+
+// nsys's cuda_gpu_kern_sum, and with hardware counters (--gpu-metrics) what each kernel kept
+// busy and what bounds it. Without counters the table is exactly nsys's plus the estimate.
+void RenderKernels(const Report& r, std::string* out) {
+  absl::StrAppend(out, "\nTOP KERNELS (cuda_gpu_kern_sum)\n");
+  bool counters = std::any_of(r.top_kernels.begin(), r.top_kernels.end(),
+                              [](const KernelRow& k) { return k.counter_time_ns > 0; });
+  std::vector<std::string> headers = {"Time %>", "Total Time>", "Instances>", "Avg>",
+                                      "Med>",    "Min>",        "Max>",       "StdDev>"};
+  if (counters) {
+    headers.insert(headers.end(), {"Occ>", "SM>", "Tensor>", "DRAM>", "Bound"});
+  } else {
+    headers.push_back("Est. Occ>");
+  }
+  headers.push_back("Name");
+  TextTable k(std::move(headers));
+  for (const KernelRow& row : r.top_kernels) {
+    std::vector<std::string> cells = {absl::StrFormat("%.1f", row.time_ratio * 100),
+                                      Ns(row.stats.total_ns),
+                                      FormatCount(row.stats.count),
+                                      Ns(row.stats.avg_ns),
+                                      Ns(row.stats.median_ns),
+                                      Ns(row.stats.min_ns),
+                                      Ns(row.stats.max_ns),
+                                      Ns(row.stats.stddev_ns)};
+    if (counters) {
+      // Measured occupancy plain, the launch-configuration estimate marked with "~".
+      KernelOccupancy occ = OccupancyOf(row);
+      cells.push_back(
+          occ.ratio < 0 ? "-" : absl::StrCat(occ.measured ? "" : "~", FormatPercent(occ.ratio)));
+      cells.push_back(FormatPercent(CounterOf(row, "sm_active_ratio")));
+      cells.push_back(FormatPercent(CounterOf(row, "tensor_active_ratio")));
+      cells.push_back(FormatPercent(CounterOf(row, "dram_active_ratio")));
+      cells.push_back(row.bound.empty() ? "-" : row.bound);
+    } else {
+      cells.push_back(Occ(row.est_occupancy));
+    }
+    cells.push_back(row.name);
+    k.AddRow(std::move(cells));
+  }
+  *out += k.empty() ? "  (no kernels)\n" : k.Render();
+  if (counters) {
+    absl::StrAppend(out,
+                    "  Occ: measured (sm_occupancy_ratio), ~ estimated from the launch "
+                    "configuration. SM (active), Tensor (pipes busy), DRAM (of peak throughput): "
+                    "hardware counters over each kernel's running time, device-wide");
+    if (r.counter_samples > 0) {
+      absl::StrAppend(out, " (", FormatCount(r.counter_samples), " samples of ",
+                      Ns(r.counter_interval_ns), ")");
+    }
+    absl::StrAppend(out, ".\n");
+  }
 }
 
 }  // namespace
@@ -128,16 +182,7 @@ std::string RenderText(const Report& r) {
 
   RenderOperators(r, &out);
 
-  absl::StrAppend(&out, "\nTOP KERNELS (cuda_gpu_kern_sum)\n");
-  TextTable k({"Time %>", "Total Time>", "Instances>", "Avg>", "Med>", "Min>", "Max>", "StdDev>",
-               "Est. Occ>", "Name"});
-  for (const KernelRow& row : r.top_kernels) {
-    k.AddRow({absl::StrFormat("%.1f", row.time_ratio * 100), Ns(row.stats.total_ns),
-              FormatCount(row.stats.count), Ns(row.stats.avg_ns), Ns(row.stats.median_ns),
-              Ns(row.stats.min_ns), Ns(row.stats.max_ns), Ns(row.stats.stddev_ns),
-              Occ(row.est_occupancy), row.name});
-  }
-  out += k.empty() ? "  (no kernels)\n" : k.Render();
+  RenderKernels(r, &out);
 
   absl::StrAppend(&out, "\nCUDA API SUMMARY (cuda_api_sum)\n");
   TextTable a(

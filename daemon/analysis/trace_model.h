@@ -5,6 +5,7 @@
 // the events.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -12,6 +13,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "daemon/checked_math.h"
+#include "daemon/metrics/gpu_counters.h"
 
 namespace profd::analysis {
 
@@ -107,6 +109,19 @@ struct GpuActivity {
   int64_t end_ns() const { return start_ns + dur_ns; }
 };
 
+// One PM sample of a GPU's device-wide hardware counters (profctl capture --gpu-metrics; the
+// trace's "gpu_counters" counter events, docs/TRACE_FORMAT.md): what the GPU did over
+// [start_ns, start_ns + dur_ns), every process on it together. Values in the series' units
+// (daemon/metrics/gpu_counters.h); NaN: not measured.
+struct CounterSample {
+  int64_t start_ns = 0;
+  int64_t dur_ns = 0;
+  int32_t device = 0;  // as the file's GPU activities name it
+  uint16_t file = 0;
+  std::array<float, kGpuCounters> values{};
+  int64_t end_ns() const { return start_ns + dur_ns; }
+};
+
 // A CUDA runtime or driver API call, or a synchronization record, on a host thread.
 struct HostCall {
   enum class Type : uint8_t { kRuntime, kDriver, kSync };
@@ -176,6 +191,7 @@ struct Trace {
   std::vector<HostCall> host;
   std::vector<CpuOp> ops;
   std::vector<DeviceProperties> devices;
+  std::vector<CounterSample> counters;
   std::vector<InputFile> files;
   // Start and end of everything in the trace (any complete event, CPU operators included).
   int64_t window_start_ns = INT64_MAX;

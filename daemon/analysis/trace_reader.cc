@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -486,6 +487,12 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
           key_ = Field::kSrcKind;
         else if (Is(s, n, "dst kind"))
           key_ = Field::kDstKind;
+        else if (ev_.cat == Cat::kGpuCounters) {
+          if (int c = GpuCounterFromTraceName(std::string_view(s, n)); c >= 0) {
+            key_ = Field::kCounter;
+            counter_ = static_cast<size_t>(c);
+          }
+        }
         break;
       case Level::kDevice:
         key_ = DeviceKey(s, n);
@@ -601,6 +608,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     kCopyKind,
     kSrcKind,
     kDstKind,
+    kCounter,
     kDevId,
     kDevName,
     kNumSms,
@@ -623,7 +631,8 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     kSync,
     kCpuOp,
     kUserAnnotation,
-    kOverhead
+    kOverhead,
+    kGpuCounters
   };
 
   struct Event {
@@ -642,7 +651,14 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     uint64_t bytes = 0;
     CopyKind copy_kind = CopyKind::kUnknown;
     MemoryKind src_kind = MemoryKind::kUnknown, dst_kind = MemoryKind::kUnknown;
+    std::array<float, kGpuCounters> counters = NoCounters();  // "C" events of cat gpu_counters
   };
+
+  static std::array<float, kGpuCounters> NoCounters() {
+    std::array<float, kGpuCounters> none;
+    none.fill(std::numeric_limits<float>::quiet_NaN());
+    return none;
+  }
 
   static Cat CategoryOf(const char* s, size_t n) {
     if (IEquals(s, n, "kernel")) return Cat::kKernel;
@@ -654,6 +670,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     if (IEquals(s, n, "cpu_op") || IEquals(s, n, "operator")) return Cat::kCpuOp;
     if (IEquals(s, n, "user_annotation")) return Cat::kUserAnnotation;
     if (IEquals(s, n, "overhead")) return Cat::kOverhead;
+    if (IEquals(s, n, "gpu_counters")) return Cat::kGpuCounters;
     return Cat::kOther;
   }
 
@@ -795,6 +812,9 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
           case Field::kDstKind:
             ev_.dst_kind = MemoryKindFromCupti(i.value_or(0));
             break;
+          case Field::kCounter:
+            ev_.counters[counter_] = static_cast<float>(v.d);
+            break;
           default:
             break;
         }
@@ -876,6 +896,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   // False stops the parse (a limit was reached; error_ says which).
   bool FinishEvent() {
     if (ev_.ph == 'X' || ev_.ph == 'i') ++records_;
+    if (ev_.ph == 'C' && ev_.cat == Cat::kGpuCounters && ev_.has_ts) return FinishCounters();
     if (ev_.ph != 'X' || !ev_.has_ts) return true;
     // ts and dur are µs (doubles): NaN, Inf, a negative duration or a time past the model's
     // limits cannot be placed on a timeline.
@@ -906,6 +927,29 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
       return false;
     }
     StoreEvent(*start, *dur);
+    return true;
+  }
+
+  // One hardware counter sample (profd's --gpu-metrics): on the GPU row its pid names, over
+  // [ts, ts + dur). Not a record, and outside the window: the samples run past the window's ends.
+  bool FinishCounters() {
+    std::optional<int64_t> start = ScaledRound(ev_.ts, 1000.0, kMinTimeNs, kMaxTimeNs);
+    std::optional<int64_t> dur = ScaledRound(ev_.dur, 1000.0, 0, kMaxDurationNs);
+    if (!start || !dur || *dur == 0 || ev_.invalid) return true;
+    if (trace_->counters.size() >= limits_.max_events) {
+      Fail(absl::StatusCode::kResourceExhausted,
+           absl::StrCat("more than ", limits_.max_events,
+                        " hardware counter samples, the most one analysis holds"),
+           "Analyse a shorter capture, or fewer files at once.");
+      return false;
+    }
+    CounterSample c;
+    c.start_ns = *start;
+    c.dur_ns = *dur;
+    c.device = ev_.pid;
+    c.file = file_;
+    c.values = ev_.counters;
+    trace_->counters.push_back(c);
     return true;
   }
 
@@ -974,6 +1018,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         break;
       }
       case Cat::kOther:
+      case Cat::kGpuCounters:
         break;
     }
   }
@@ -988,6 +1033,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   int skip_ = 0;
   int depth_ = 0;
   bool dev_invalid_ = false;
+  size_t counter_ = 0;  // Field::kCounter: which
   absl::StatusCode error_code_ = absl::StatusCode::kOk;
   std::string error_;
   std::string error_advice_;
@@ -1012,7 +1058,7 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
   }
   uint16_t file = static_cast<uint16_t>(trace->files.size());
   size_t gpu_before = trace->gpu.size(), host_before = trace->host.size(),
-         ops_before = trace->ops.size();
+         ops_before = trace->ops.size(), counters_before = trace->counters.size();
   TraceHandler handler(trace, file, limits);
   rapidjson::Reader reader;
   rapidjson::ParseResult result;
@@ -1078,6 +1124,7 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
     drop(trace->gpu, gpu_before);
     drop(trace->host, host_before);
     drop(trace->ops, ops_before);
+    drop(trace->counters, counters_before);
   }
   if (handler.start_ns() <= handler.end_ns()) {
     auto clamp = [](int64_t t) {

@@ -35,6 +35,10 @@ namespace {
 
 constexpr char kComponent[] = "capture";
 constexpr size_t kKeepFinished = 256;  // finished captures remembered for GetCapture/List
+// --gpu-metrics: the default interval, and the most samples of one GPU a capture takes (each
+// ~50 bytes in the analysis, ~200 in the trace): 10 s at 100 us.
+constexpr absl::Duration kDefaultCounterInterval = absl::Microseconds(100);
+constexpr int64_t kMaxCounterSamples = 100'000;
 constexpr char kShutdownMessage[] =
     "profd shut down during the capture (SIGTERM); the trace keeps the events until then";
 constexpr char kKilledMessage[] =
@@ -125,7 +129,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     snapshot_ = info_;
   }
 
-  ~Capture() { Join(); }
+  ~Capture() {
+    Join();
+    EndGpuMetrics();  // the sampler's sink points here: never past the capture's end
+  }
 
   // The capture as requested, with a process for each target in target order.
   static v1::CaptureInfo WithProcesses(v1::CaptureInfo info, const std::vector<Target>& targets) {
@@ -175,6 +182,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         Push(Item{Item::kGone, t.connection, {}, {}});
       }
     }
+    if (info_.has_gpu_metrics()) BeginGpuMetrics();
     thread_ = std::thread([this] { Run(); });
   }
 
@@ -186,7 +194,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   struct Item {
-    enum Kind { kStatus, kBatch, kGone, kCancel, kKineto, kShutdown } kind;
+    enum Kind { kStatus, kBatch, kGone, kCancel, kKineto, kShutdown, kCounters } kind;
     ConnectionId connection = 0;
     v1::CaptureStatus status;
     // Unparsed: parsed on this capture's thread. It holds its agent's backlog until destroyed,
@@ -195,6 +203,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     AgentEventBatch batch;
     int target = -1;  // kKineto: which target
     KinetoSource::Event kineto{};
+    GpuCounterBatch counters{};  // kCounters: one GPU's readings from one decode
   };
 
   void Push(Item item) {
@@ -386,6 +395,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
   bool Handle(Item& item) {
     if (item.kind == Item::kKineto) return HandleKineto(item.target, item.kineto);
+    if (item.kind == Item::kCounters) return HandleCounters(item.counters);
     if (item.kind == Item::kShutdown) {
       for (size_t i = 0; i < targets_.size(); ++i) {
         if (targets_[i].connection != 0) {
@@ -461,7 +471,57 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       case Item::kCancel:
       case Item::kKineto:
       case Item::kShutdown:
+      case Item::kCounters:
         break;
+    }
+    return false;
+  }
+
+  // The GPUs' hardware counters for the window (--gpu-metrics): the sampler hands each decode's
+  // readings to this capture's queue; they go to every process that sees that GPU.
+  void BeginGpuMetrics() {
+    v1::GpuMetrics& m = *info_.mutable_gpu_metrics();
+    std::string why = "profd was started without a GPU counter sampler";
+    if (owner_->options_.begin_gpu_metrics && owner_->options_.begin_gpu_metrics(
+                                                  absl::Nanoseconds(m.interval_ns()),
+                                                  [this](GpuCounterBatch batch) {
+                                                    Item item{Item::kCounters, 0, {}, {}};
+                                                    item.counters = std::move(batch);
+                                                    Push(std::move(item));
+                                                  },
+                                                  &why)) {
+      gpu_metrics_active_ = true;
+      return;
+    }
+    m.set_error(why);
+    LogWarning(kComponent, "capture %s: no GPU counters: %s", info_.capture_id(), why);
+  }
+
+  // Stops the sampling; its last readings are then in the queue.
+  void EndGpuMetrics() {
+    if (!gpu_metrics_active_) return;
+    gpu_metrics_active_ = false;
+    std::string why = owner_->options_.end_gpu_metrics();
+    if (info_.gpu_metrics().samples() == 0 && why.empty()) why = "the GPUs gave no samples";
+    if (!why.empty() && info_.gpu_metrics().error().empty()) {
+      info_.mutable_gpu_metrics()->set_error(why);
+    }
+  }
+
+  bool HandleCounters(const GpuCounterBatch& batch) {
+    for (size_t i = 0; i < processes_.size(); ++i) {
+      if (!processes_[i].sink) continue;
+      if (absl::Status s = processes_[i].sink->AddCounters(batch);
+          !s.ok() && write_error_.empty()) {
+        write_error_ = std::string(s.message());
+        LogError(kComponent, "capture %s: %s", info_.capture_id(), write_error_);
+      }
+    }
+    v1::GpuMetrics& m = *info_.mutable_gpu_metrics();
+    m.set_samples(m.samples() + batch.readings.size());
+    if (std::find(gpus_sampled_.begin(), gpus_sampled_.end(), batch.uuid) == gpus_sampled_.end()) {
+      gpus_sampled_.push_back(batch.uuid);
+      m.set_gpus(static_cast<uint32_t>(gpus_sampled_.size()));
     }
     return false;
   }
@@ -496,6 +556,18 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   void Finalize() {
     info_.set_phase(v1::CAPTURE_PHASE_FINISHING);
     Publish();
+    // The counters' last readings go in before the traces' footers.
+    if (gpu_metrics_active_) {
+      EndGpuMetrics();
+      std::deque<Item> items;
+      {
+        MutexLock lock(&mu_);
+        items.swap(queue_);
+      }
+      for (Item& item : items) {
+        if (item.kind == Item::kCounters) HandleCounters(item.counters);
+      }
+    }
     for (size_t i = 0; i < targets_.size(); ++i) {
       v1::ProcessCapture& p = P(i);
       Process& proc = processes_[i];
@@ -615,6 +687,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   std::unique_ptr<CaptureAnalysis> analysis_;  // the report, made as the batches arrive
   std::string write_error_;
   bool cancelled_ = false;
+  bool gpu_metrics_active_ = false;        // the sampler is sampling for this capture
+  std::vector<std::string> gpus_sampled_;  // UUIDs that gave readings
   std::thread thread_;
 
   mutable absl::Mutex mu_;
@@ -752,6 +826,18 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   info.set_label(request.label());
   info.set_hostname(options_.hostname);
   for (int kind : request.kinds()) info.add_kinds(static_cast<v1::ActivityKind>(kind));
+  if (request.gpu_metrics()) {
+    // At most kMaxCounterSamples per GPU: a long capture samples less often (bounded memory).
+    absl::Duration interval = request.gpu_metrics_interval_ns() > 0
+                                  ? absl::Nanoseconds(request.gpu_metrics_interval_ns())
+                                  : kDefaultCounterInterval;
+    if (interval < absl::Microseconds(20) || interval > absl::Seconds(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpu-metrics-interval ", absl::FormatDuration(interval), " is outside 20us..1s"));
+    }
+    interval = std::max(interval, absl::Milliseconds(request.duration_ms()) / kMaxCounterSamples);
+    info.mutable_gpu_metrics()->set_interval_ns(absl::ToInt64Nanoseconds(interval));
+  }
   uint64_t max_events = options_.max_events;
   if (request.max_events() != 0) max_events = std::min(max_events, request.max_events());
   std::string id = info.capture_id();

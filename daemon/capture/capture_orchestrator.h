@@ -28,6 +28,7 @@
 #include "daemon/agents/agent_registry.h"
 #include "daemon/capture/capture_targets.h"
 #include "daemon/kineto/kineto_ipc_server.h"
+#include "daemon/metrics/gpu_counters.h"
 #include "profd/v1/profd.pb.h"
 
 namespace profd {
@@ -59,6 +60,13 @@ struct CaptureOptions {
   std::function<absl::Status()> check_space;
   // Optional: told about every finished capture (metrics).
   std::function<void(const v1::CaptureInfo& info)> on_finished;
+  // Optional: the GPUs' hardware counters for captures that ask (--gpu-metrics), as
+  // PmSampler::BeginCapture and EndCapture; unset, such captures say the counters are
+  // unavailable and go on without them.
+  std::function<bool(absl::Duration interval, std::function<void(GpuCounterBatch)> sink,
+                     std::string* why)>
+      begin_gpu_metrics;
+  std::function<std::string()> end_gpu_metrics;
 };
 
 class CaptureOrchestrator final : public AgentEventSink {

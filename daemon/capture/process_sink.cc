@@ -12,6 +12,8 @@ namespace profd {
 namespace {
 
 constexpr char kComponent[] = "capture";
+// Counter samples held for a process whose first events have not come yet: 5 s at 100 us.
+constexpr size_t kMaxPendingReadings = 50'000;
 
 }  // namespace
 
@@ -87,12 +89,37 @@ absl::Status ProcessSink::Write(const v1::EventBatch& batch, absl::string_view b
   absl::Status error;
   if (writer_ == nullptr && files_ok) error = StartTrace();
   if (writer_) error = writer_->Write(batch, names_);
+  if (writer_ && !pending_counters_.empty()) {
+    for (const GpuCounterBatch& held : pending_counters_) {
+      if (absl::Status s = AddCounters(held); error.ok()) error = s;
+    }
+    std::vector<GpuCounterBatch>().swap(pending_counters_);
+  }
   if (options_.record_batches && files_ok && error.ok()) Record(bytes);
   if (writer_) analysis_->AddBatch(analysis_index_, batch, names_);
   events_ += batch.kernels_size() + batch.memcpys_size() + batch.memsets_size() +
              batch.api_calls_size() + batch.syncs_size() + batch.memory_ops_size() +
              batch.overheads_size() + batch.markers_size();
   dropped_records_ = SaturatingAdd(dropped_records_, batch.dropped_records());
+  return error;
+}
+
+absl::Status ProcessSink::AddCounters(const GpuCounterBatch& batch) {
+  if (writer_ == nullptr) {
+    // Samples from before the process's first events: a second or two at most.
+    if (pending_readings_ + batch.readings.size() <= kMaxPendingReadings) {
+      pending_readings_ += batch.readings.size();
+      pending_counters_.push_back(batch);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status error;
+  for (const v1::DeviceInfo& d : devices_) {
+    if (d.uuid().empty() || d.uuid() != batch.uuid) continue;
+    absl::Status s = writer_->WriteCounters(d.ordinal(), batch.readings);
+    if (error.ok()) error = s;
+    analysis_->AddCounters(analysis_index_, d.ordinal(), batch.readings);
+  }
   return error;
 }
 

@@ -46,6 +46,12 @@ class ProcessSink {
   // error of this process's trace file, if writing it failed.
   absl::Status Write(const v1::EventBatch& batch, absl::string_view bytes, bool files_ok);
 
+  // Hardware counter samples of one GPU (--gpu-metrics): into the trace and the analysis on the
+  // rows of the process's devices with that GPU's UUID (its CUDA ordinals differ from profd's
+  // under CUDA_VISIBLE_DEVICES); a GPU it does not see is left out. Held until the trace starts,
+  // a few seconds' worth.
+  absl::Status AddCounters(const GpuCounterBatch& batch);
+
   // Whether the trace file exists (a batch came and the file could be created).
   bool has_trace() const { return writer_ != nullptr; }
   const std::string& file_name() const { return file_name_; }
@@ -71,6 +77,8 @@ class ProcessSink {
   uint32_t string_slots_ = 0;
   std::string file_name_;
   std::unique_ptr<ChromeTraceWriter> writer_;
+  std::vector<GpuCounterBatch> pending_counters_;  // before the first batch
+  size_t pending_readings_ = 0;
   size_t analysis_index_ = 0;  // in analysis_, once the trace file was started
   uint64_t events_ = 0;
   uint64_t dropped_records_ = 0;

@@ -43,9 +43,30 @@ constexpr GpuCounterDef kDefs[] = {
      "pcie__write_bytes.sum.per_second", 1},
 };
 
+static_assert(sizeof(kDefs) / sizeof(kDefs[0]) == kGpuCounters);
+
+constexpr std::string_view kSeriesPrefix = "profd_gpu_";
+
 }  // namespace
 
 std::span<const GpuCounterDef> GpuCounterDefs() { return kDefs; }
+
+std::string_view GpuCounterTraceName(size_t counter) {
+  return std::string_view(kDefs[counter].series).substr(kSeriesPrefix.size());
+}
+
+float GpuCounterCaptureValue(size_t counter, double series_value) {
+  if (!std::isfinite(series_value)) return std::numeric_limits<float>::quiet_NaN();
+  if (kDefs[counter].scale != 1) return static_cast<float>(std::round(series_value * 1e4) / 1e4);
+  return static_cast<float>(std::round(series_value));
+}
+
+int GpuCounterFromTraceName(std::string_view name) {
+  for (size_t i = 0; i < kGpuCounters; ++i) {
+    if (GpuCounterTraceName(i) == name) return static_cast<int>(i);
+  }
+  return -1;
+}
 
 void GpuCounterMeans::Add(uint64_t start_ns, uint64_t end_ns, std::span<const double> values) {
   if (end_ns <= start_ns) return;

@@ -222,10 +222,20 @@ void ReleaseHost(const Api& api, CUpti_Profiler_Host_Object* host) {
 
 // Configures and starts PM sampling on one GPU with every counter the chip takes in one pass.
 // Empty on success, else why not.
-std::string StartGpu(const Api& api, const PmSampler::Options& options, Gpu& gpu) {
+std::string StartSampling(const Api& api, const PmSampler::Options& options,
+                          absl::Duration interval, absl::Duration decode_every, Gpu& gpu);
+
+// interval: the sampling period; decode_every: how often Drain empties the hardware buffer.
+std::string StartGpu(const Api& api, const PmSampler::Options& options, absl::Duration interval,
+                     absl::Duration decode_every, Gpu& gpu) {
   const size_t device = gpu.identity.cuda_index;
+  CUptiResult r = CUPTI_SUCCESS;
+  if (gpu.host != nullptr) {
+    // Configured before (a capture changes the interval): only the sampling starts again.
+    return StartSampling(api, options, interval, decode_every, gpu);
+  }
   auto chip = PARAMS(CUpti_Device_GetChipName_Params, .deviceIndex = device);
-  CUptiResult r = api.DeviceGetChipName(&chip);
+  r = api.DeviceGetChipName(&chip);
   if (r != CUPTI_SUCCESS) return Why(api, "cuptiDeviceGetChipName", r);
   gpu.chip = chip.pChipName;
   const std::string& chip_name = gpu.chip;
@@ -265,7 +275,16 @@ std::string StartGpu(const Api& api, const PmSampler::Options& options, Gpu& gpu
   r = BuildConfig(api, chip_name, availability, gpu.metric_names, &gpu.host, &config, &passes,
                   &failed);
   if (r != CUPTI_SUCCESS) return Why(api, failed, r);
+  return StartSampling(api, options, interval, decode_every, gpu);
+}
 
+// Enables PM sampling on a configured GPU at `interval` with a counter data image for a few
+// decodes' samples, and starts it.
+std::string StartSampling(const Api& api, const PmSampler::Options& options,
+                          absl::Duration interval, absl::Duration decode_every, Gpu& gpu) {
+  const size_t device = gpu.identity.cuda_index;
+  std::vector<uint8_t>& config = gpu.config;
+  CUptiResult r = CUPTI_SUCCESS;
   auto enable = PARAMS(CUpti_PmSampling_Enable_Params, .deviceIndex = device);
   if ((r = api.Enable(&enable)) != CUPTI_SUCCESS) return Why(api, "cuptiPmSamplingEnable", r);
   gpu.sampling = enable.pPmSamplingObject;
@@ -274,12 +293,12 @@ std::string StartGpu(const Api& api, const PmSampler::Options& options, Gpu& gpu
       PARAMS(CUpti_PmSampling_SetConfig_Params, .pPmSamplingObject = gpu.sampling,
              .configSize = config.size(), .pConfig = config.data(),
              .hardwareBufferSize = options.hardware_buffer_bytes,
-             .samplingInterval = static_cast<uint64_t>(absl::ToInt64Nanoseconds(options.interval)),
+             .samplingInterval = static_cast<uint64_t>(absl::ToInt64Nanoseconds(interval)),
              .triggerMode = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
              .hwBufferAppendMode = CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST);
   if ((r = api.SetConfig(&set)) != CUPTI_SUCCESS) return Why(api, "cuptiPmSamplingSetConfig", r);
-  // Room for two publication periods of samples, so one decode normally empties the buffer.
-  const auto samples = static_cast<uint32_t>(2 * (options.publish_every / options.interval)) + 16;
+  // Room for two decode periods of samples, so one decode normally empties the buffer.
+  const auto samples = static_cast<uint32_t>(2 * (decode_every / interval)) + 16;
   auto data_size =
       PARAMS(CUpti_PmSampling_GetCounterDataSize_Params, .pPmSamplingObject = gpu.sampling,
              .pMetricNames = gpu.metric_names.data(), .numMetrics = gpu.metric_names.size(),
@@ -302,7 +321,8 @@ std::string StartGpu(const Api& api, const PmSampler::Options& options, Gpu& gpu
 
 // Moves what the GPU recorded into the counter data image and adds every completed sample to
 // the GPU's means; repeats while the image filled up before the hardware buffer emptied.
-std::string Drain(const Api& api, Gpu& gpu) {
+// readings: where a capture wants each sample too (nullptr: none).
+std::string Drain(const Api& api, Gpu& gpu, std::vector<GpuCounterReading>* readings) {
   for (int round = 0; round < 64; ++round) {
     auto decode =
         PARAMS(CUpti_PmSampling_DecodeData_Params, .pPmSamplingObject = gpu.sampling,
@@ -337,6 +357,15 @@ std::string Drain(const Api& api, Gpu& gpu) {
         values[gpu.def_of_metric[m]] = gpu.metric_values[m];
       }
       gpu.means.Add(sample.startTimestamp, sample.endTimestamp, values);
+      if (readings != nullptr) {
+        GpuCounterReading& reading = readings->emplace_back();
+        reading.start_ns = sample.startTimestamp;
+        reading.end_ns = sample.endTimestamp;
+        const auto defs = GpuCounterDefs();
+        for (size_t d = 0; d < kGpuCounters; ++d) {
+          reading.values[d] = GpuCounterCaptureValue(d, values[d] * defs[d].scale);
+        }
+      }
     }
     auto init = PARAMS(CUpti_PmSampling_CounterDataImage_Initialize_Params,
                        .pPmSamplingObject = gpu.sampling, .counterDataSize = gpu.image.size(),
@@ -349,7 +378,8 @@ std::string Drain(const Api& api, Gpu& gpu) {
   return "";
 }
 
-void StopGpu(const Api& api, Gpu& gpu) {
+// Stops sampling; `release` also drops the configuration (a GPU given up on, or the end).
+void StopGpu(const Api& api, Gpu& gpu, bool release = true) {
   if (gpu.sampling != nullptr) {
     auto stop = PARAMS(CUpti_PmSampling_Stop_Params, .pPmSamplingObject = gpu.sampling);
     api.Stop(&stop);
@@ -357,10 +387,23 @@ void StopGpu(const Api& api, Gpu& gpu) {
     api.Disable(&disable);
     gpu.sampling = nullptr;
   }
-  if (gpu.host != nullptr) ReleaseHost(api, std::exchange(gpu.host, nullptr));
+  if (release && gpu.host != nullptr) ReleaseHost(api, std::exchange(gpu.host, nullptr));
 }
 
+// How often a capture's samples are decoded: the hardware buffer (4 MiB, ~3,000 samples) holds
+// 0.3 s at 100 us, and the capture's analysis wants them soon after the kernels they cover.
+constexpr absl::Duration kCaptureDecodeEvery = absl::Milliseconds(20);
+
 }  // namespace
+
+// What the sampler's thread is asked to do.
+struct PmSampler::Wanted {
+  bool stop = false;
+  bool metrics = false;
+  bool capture = false;  // a capture's sink is set
+  bool capture_ending = false;
+  absl::Duration capture_interval;
+};
 
 PmSampler::PmSampler(Options options)
     : options_(std::move(options)),
@@ -369,17 +412,56 @@ PmSampler::PmSampler(Options options)
 
 PmSampler::~PmSampler() { Stop(); }
 
-void PmSampler::Start() {
+void PmSampler::EnsureThread() {
+  if (running_) return;
+  // A thread that returned (a capture's sampling ended without --gpu_counters) is joined first.
+  if (thread_.joinable()) thread_.join();
+  running_ = true;
   thread_ = std::thread([this] { Run(); });
+}
+
+void PmSampler::Start() {
+  MutexLock lock(&mutex_);
+  metrics_ = true;
+  EnsureThread();
+  changed_cv_.SignalAll();
 }
 
 void PmSampler::Stop() {
   {
     MutexLock lock(&mutex_);
     stop_ = true;
-    stop_cv_.SignalAll();
+    changed_cv_.SignalAll();
   }
   if (thread_.joinable()) thread_.join();
+}
+
+bool PmSampler::BeginCapture(absl::Duration interval, CaptureSink sink, std::string* why) {
+  MutexLock lock(&mutex_);
+  if (stop_) {
+    *why = "profd is shutting down";
+    return false;
+  }
+  if (capture_sink_) {
+    *why = "another capture is sampling the GPUs' counters (one at a time)";
+    return false;
+  }
+  capture_sink_ = std::move(sink);
+  capture_interval_ = interval;
+  capture_ending_ = false;
+  capture_error_.clear();
+  EnsureThread();
+  changed_cv_.SignalAll();
+  return true;
+}
+
+std::string PmSampler::EndCapture() {
+  MutexLock lock(&mutex_);
+  if (!capture_sink_) return capture_error_;
+  capture_ending_ = true;
+  changed_cv_.SignalAll();
+  while (capture_sink_) Wait(&ended_cv_, &mutex_);
+  return capture_error_;
 }
 
 std::shared_ptr<const GpuCounterSnapshot> PmSampler::snapshot() const {
@@ -394,92 +476,185 @@ void PmSampler::Publish(GpuCounterSnapshot snapshot) {
   snapshot_ = std::move(published);
 }
 
-bool PmSampler::Stopping(absl::Time until) {
+PmSampler::Wanted PmSampler::AwaitChange(absl::Time until) {
   MutexLock lock(&mutex_);
-  return WaitUntil(&stop_cv_, &mutex_, until,
-                   [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return stop_; });
+  auto wanted = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    return Wanted{.stop = stop_,
+                  .metrics = metrics_,
+                  .capture = static_cast<bool>(capture_sink_),
+                  .capture_ending = capture_ending_,
+                  .capture_interval = capture_interval_};
+  };
+  const Wanted before = wanted();
+  WaitUntil(&changed_cv_, &mutex_, until, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+    const Wanted now = wanted();
+    return now.stop != before.stop || now.metrics != before.metrics ||
+           now.capture != before.capture || now.capture_ending != before.capture_ending;
+  });
+  return wanted();
 }
 
 void PmSampler::Run() {
-  auto unavailable = [this](const std::string& why) {
-    LogWarning(kComponent,
-               "GPU hardware counters unavailable: %s; captures and the other "
-               "metrics are not affected",
-               why);
-    Publish(GpuCounterSnapshot{.available = false, .error = why});
-  };
+  while (true) {
+    Sample();
+    MutexLock lock(&mutex_);
+    // A capture that began while Sample was on its way out is served by a fresh start.
+    if (capture_sink_ && !stop_) continue;
+    running_ = false;
+    if (capture_sink_) {
+      capture_error_ = "profd is shutting down";
+      capture_sink_ = nullptr;
+      ended_cv_.SignalAll();
+    }
+    return;
+  }
+}
+
+void PmSampler::Sample() {
   Api api;
-  if (std::string error = LoadApi(options_.cupti_library, &api); !error.empty()) {
-    return unavailable(error);
+  std::vector<Gpu> gpus;
+  // Empty while the GPUs can be sampled; else why not (said once, published, told to captures).
+  std::string error = LoadApi(options_.cupti_library, &api);
+  bool profiler = false;
+  if (error.empty()) {
+    int count = 0;
+    if (api.cuInit(0) != CUDA_SUCCESS || api.cuDeviceGetCount(&count) != CUDA_SUCCESS) {
+      error = "the CUDA driver does not initialise (no GPU?)";
+    } else if (count == 0) {
+      error = "no GPU";
+    } else {
+      auto init = PARAMS(CUpti_Profiler_Initialize_Params, .pPriv = nullptr);
+      if (CUptiResult r = api.ProfilerInitialize(&init); r != CUPTI_SUCCESS) {
+        error = Why(api, "cuptiProfilerInitialize", r);
+      } else {
+        profiler = true;
+        gpus.resize(static_cast<size_t>(count));
+      }
+    }
   }
-  int count = 0;
-  if (api.cuInit(0) != CUDA_SUCCESS || api.cuDeviceGetCount(&count) != CUDA_SUCCESS) {
-    return unavailable("the CUDA driver does not initialise (no GPU?)");
-  }
-  auto profiler = PARAMS(CUpti_Profiler_Initialize_Params, .pPriv = nullptr);
-  if (CUptiResult r = api.ProfilerInitialize(&profiler); r != CUPTI_SUCCESS) {
-    return unavailable(Why(api, "cuptiProfilerInitialize", r));
-  }
-  std::vector<Gpu> gpus(static_cast<size_t>(count));
-  std::string first_error;
-  for (int i = 0; i < count; ++i) {
-    Gpu& gpu = gpus[static_cast<size_t>(i)];
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    Gpu& gpu = gpus[i];
     gpu.identity.cuda_index = static_cast<uint32_t>(i);
     CUdevice device = 0;
     CUuuid uuid{};
     char name[256] = {};
-    if (api.cuDeviceGet(&device, i) == CUDA_SUCCESS) {
+    if (api.cuDeviceGet(&device, static_cast<int>(i)) == CUDA_SUCCESS) {
       if (api.cuDeviceGetUuid(&uuid, device) == CUDA_SUCCESS) gpu.identity.uuid = UuidText(uuid);
       if (api.cuDeviceGetName(name, sizeof(name) - 1, device) == CUDA_SUCCESS) {
         gpu.identity.name = name;
       }
     }
-    gpu.error = StartGpu(api, options_, gpu);
-    if (!gpu.error.empty()) {
-      LogWarning(kComponent, "GPU %d: no hardware counters: %s", i, gpu.error);
-      if (first_error.empty()) first_error = gpu.error;
-      StopGpu(api, gpu);
-    }
   }
-  const bool any =
-      std::any_of(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); });
-  if (!any) {
-    auto deinit = PARAMS(CUpti_Profiler_DeInitialize_Params, .pPriv = nullptr);
-    api.ProfilerDeInitialize(&deinit);
-    return unavailable(count == 0 ? "no GPU" : first_error);
+  auto sampled = [&] {
+    return std::any_of(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); });
+  };
+  if (!error.empty()) {
+    LogWarning(kComponent,
+               "GPU hardware counters unavailable: %s; captures and the other "
+               "metrics are not affected",
+               error);
+    Publish(GpuCounterSnapshot{.available = false, .error = error});
   }
-  LogInfo(kComponent, "sampling %d GPU(s) every %s, published every %s", count,
-          absl::FormatDuration(options_.interval), absl::FormatDuration(options_.publish_every));
 
-  for (absl::Time next = absl::Now() + options_.publish_every; !Stopping(next);
-       next += options_.publish_every) {
-    GpuCounterSnapshot snapshot{.available = true};
+  absl::Duration interval;  // what the GPUs sample at now; zero: not started
+  absl::Time next_publish = absl::Now() + options_.publish_every;
+  // (Re)starts every GPU still sampled at `want`: a capture's interval, then /metrics' again.
+  auto configure = [&](absl::Duration want) {
+    if (!error.empty() || want == interval) return;
+    const absl::Duration decode_every =
+        want == options_.interval ? options_.publish_every : kCaptureDecodeEvery;
+    std::string first_error;
     for (Gpu& gpu : gpus) {
       if (!gpu.error.empty()) continue;
-      if (std::string error = Drain(api, gpu); !error.empty()) {
-        LogWarning(kComponent, "GPU %d: hardware counters stopped: %s", gpu.identity.cuda_index,
-                   error);
-        gpu.error = error;
-        StopGpu(api, gpu);
-        continue;
+      if (interval != absl::ZeroDuration()) {
+        (void)Drain(api, gpu, nullptr);  // what was sampled so far still counts for /metrics
+        StopGpu(api, gpu, /*release=*/false);
       }
-      GpuCounterSample sample = gpu.identity;
-      sample.values = gpu.means.Take();
-      const auto defs = GpuCounterDefs();
-      for (size_t d = 0; d < defs.size(); ++d) sample.values[d] *= defs[d].scale;
-      snapshot.gpus.push_back(std::move(sample));
+      gpu.error = StartGpu(api, options_, want, decode_every, gpu);
+      if (!gpu.error.empty()) {
+        LogWarning(kComponent, "GPU %d: no hardware counters: %s", gpu.identity.cuda_index,
+                   gpu.error);
+        if (first_error.empty()) first_error = gpu.error;
+        StopGpu(api, gpu);
+      }
     }
-    if (snapshot.gpus.empty()) {
-      snapshot.available = false;
-      snapshot.error = gpus.empty() ? "no GPU" : gpus.front().error;
+    interval = want;
+    if (!sampled()) {
+      error = first_error;
+      Publish(GpuCounterSnapshot{.available = false, .error = error});
+      return;
     }
-    Publish(std::move(snapshot));
+    LogInfo(kComponent, "sampling %d GPU(s) every %s", gpus.size(), absl::FormatDuration(want));
+  };
+
+  Wanted wanted = AwaitChange(absl::Now());
+  while (!wanted.stop && (wanted.metrics || wanted.capture)) {
+    configure(wanted.capture ? wanted.capture_interval : options_.interval);
     const absl::Time now = absl::Now();
-    if (next < now) next = now;  // a slow decode skips ahead instead of bursting
+    absl::Time until = wanted.metrics ? next_publish : absl::InfiniteFuture();
+    if (wanted.capture && !wanted.capture_ending)
+      until = std::min(until, now + kCaptureDecodeEvery);
+    if (wanted.capture_ending) until = now;
+    if (until > now) {
+      const Wanted next = AwaitChange(until);
+      if (next.capture != wanted.capture || next.capture_ending != wanted.capture_ending ||
+          next.stop || next.metrics != wanted.metrics) {
+        wanted = next;
+        if (!wanted.capture_ending && !wanted.stop) continue;
+      }
+    }
+    // Decode; the capture's readings go to it, every sample to /metrics' means.
+    for (Gpu& gpu : gpus) {
+      if (!gpu.error.empty() || gpu.sampling == nullptr) continue;
+      GpuCounterBatch batch{
+          .cuda_index = gpu.identity.cuda_index, .uuid = gpu.identity.uuid, .readings = {}};
+      if (std::string e = Drain(api, gpu, wanted.capture ? &batch.readings : nullptr); !e.empty()) {
+        LogWarning(kComponent, "GPU %d: hardware counters stopped: %s", gpu.identity.cuda_index, e);
+        gpu.error = e;
+        StopGpu(api, gpu);
+      }
+      if (!batch.readings.empty()) {
+        CaptureSink sink;
+        {
+          MutexLock lock(&mutex_);
+          sink = capture_sink_;
+        }
+        if (sink) sink(std::move(batch));
+      }
+    }
+    if (wanted.capture && (wanted.capture_ending || wanted.stop)) {
+      MutexLock lock(&mutex_);
+      capture_error_ = error.empty() && !sampled() ? gpus.front().error : error;
+      capture_sink_ = nullptr;
+      capture_ending_ = false;
+      ended_cv_.SignalAll();
+    }
+    if (wanted.metrics && absl::Now() >= next_publish) {
+      GpuCounterSnapshot snapshot{.available = error.empty()};
+      snapshot.error = error;
+      for (Gpu& gpu : gpus) {
+        if (!gpu.error.empty() || !error.empty()) continue;
+        GpuCounterSample sample = gpu.identity;
+        sample.values = gpu.means.Take();
+        const auto defs = GpuCounterDefs();
+        for (size_t d = 0; d < defs.size(); ++d) sample.values[d] *= defs[d].scale;
+        snapshot.gpus.push_back(std::move(sample));
+      }
+      if (error.empty() && snapshot.gpus.empty()) {
+        snapshot.available = false;
+        snapshot.error = gpus.front().error;
+      }
+      Publish(std::move(snapshot));
+      next_publish += options_.publish_every;
+      if (next_publish < absl::Now()) next_publish = absl::Now();  // a slow decode skips ahead
+    }
+    wanted = AwaitChange(absl::Now());
   }
   for (Gpu& gpu : gpus) StopGpu(api, gpu);
-  auto deinit = PARAMS(CUpti_Profiler_DeInitialize_Params, .pPriv = nullptr);
-  api.ProfilerDeInitialize(&deinit);
+  if (profiler) {
+    auto deinit = PARAMS(CUpti_Profiler_DeInitialize_Params, .pPriv = nullptr);
+    api.ProfilerDeInitialize(&deinit);
+  }
 }
 
 }  // namespace profd

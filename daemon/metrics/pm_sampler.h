@@ -5,12 +5,18 @@
 // and every `publish_every` decodes what the GPUs recorded and publishes each GPU's
 // time-weighted means (gpu_counters.h) as an immutable snapshot that /metrics reads.
 //
+// A capture with --gpu-metrics borrows the same sampling (BeginCapture/EndCapture): every GPU at
+// the capture's interval, decoded every few milliseconds, each reading handed to the capture;
+// /metrics keeps its means meanwhile. Without --gpu_counters the sampler starts for the capture
+// and stops after it.
+//
 // Unavailable (no driver or CUPTI, profiling restricted to admin users, MIG, a GPU without PM
 // sampling, another profiler holding the counters): said once in the log, published with the
 // reason, and profd goes on without these series.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -18,6 +24,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "daemon/metrics/gpu_counters.h"
 
 namespace profd {
 
@@ -48,8 +55,18 @@ class PmSampler {
   explicit PmSampler(Options options);
   ~PmSampler();  // Stop()
 
+  // /metrics (--gpu_counters): sample at options.interval and publish until Stop().
   void Start();
   void Stop();
+
+  // A capture: every GPU sampled at `interval` from now until EndCapture, each decode's readings
+  // of a GPU handed to `sink` on the sampler's thread. One capture at a time: false with *why
+  // when another has them.
+  using CaptureSink = std::function<void(GpuCounterBatch batch)>;
+  bool BeginCapture(absl::Duration interval, CaptureSink sink, std::string* why);
+  // Ends it: the readings up to now have reached the sink when it returns. Returns why there
+  // were none ("" when the GPUs were sampled).
+  std::string EndCapture();
 
   // Any thread; never null (before the first publication: not available, "starting").
   std::shared_ptr<const GpuCounterSnapshot> snapshot() const;
@@ -58,16 +75,28 @@ class PmSampler {
   void PublishForTesting(GpuCounterSnapshot snapshot) { Publish(std::move(snapshot)); }
 
  private:
+  struct Wanted;
   void Run();
+  // Loads the libraries, samples while /metrics or a capture wants it, and lets go of the GPUs.
+  void Sample();
+  void EnsureThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void Publish(GpuCounterSnapshot snapshot);
-  bool Stopping(absl::Time until);  // waits until then or Stop(); true when stopping
+  // Waits until `until` or a change of what is wanted; returns what is wanted then.
+  Wanted AwaitChange(absl::Time until);
 
   const Options options_;
   std::thread thread_;
   mutable absl::Mutex mutex_;
   std::shared_ptr<const GpuCounterSnapshot> snapshot_ ABSL_GUARDED_BY(mutex_);
   bool stop_ ABSL_GUARDED_BY(mutex_) = false;
-  absl::CondVar stop_cv_;
+  bool metrics_ ABSL_GUARDED_BY(mutex_) = false;      // Start()ed
+  bool running_ ABSL_GUARDED_BY(mutex_) = false;      // the thread has not returned
+  CaptureSink capture_sink_ ABSL_GUARDED_BY(mutex_);  // set between BeginCapture and its end
+  absl::Duration capture_interval_ ABSL_GUARDED_BY(mutex_);
+  bool capture_ending_ ABSL_GUARDED_BY(mutex_) = false;
+  std::string capture_error_ ABSL_GUARDED_BY(mutex_);
+  absl::CondVar changed_cv_;  // what is wanted changed (the sampler's thread waits)
+  absl::CondVar ended_cv_;    // a capture's sampling ended (EndCapture waits)
 };
 
 }  // namespace profd

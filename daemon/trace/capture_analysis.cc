@@ -61,6 +61,21 @@ bool CaptureAnalysis::Interval(size_t process, uint64_t start, uint64_t end, boo
   return true;
 }
 
+void CaptureAnalysis::AddCounters(size_t process, uint32_t device,
+                                  std::span<const GpuCounterReading> readings) {
+  if (device > INT32_MAX) return;  // no trace row either (GpuRowFits)
+  for (const GpuCounterReading& r : readings) {
+    if (!PlausibleInterval(r.start_ns, r.end_ns) || r.end_ns == r.start_ns) continue;
+    analysis::CounterSample c;
+    c.start_ns = static_cast<int64_t>(r.start_ns) - base_time_ns_;
+    c.dur_ns = static_cast<int64_t>(r.end_ns - r.start_ns);
+    c.device = static_cast<int32_t>(device);
+    c.file = static_cast<uint16_t>(process);
+    c.values = r.values;
+    analysis_.Add(c);
+  }
+}
+
 void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
                                const StringTable& names) {
   Process& p = processes_[process];

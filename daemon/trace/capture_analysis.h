@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "daemon/analysis/report.h"
 #include "daemon/analysis/streaming_analysis.h"
 #include "daemon/analysis/trace_model.h"
+#include "daemon/metrics/gpu_counters.h"
 #include "daemon/trace/string_table.h"
 #include "profd/v1/events.pb.h"
 
@@ -34,6 +36,9 @@ class CaptureAnalysis {
   size_t AddProcess(uint32_t pid, const std::string& trace_path);
   // One batch of the process's events, with the process's strings (already given the batch).
   void AddBatch(size_t process, const v1::EventBatch& batch, const StringTable& names);
+  // Hardware counter samples of one GPU, which the process names `device` (its trace's row):
+  // as the trace writer wrote them (ChromeTraceWriter::WriteCounters).
+  void AddCounters(size_t process, uint32_t device, std::span<const GpuCounterReading> readings);
   // The events the process's batches carried that the report counts (its trace's records).
   uint64_t events(size_t process) const { return tables_.files[process].events; }
   analysis::Report Finish();

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -381,6 +382,46 @@ void ChromeTraceWriter::WriteOverhead(const v1::Overhead& o) {
   Commit(p);
 }
 
+absl::Status ChromeTraceWriter::WriteCounters(uint32_t device,
+                                              std::span<const GpuCounterReading> readings) {
+  if (std::find(counter_devices_.begin(), counter_devices_.end(), device) ==
+      counter_devices_.end()) {
+    counter_devices_.push_back(device);
+  }
+  const auto defs = GpuCounterDefs();
+  for (const GpuCounterReading& r : readings) {
+    if (!PlausibleInterval(r.start_ns, r.end_ns) || r.end_ns == r.start_ns) continue;
+    char* p = BeginEvent(kMaxEventBytes);
+    p = Put(p, "{\"ph\":\"C\",\"cat\":\"gpu_counters\",\"name\":\"GPU counters\",\"pid\":");
+    p = PutUint(p, device);
+    p = Put(p, ",\"tid\":0,");
+    p = PutTs(p, r.start_ns);
+    p = PutDur(p, r.start_ns, r.end_ns);
+    p = Put(p, ",\"args\":{");
+    bool first = true;
+    for (size_t i = 0; i < kGpuCounters; ++i) {
+      const float v = r.values[i];
+      if (!std::isfinite(v)) continue;
+      if (!first) *p++ = ',';
+      first = false;
+      *p++ = '"';
+      p = Put(p, GpuCounterTraceName(i));
+      p = Put(p, "\":");
+      // Ratios to 4 decimals (0.01 % of the SMs' time), traffic to the byte per second.
+      if (defs[i].scale != 1) {
+        p = std::to_chars(p, p + 24, std::clamp(v, -1e6f, 1e6f), std::chars_format::fixed, 4).ptr;
+      } else {
+        p = PutInt(p, std::llround(std::clamp<double>(v, -1e18, 1e18)));
+      }
+    }
+    p = Put(p, "}}");
+    Commit(p);
+  }
+  if (!flush_error_.ok()) return flush_error_;
+  if (json_size_ >= kFlushBytes) return Flush(false);
+  return absl::OkStatus();
+}
+
 absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringTable& names) {
   // An event with an impossible time is counted, not written (event_limits.h).
   auto plausible = [this](bool ok) {
@@ -434,16 +475,18 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
     meta("thread_name", process_.pid, &t, absl::StrCat("\"name\":\"thread ", tid, "\""));
   }
   std::vector<uint32_t> devices;
+  auto name_gpu = [&](uint32_t device) {
+    if (std::find(devices.begin(), devices.end(), device) != devices.end()) return;
+    devices.push_back(device);
+    meta("process_name", device, nullptr, absl::StrCat("\"name\":\"GPU ", device, "\""));
+    meta("process_sort_index", device, nullptr, absl::StrCat("\"sort_index\":", 1000000 + device));
+  };
   for (auto [device, stream] : gpu_rows_) {
-    if (std::find(devices.begin(), devices.end(), device) == devices.end()) {
-      devices.push_back(device);
-      meta("process_name", device, nullptr, absl::StrCat("\"name\":\"GPU ", device, "\""));
-      meta("process_sort_index", device, nullptr,
-           absl::StrCat("\"sort_index\":", 1000000 + device));
-    }
+    name_gpu(device);
     std::string t = std::to_string(stream);
     meta("thread_name", device, &t, absl::StrCat("\"name\":\"stream ", stream, "\""));
   }
+  for (uint32_t device : counter_devices_) name_gpu(device);
   std::string tail = "\n],\"deviceProperties\":[";
   for (size_t i = 0; i < footer.devices.size(); ++i) {
     const v1::DeviceInfo& d = footer.devices[i];

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/common/gzip_stream.h"
+#include "daemon/metrics/gpu_counters.h"
 #include "daemon/trace/string_table.h"
 #include "profd/v1/events.pb.h"
 
@@ -50,6 +52,12 @@ class ChromeTraceWriter {
 
   // Formats every event of the batch. names must already hold the batch's StringDefs.
   absl::Status Write(const v1::EventBatch& batch, const StringTable& names);
+
+  // Hardware counter samples of one GPU (profctl capture --gpu-metrics), as counter events on
+  // the row of the process's `device` (its CUDA ordinal): one "C" event of cat gpu_counters
+  // per sample, each measured counter an arg named GpuCounterTraceName, and the sample's length
+  // as "dur" (docs/TRACE_FORMAT.md).
+  absl::Status WriteCounters(uint32_t device, std::span<const GpuCounterReading> readings);
 
   // Writes process/thread names, device properties and the capture facts, then closes the file.
   struct Footer {
@@ -113,6 +121,7 @@ class ChromeTraceWriter {
   uint64_t compressed_bytes_ = 0;
   std::vector<std::pair<uint32_t, uint32_t>> gpu_rows_;  // (device, stream) seen
   std::vector<uint32_t> threads_;                        // host threads seen
+  std::vector<uint32_t> counter_devices_;                // GPUs with counter samples
   // The row and thread of the previous event (once there is one): most events share them and
   // skip the searches above.
   std::pair<uint32_t, uint32_t> last_gpu_row_;

@@ -1,8 +1,11 @@
 // Known-answer tests of the report's numbers: each trace is small enough that the expected
 // values are worked out by hand in the comments.
 #include <cmath>
+#include <limits>
 
 #include "daemon/analysis/analysis.h"
+#include "daemon/analysis/findings.h"
+#include "daemon/analysis/render.h"
 #include "daemon/analysis/trace_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -12,7 +15,9 @@
 namespace profd::analysis {
 namespace {
 
+using ::testing::HasSubstr;
 using testing::KinetoTraceBuilder;
+using ::testing::Not;
 
 Report ReportOf(const KinetoTraceBuilder& b, const AnalysisOptions& o = {}) {
   Trace t;
@@ -222,6 +227,117 @@ TEST(AnalyzerTest, JsonCarriesTheNumbers) {
   EXPECT_EQ(d["copies"][0]["bandwidth_gbps"].GetDouble(), 50.0);
   EXPECT_TRUE(d["thresholds"].HasMember("idle_busy_below"));
   EXPECT_TRUE(d["findings"].IsArray());
+}
+
+// TimelineTrace's report as a capture with --gpu-metrics leaves it: K1 measured in full (memory-
+// bound), K2 with the DRAM counter missing, K3 and K4 without samples.
+Report WithCounters() {
+  Report r = ReportOf(TimelineTrace());
+  r.counter_samples = 12;
+  r.counter_interval_ns = 10'000;
+  for (KernelRow& k : r.top_kernels) {
+    auto set = [&k](const char* name, double v) { k.counters[GpuCounterFromTraceName(name)] = v; };
+    if (k.name == "K1") {
+      k.counter_time_ns = 10'000;
+      set("sm_active_ratio", 0.53);
+      set("sm_occupancy_ratio", 0.31);
+      set("tensor_active_ratio", 0.0);
+      set("dram_active_ratio", 0.91);
+      set("dram_read_bytes_per_second", 2.6e12);
+      set("dram_write_bytes_per_second", 1.3e12);
+    } else if (k.name == "K2") {
+      k.counter_time_ns = 5'000;
+      set("sm_active_ratio", 0.2);
+      set("tensor_active_ratio", 0.1);
+    }
+    ClassifyBound(r.options, &k);
+  }
+  r.findings = BuildFindings(r, r.top_kernels, r.options);
+  return r;
+}
+
+const KernelRow& Kernel(const Report& r, const std::string& name) {
+  for (const KernelRow& k : r.top_kernels) {
+    if (k.name == name) return k;
+  }
+  ADD_FAILURE() << "no kernel " << name;
+  return r.top_kernels.front();
+}
+
+TEST(AnalyzerTest, KernelsWithoutCountersKeepTheNsysTable) {
+  Report r = ReportOf(TimelineTrace());
+  for (const KernelRow& k : r.top_kernels) {
+    EXPECT_EQ(k.counter_time_ns, 0);
+    EXPECT_TRUE(std::isnan(k.counters[GpuCounterFromTraceName("sm_active_ratio")]));
+    EXPECT_EQ(k.bound, "");
+  }
+  std::string text = RenderText(r);
+  EXPECT_THAT(text, HasSubstr("Est. Occ  Name"));
+  EXPECT_THAT(text, Not(HasSubstr("Bound")));
+  EXPECT_THAT(RenderHtml(r, "t"), Not(HasSubstr("<th>Bound</th>")));
+  rapidjson::Document d;
+  ASSERT_FALSE(d.Parse(ReportToJson(r).c_str()).HasParseError());
+  EXPECT_EQ(d["counter_samples"].GetUint64(), 0u);
+  const auto& k = d["top_kernels"][0];
+  EXPECT_FALSE(k.HasMember("counters"));
+  EXPECT_EQ(k["counter_time_ns"].GetInt64(), 0);
+  EXPECT_STREQ(k["bound"].GetString(), "");
+}
+
+TEST(AnalyzerTest, TextReportShowsCountersBoundAndMeasuredOccupancy) {
+  Report r = WithCounters();
+  ASSERT_EQ(Kernel(r, "K1").bound, "memory");
+  std::string text = RenderText(r);
+  EXPECT_THAT(text, HasSubstr("StdDev     Occ     SM  Tensor   DRAM  Bound   Name"));
+  // K1: measured occupancy, counters, bound. K2: estimate marked "~", DRAM not measured, no
+  // bound. K3: no counters at all.
+  EXPECT_THAT(text, HasSubstr("  31.0%  53.0%    0.0%  91.0%  memory  K1\n"));
+  EXPECT_THAT(text, HasSubstr(" ~12.5%  20.0%   10.0%      -  -       K2\n"));
+  EXPECT_THAT(text, HasSubstr(" ~12.5%      -       -      -  -       K3\n"));
+  EXPECT_THAT(text, HasSubstr("Occ: measured (sm_occupancy_ratio), ~ estimated"));
+  EXPECT_THAT(text, HasSubstr("(12 samples of 10.0 µs)"));
+  EXPECT_THAT(text, HasSubstr("- K1 (34.5% of kernel time): DRAM 91.0% of peak (3900.0 GB/s) → "
+                              "memory-bound: fuse it with its neighbours\n"));
+
+  std::string html = RenderHtml(r, "t");
+  EXPECT_THAT(html, HasSubstr("<th>Occupancy</th><th>Limiter</th><th>SM</th><th>Tensor</th>"
+                              "<th>DRAM</th><th>Bound</th>"));
+  EXPECT_THAT(html, HasSubstr("<td>31.0%</td>"));
+  EXPECT_THAT(html, HasSubstr("<td>53.0%</td><td>0.0%</td><td>91.0%</td><td>memory</td>"));
+  EXPECT_THAT(html, HasSubstr("<td>~12.5%</td><td>grid</td><td>20.0%</td><td>10.0%</td><td>-</td>"
+                              "<td>-</td>"));
+}
+
+TEST(AnalyzerTest, JsonCarriesTheMeasuredCountersOnly) {
+  Report r = WithCounters();
+  rapidjson::Document d;
+  std::string json = ReportToJson(r);
+  ASSERT_FALSE(d.Parse(json.c_str()).HasParseError()) << json;
+  EXPECT_EQ(d["counter_samples"].GetUint64(), 12u);
+  EXPECT_EQ(d["counter_interval_ns"].GetInt64(), 10'000);
+  EXPECT_EQ(d["thresholds"]["bound_memory_dram"].GetDouble(), 0.60);
+  EXPECT_EQ(d["thresholds"]["bound_launch_kernel_ns"].GetInt64(), 10'000);
+  for (const auto& k : d["top_kernels"].GetArray()) {
+    std::string name = k["name"].GetString();
+    if (name == "K1") {
+      const auto& c = k["counters"];
+      EXPECT_EQ(c.MemberCount(), 6u);
+      EXPECT_DOUBLE_EQ(c["sm_active_ratio"].GetDouble(), 0.53);
+      EXPECT_DOUBLE_EQ(c["sm_occupancy_ratio"].GetDouble(), 0.31);
+      EXPECT_DOUBLE_EQ(c["dram_read_bytes_per_second"].GetDouble(), 2.6e12);
+      EXPECT_FALSE(c.HasMember("pcie_rx_bytes_per_second"));
+      EXPECT_EQ(k["counter_time_ns"].GetInt64(), 10'000);
+      EXPECT_STREQ(k["bound"].GetString(), "memory");
+      EXPECT_STREQ(k["bound_reason"].GetString(), "DRAM 91.0% of peak (3900.0 GB/s)");
+    } else if (name == "K2") {
+      EXPECT_EQ(k["counters"].MemberCount(), 2u);
+      EXPECT_FALSE(k["counters"].HasMember("dram_active_ratio"));
+      EXPECT_STREQ(k["bound"].GetString(), "");
+    } else {
+      EXPECT_FALSE(k.HasMember("counters")) << name;
+      EXPECT_EQ(k["counter_time_ns"].GetInt64(), 0) << name;
+    }
+  }
 }
 
 }  // namespace

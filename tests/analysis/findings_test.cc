@@ -1,5 +1,10 @@
 // Each finding fires when its condition holds and stays silent when it does not, and says the
 // threshold it applied.
+#include "daemon/analysis/findings.h"
+
+#include <cmath>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -12,6 +17,7 @@
 namespace profd::analysis {
 namespace {
 
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::KernelShape;
 using testing::KinetoTraceBuilder;
@@ -211,6 +217,217 @@ TEST(FindingsTest, LowOccupancyNamesTheLimiter) {
   ok.Launch("full", 0, 1, 2, 60, 0, 7, kFull);
   ok.Launch("tiny", 100, 1, 102, 5, 0, 7, KernelShape{{8, 1, 1}, {256, 1, 1}, 32, 0});  // 7.7%
   EXPECT_EQ(Find(ReportOf(ok), "low_occupancy"), nullptr);
+}
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// A kernel row as the analysis leaves it with hardware counters over all its time: share of
+// kernel time (of 1 s), median instance, and the counters ClassifyBound reads (NaN: not
+// measured).
+KernelRow Measured(const std::string& name, double share, double median_ns, double sm,
+                   double tensor, double dram, double occupancy = kNaN) {
+  KernelRow k;
+  k.name = name;
+  k.time_ratio = share;
+  k.stats.total_ns = static_cast<int64_t>(share * 1e9);
+  k.stats.count = 100;
+  k.stats.median_ns = median_ns;
+  k.counter_time_ns = k.stats.total_ns;
+  k.counters[GpuCounterFromTraceName("sm_active_ratio")] = sm;
+  k.counters[GpuCounterFromTraceName("tensor_active_ratio")] = tensor;
+  k.counters[GpuCounterFromTraceName("dram_active_ratio")] = dram;
+  k.counters[GpuCounterFromTraceName("sm_occupancy_ratio")] = occupancy;
+  return k;
+}
+
+KernelRow Classified(KernelRow k, const AnalysisOptions& o = {}) {
+  ClassifyBound(o, &k);
+  return k;
+}
+
+TEST(ClassifyBoundTest, TensorPipesBusyIsComputeBound) {
+  KernelRow k = Classified(Measured("gemm", 0.5, 200'000, 0.95, 0.82, 0.12));
+  EXPECT_EQ(k.bound, "compute");
+  EXPECT_EQ(k.bound_reason, "tensor pipes 82.0% busy, DRAM 12.0% of peak");
+  // Streaming its operands near DRAM peak does not make a GEMM memory-bound: the pipes win.
+  KernelRow both = Classified(Measured("gemm", 0.5, 200'000, 0.95, 0.45, 0.70));
+  EXPECT_EQ(both.bound, "compute");
+}
+
+TEST(ClassifyBoundTest, SmsBusyWithoutTensorOrDramIsComputeBound) {
+  KernelRow k = Classified(Measured("fma_loop", 0.5, 200'000, 0.85, 0.03, 0.20, 0.12));
+  EXPECT_EQ(k.bound, "compute");
+  EXPECT_EQ(k.bound_reason, "SMs active 85.0%, tensor 3.0%, DRAM 20.0%");
+}
+
+TEST(ClassifyBoundTest, DramNearPeakIsMemoryBoundWithItsThroughput) {
+  KernelRow k = Measured("vectorized_elementwise", 0.3, 50'000, 0.90, 0.0, 0.91);
+  k.counters[GpuCounterFromTraceName("dram_read_bytes_per_second")] = 2.6e12;
+  k.counters[GpuCounterFromTraceName("dram_write_bytes_per_second")] = 1.3e12;
+  k = Classified(k);
+  EXPECT_EQ(k.bound, "memory");
+  EXPECT_EQ(k.bound_reason, "DRAM 91.0% of peak (3900.0 GB/s)");
+  // Without the byte counters the ratio alone says it.
+  KernelRow ratio_only = Classified(Measured("copy", 0.3, 50'000, 0.9, 0.0, 0.75));
+  EXPECT_EQ(ratio_only.bound_reason, "DRAM 75.0% of peak");
+}
+
+TEST(ClassifyBoundTest, ShortKernelOnIdleSmsIsLaunchBound) {
+  KernelRow k = Classified(Measured("add_kernel", 0.1, 2'100, 0.18, 0.0, 0.05));
+  EXPECT_EQ(k.bound, "launch");
+  EXPECT_EQ(k.bound_reason, "median 2.1 µs, SMs active 18.0%");
+  // The same counters on a kernel long enough to fill the GPU: latency.
+  EXPECT_EQ(Classified(Measured("add_kernel", 0.1, 10'000, 0.18, 0.0, 0.05)).bound, "latency");
+}
+
+TEST(ClassifyBoundTest, LongKernelWithNothingBusyIsLatencyBound) {
+  KernelRow k = Classified(Measured("scan", 0.2, 80'000, 0.65, 0.03, 0.20, 0.12));
+  EXPECT_EQ(k.bound, "latency");
+  EXPECT_EQ(k.bound_reason, "SMs active 65.0%, tensor 3.0%, DRAM 20.0%, occupancy 12.0%");
+}
+
+TEST(ClassifyBoundTest, FollowsItsThresholds) {
+  AnalysisOptions o;
+  o.bound_memory_dram = 0.95;
+  o.bound_compute_tensor = 0.90;
+  o.bound_compute_sm = 0.95;
+  o.bound_launch_kernel_ns = 100'000;
+  EXPECT_EQ(Classified(Measured("k", 0.1, 50'000, 0.90, 0.82, 0.91), o).bound, "launch");
+  EXPECT_EQ(Classified(Measured("k", 0.1, 500'000, 0.90, 0.82, 0.91), o).bound, "latency");
+}
+
+TEST(ClassifyBoundTest, NotMeasuredLeavesItEmpty) {
+  // No samples covered the kernel: counters alone say nothing.
+  KernelRow none = Measured("k", 0.1, 2'000, 0.18, 0.9, 0.9);
+  none.counter_time_ns = 0;
+  none.bound = "stale";
+  none.bound_reason = "stale";
+  ClassifyBound({}, &none);
+  EXPECT_EQ(none.bound, "");
+  EXPECT_EQ(none.bound_reason, "");
+  // A class by elimination needs SMs, tensor pipes and DRAM all measured.
+  EXPECT_EQ(Classified(Measured("k", 0.1, 2'000, kNaN, 0.0, 0.05)).bound, "");
+  EXPECT_EQ(Classified(Measured("k", 0.1, 80'000, 0.5, kNaN, 0.05)).bound, "");
+  EXPECT_EQ(Classified(Measured("k", 0.1, 80'000, 0.9, 0.0, kNaN)).bound, "");
+  EXPECT_EQ(Classified(Measured("k", 0.1, 80'000, kNaN, kNaN, kNaN)).bound_reason, "");
+  // What a measured counter shows stands on its own.
+  EXPECT_EQ(Classified(Measured("k", 0.1, 80'000, kNaN, kNaN, 0.8)).bound, "memory");
+  KernelRow tensor = Classified(Measured("k", 0.1, 80'000, kNaN, 0.6, kNaN));
+  EXPECT_EQ(tensor.bound, "compute");
+  EXPECT_EQ(tensor.bound_reason, "tensor pipes 60.0% busy");
+}
+
+// The finding `id` that BuildFindings gives for these kernel rows, classified; nullopt if silent.
+std::optional<Finding> FindingOf(const std::vector<KernelRow>& rows, const std::string& id,
+                                 uint64_t samples = 0) {
+  Report r;
+  r.kernel_time_ns = 1'000'000'000;
+  r.counter_samples = samples;
+  r.counter_interval_ns = 10'000'000;
+  std::vector<KernelRow> classified;
+  for (const KernelRow& k : rows) classified.push_back(Classified(k));
+  for (Finding& f : BuildFindings(r, classified, {})) {
+    if (f.id == id) return std::move(f);
+  }
+  return std::nullopt;
+}
+
+TEST(FindingsTest, KernelBoundNamesWhatLimitsTheTopKernels) {
+  KernelRow elementwise = Measured("vectorized_elementwise_kernel", 0.2, 50'000, 0.9, 0.0, 0.91);
+  elementwise.counters[GpuCounterFromTraceName("dram_read_bytes_per_second")] = 2.6e12;
+  elementwise.counters[GpuCounterFromTraceName("dram_write_bytes_per_second")] = 1.3e12;
+  elementwise.counter_time_ns = elementwise.stats.total_ns / 2;
+  std::optional<Finding> f =
+      FindingOf({Measured("sm90_xmma_gemm_bf16", 0.4, 200'000, 0.95, 0.82, 0.12), elementwise,
+                 Measured("add_kernel", 0.1, 2'100, 0.18, 0.0, 0.05),
+                 Measured("scan", 0.05, 80'000, 0.65, 0.03, 0.20, 0.12)},
+                "kernel_bound", 1234);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->severity, "info");  // 35% of kernel time not compute-bound
+  EXPECT_NEAR(f->value, 0.35, 1e-9);
+  EXPECT_EQ(f->title,
+            "What bounds the top 4 kernels (hardware counters): compute 40.0%, memory 20.0%, "
+            "launch 10.0%, latency 5.0% of kernel time");
+  EXPECT_THAT(f->threshold, HasSubstr("compute if tensor pipes >= 40.0%"));
+  EXPECT_THAT(f->threshold, HasSubstr("memory if DRAM >= 60.0% of peak"));
+  EXPECT_THAT(f->threshold, HasSubstr("launch if median < 10.0 µs"));
+  EXPECT_THAT(
+      f->evidence,
+      ElementsAre(
+          "sm90_xmma_gemm_bf16 (40.0% of kernel time): tensor pipes 82.0% busy, DRAM 12.0% of "
+          "peak → compute-bound, fine",
+          "vectorized_elementwise_kernel (20.0% of kernel time, counters over 50.0% of its "
+          "time): DRAM 91.0% of peak (3900.0 GB/s) → memory-bound: fuse it with its neighbours",
+          "add_kernel (10.0% of kernel time): median 2.1 µs, SMs active 18.0% → launch-bound: "
+          "batch the work or capture it in a CUDA graph",
+          "scan (5.0% of kernel time): SMs active 65.0%, tensor 3.0%, DRAM 20.0%, occupancy "
+          "12.0% → latency-bound: more blocks/warps, fewer dependent stalls",
+          "from 1,234 hardware counter samples of 10.00 ms each"));
+  ASSERT_EQ(f->advice.size(), 4u);
+  EXPECT_THAT(f->advice[0], HasSubstr("fuse them"));
+  EXPECT_THAT(f->advice[1], HasSubstr("CUDA Graph"));
+  EXPECT_THAT(f->advice[2], HasSubstr("more blocks and warps"));
+  EXPECT_THAT(f->advice[3], HasSubstr("kernels running at the same time share them"));
+}
+
+TEST(FindingsTest, KernelBoundWarnsWhenMostTimeIsNotComputeBound) {
+  std::optional<Finding> f = FindingOf({Measured("layer_norm", 0.6, 50'000, 0.9, 0.0, 0.8),
+                                        Measured("gemm", 0.4, 200'000, 0.95, 0.82, 0.12)},
+                                       "kernel_bound");
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->severity, "warning");
+  EXPECT_NEAR(f->value, 0.6, 1e-9);
+  // All compute-bound: told so, as information.
+  f = FindingOf({Measured("gemm", 1.0, 200'000, 0.95, 0.82, 0.12)}, "kernel_bound");
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->severity, "info");
+  EXPECT_THAT(f->advice[0], HasSubstr("limited by the math pipes"));
+}
+
+TEST(FindingsTest, KernelBoundListsAtMostFiveKernelsCoveringMostTime) {
+  // The top kernel has no counters: skipped; then five of 10% each, the rest left off.
+  KernelRow unmeasured = Measured("unmeasured", 0.3, 200'000, 0.9, 0.9, 0.1);
+  unmeasured.counter_time_ns = 0;
+  std::vector<KernelRow> rows = {unmeasured};
+  for (int i = 0; i < 7; ++i) {
+    rows.push_back(Measured("k" + std::to_string(i), 0.1, 200'000, 0.95, 0.82, 0.12));
+  }
+  std::optional<Finding> f = FindingOf(rows, "kernel_bound");
+  ASSERT_TRUE(f.has_value());
+  ASSERT_EQ(f->evidence.size(), 5u);
+  EXPECT_THAT(f->evidence[0], HasSubstr("k0 ("));
+  EXPECT_THAT(f->evidence[4], HasSubstr("k4 ("));
+  // Stops once the listed kernels hold 80% of kernel time.
+  f = FindingOf({Measured("a", 0.85, 200'000, 0.95, 0.82, 0.12),
+                 Measured("b", 0.1, 200'000, 0.95, 0.82, 0.12)},
+                "kernel_bound");
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->evidence.size(), 1u);
+}
+
+TEST(FindingsTest, KernelBoundSilentWithoutCounters) {
+  KernelRow k = Measured("gemm", 1.0, 200'000, 0.95, 0.82, 0.12);
+  k.counter_time_ns = 0;
+  EXPECT_FALSE(FindingOf({k}, "kernel_bound").has_value());
+  // Nor does a trace taken without --gpu-metrics get it.
+  EXPECT_EQ(Find(ReportOf(Periodic(20, 60, 100, 2)), "kernel_bound"), nullptr);
+}
+
+TEST(FindingsTest, LowOccupancyPrefersTheMeasuredOccupancy) {
+  // Estimated 90%, measured 10%: low, and said to be measured.
+  KernelRow low = Measured("gemm", 0.6, 200'000, 0.9, 0.5, 0.1, 0.10);
+  low.est_occupancy = 0.9;
+  low.theoretical_occupancy = 1.0;
+  low.occupancy_limiter = "warps";
+  std::optional<Finding> f = FindingOf({low}, "low_occupancy");
+  ASSERT_TRUE(f.has_value());
+  EXPECT_THAT(f->title, HasSubstr("1 kernels with occupancy below 25.0%"));
+  EXPECT_THAT(f->evidence[0], HasSubstr("gemm: measured 10.0% (est. 90.0%)"));
+  EXPECT_THAT(f->threshold, HasSubstr("measured (else est.) achieved occupancy < 25.0%"));
+  // Estimated 10%, measured 90%: not low.
+  KernelRow high = Measured("gemm", 0.6, 200'000, 0.9, 0.5, 0.1, 0.90);
+  high.est_occupancy = 0.1;
+  EXPECT_FALSE(FindingOf({high}, "low_occupancy").has_value());
 }
 
 TEST(FindingsTest, HealthyTraceHasNoFindings) {

@@ -2,11 +2,16 @@
 // batches as they came, the string table is bounded, and the counts are the batches' own.
 #include "daemon/capture/process_sink.h"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
+#include "daemon/analysis/analysis.h"
 #include "gtest/gtest.h"
+#include "rapidjson/document.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/subprocess.h"
 
@@ -147,6 +152,128 @@ TEST(ProcessSinkTest, CutKeepsMaxEventsToTheEventAcrossBatches) {
   EXPECT_TRUE(one.sink.Cut(&first, 1));
   EXPECT_EQ(EventsIn(first), 1u);
   EXPECT_EQ(first.kernels_size() + first.memcpys_size(), 1) << "kept in the batch's order";
+}
+
+// --gpu-metrics: one GPU's PM samples, back to back every 100 us over the recorded kernels, SMs
+// 20 % active before `middle` and 80 % after, DRAM read 1e9 B/s throughout.
+std::vector<GpuCounterReading> Readings(uint64_t first, uint64_t last, uint64_t middle) {
+  std::vector<GpuCounterReading> readings;
+  for (uint64_t t = first - first % 100'000; t < last; t += 100'000) {
+    GpuCounterReading& r = readings.emplace_back();
+    r.values.fill(std::numeric_limits<float>::quiet_NaN());
+    r.start_ns = t;
+    r.end_ns = t + 100'000;
+    r.values[0] = t < middle ? 0.2f : 0.8f;  // sm_active_ratio
+    r.values[5] = 1e9f;                      // dram_read_bytes_per_second
+  }
+  return readings;
+}
+
+// The counters of the GPU with the process's UUID go into its trace, on its row, and into the
+// analysis: each kernel gets the overlap-weighted mean of the samples over its running time, and
+// the report read back from the trace (profctl report FILE) says the same. Samples from before
+// the first batch wait for it; another GPU's are left out.
+TEST(ProcessSinkTest, CountersOfItsGpusGoToTheTraceAndEachKernel) {
+  std::vector<v1::EventBatch> batches = ReadRecordedBatches(SourcePath(kFixture));
+  // The trace's times are relative to its base, exact to the ns when read back.
+  const int64_t base = static_cast<int64_t>(batches[0].clock().realtime_ns()) / 1000000 * 1000000;
+  TempDir dir;
+  CaptureFolder folder(dir.path());
+  CaptureAnalysis analysis(base);
+  TraceProcess process = Process();
+  process.base_time_ns = base;
+  ProcessSink sink(process, {}, &folder, &analysis, {});
+  std::string uuid;
+  uint32_t ordinal = 0;
+  uint64_t first = UINT64_MAX, last = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> kernels;
+  for (const v1::EventBatch& b : batches) {
+    for (const v1::DeviceInfo& d : b.devices()) uuid = d.uuid(), ordinal = d.ordinal();
+    for (const v1::Kernel& k : b.kernels()) {
+      kernels.emplace_back(k.start_ns(), k.end_ns());
+      first = std::min<uint64_t>(first, k.start_ns());
+      last = std::max<uint64_t>(last, k.end_ns());
+    }
+  }
+  ASSERT_FALSE(uuid.empty());
+  ASSERT_EQ(kernels.size(), 1000u);
+  std::sort(kernels.begin(), kernels.end());
+  const uint64_t middle = kernels[kernels.size() / 2].first;  // half the kernels on each side
+  std::vector<GpuCounterReading> readings = Readings(first, last, middle);
+  const size_t half = readings.size() / 2;
+  GpuCounterBatch early{.cuda_index = 3, .uuid = uuid, .readings = {}};
+  early.readings.assign(readings.begin(), readings.begin() + half);
+  GpuCounterBatch late{.cuda_index = 3, .uuid = uuid, .readings = {}};
+  late.readings.assign(readings.begin() + half, readings.end());
+  GpuCounterBatch other{
+      .cuda_index = 4, .uuid = "GPU-00000000-0000-0000-0000-000000000000", .readings = {}};
+  other.readings = Readings(first, last, last);
+
+  ASSERT_TRUE(sink.AddCounters(early).ok());  // before the trace exists: held
+  for (const v1::EventBatch& b : batches)
+    ASSERT_TRUE(sink.Write(b, b.SerializeAsString(), true).ok());
+  ASSERT_TRUE(sink.AddCounters(late).ok());
+  ASSERT_TRUE(sink.AddCounters(other).ok());
+  ASSERT_TRUE(sink.FinishTrace(0, false, "").ok());
+
+  // The kernels' expected SM activity, from the samples' definition (sample i covers
+  // [start, start + 100 us)): every kernel's overlap with each.
+  double weighted = 0, covered = 0;
+  for (auto [start, end] : kernels) {
+    for (const GpuCounterReading& r : readings) {
+      const int64_t overlap = static_cast<int64_t>(std::min(end, r.end_ns)) -
+                              static_cast<int64_t>(std::max(start, r.start_ns));
+      if (overlap <= 0) continue;
+      weighted += r.values[0] * static_cast<double>(overlap);
+      covered += static_cast<double>(overlap);
+    }
+  }
+  const double expected = weighted / covered;
+  ASSERT_GT(expected, 0.3);
+  ASSERT_LT(expected, 0.7);  // kernels on both sides of the middle
+
+  analysis::Report streamed = analysis.Finish();
+  ASSERT_EQ(streamed.top_kernels.size(), 1u);
+  const analysis::KernelRow& k = streamed.top_kernels[0];
+  EXPECT_NEAR(k.counters[0], expected, 1e-9);
+  EXPECT_DOUBLE_EQ(k.counters[5], 1e9);
+  EXPECT_TRUE(std::isnan(k.counters[2])) << "tensor pipes were not measured";
+  EXPECT_EQ(k.counter_time_ns, static_cast<int64_t>(covered));
+  EXPECT_EQ(streamed.counter_samples, readings.size());
+  EXPECT_EQ(streamed.counter_interval_ns, 100'000);
+
+  // The trace: one counter event per sample of this GPU, on the process's row for it.
+  rapidjson::Document doc;
+  const std::string json = testing::ReadGzip(dir.File("trace-465.json.gz"));
+  doc.Parse(json.c_str());
+  ASSERT_FALSE(doc.HasParseError());
+  size_t counter_events = 0;
+  for (const auto& e : doc["traceEvents"].GetArray()) {
+    if (std::string(e["ph"].GetString()) != "C") continue;
+    ++counter_events;
+    EXPECT_STREQ(e["cat"].GetString(), "gpu_counters");
+    EXPECT_EQ(e["pid"].GetUint(), ordinal);
+    EXPECT_DOUBLE_EQ(e["dur"].GetDouble(), 100.0);
+    EXPECT_TRUE(e["args"].HasMember("sm_active_ratio"));
+    EXPECT_FALSE(e["args"].HasMember("tensor_active_ratio"));
+  }
+  EXPECT_EQ(counter_events, readings.size());
+
+  // profctl report FILE: the same kernel counters, the same bound.
+  absl::StatusOr<analysis::Report> read =
+      analysis::AnalyzeTraceFiles({dir.File("trace-465.json.gz")});
+  ASSERT_TRUE(read.ok()) << read.status();
+  ASSERT_EQ(read->top_kernels.size(), 1u);
+  for (size_t i = 0; i < kGpuCounters; ++i) {
+    if (std::isnan(k.counters[i])) {
+      EXPECT_TRUE(std::isnan(read->top_kernels[0].counters[i]));
+    } else {
+      EXPECT_DOUBLE_EQ(read->top_kernels[0].counters[i], k.counters[i]) << i;
+    }
+  }
+  EXPECT_EQ(read->top_kernels[0].counter_time_ns, k.counter_time_ns);
+  EXPECT_EQ(read->top_kernels[0].bound, k.bound);
+  EXPECT_EQ(read->counter_samples, streamed.counter_samples);
 }
 
 }  // namespace
