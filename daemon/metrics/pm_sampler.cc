@@ -7,6 +7,7 @@
 #include <cupti_result.h>
 #include <cupti_target.h>
 #include <dlfcn.h>
+#include <malloc.h>
 
 #include <algorithm>
 #include <cmath>
@@ -172,6 +173,9 @@ struct Gpu {
   std::vector<uint8_t> image;  // the counter data image
   std::vector<double> metric_values;
   GpuCounterMeans means{GpuCounterDefs().size()};
+  uint64_t interval_ns = 0;  // the sampling interval now
+  absl::Time last_decode;
+  int restarts = 0;   // after an overflow
   std::string error;  // set when this GPU stopped being sampled
 };
 
@@ -222,17 +226,22 @@ void ReleaseHost(const Api& api, CUpti_Profiler_Host_Object* host) {
 
 // Configures and starts PM sampling on one GPU with every counter the chip takes in one pass.
 // Empty on success, else why not.
-std::string StartSampling(const Api& api, const PmSampler::Options& options,
-                          absl::Duration interval, absl::Duration decode_every, Gpu& gpu);
+// How a GPU is sampled: /metrics' interval decoded every publication, or a capture's, decoded
+// every kCaptureDecodeEvery into a larger hardware buffer.
+struct Plan {
+  absl::Duration interval;
+  absl::Duration decode_every;
+  uint64_t buffer_bytes = 0;
+};
 
-// interval: the sampling period; decode_every: how often Drain empties the hardware buffer.
-std::string StartGpu(const Api& api, const PmSampler::Options& options, absl::Duration interval,
-                     absl::Duration decode_every, Gpu& gpu) {
+std::string StartSampling(const Api& api, const Plan& plan, Gpu& gpu);
+
+std::string StartGpu(const Api& api, const Plan& plan, Gpu& gpu) {
   const size_t device = gpu.identity.cuda_index;
   CUptiResult r = CUPTI_SUCCESS;
   if (gpu.host != nullptr) {
     // Configured before (a capture changes the interval): only the sampling starts again.
-    return StartSampling(api, options, interval, decode_every, gpu);
+    return StartSampling(api, plan, gpu);
   }
   auto chip = PARAMS(CUpti_Device_GetChipName_Params, .deviceIndex = device);
   r = api.DeviceGetChipName(&chip);
@@ -275,16 +284,17 @@ std::string StartGpu(const Api& api, const PmSampler::Options& options, absl::Du
   r = BuildConfig(api, chip_name, availability, gpu.metric_names, &gpu.host, &config, &passes,
                   &failed);
   if (r != CUPTI_SUCCESS) return Why(api, failed, r);
-  return StartSampling(api, options, interval, decode_every, gpu);
+  return StartSampling(api, plan, gpu);
 }
 
 // Enables PM sampling on a configured GPU at `interval` with a counter data image for a few
 // decodes' samples, and starts it.
-std::string StartSampling(const Api& api, const PmSampler::Options& options,
-                          absl::Duration interval, absl::Duration decode_every, Gpu& gpu) {
+std::string StartSampling(const Api& api, const Plan& plan, Gpu& gpu) {
   const size_t device = gpu.identity.cuda_index;
   std::vector<uint8_t>& config = gpu.config;
   CUptiResult r = CUPTI_SUCCESS;
+  gpu.interval_ns = static_cast<uint64_t>(absl::ToInt64Nanoseconds(plan.interval));
+  gpu.last_decode = absl::Now();
   auto enable = PARAMS(CUpti_PmSampling_Enable_Params, .deviceIndex = device);
   if ((r = api.Enable(&enable)) != CUPTI_SUCCESS) return Why(api, "cuptiPmSamplingEnable", r);
   gpu.sampling = enable.pPmSamplingObject;
@@ -292,13 +302,12 @@ std::string StartSampling(const Api& api, const PmSampler::Options& options,
   auto set =
       PARAMS(CUpti_PmSampling_SetConfig_Params, .pPmSamplingObject = gpu.sampling,
              .configSize = config.size(), .pConfig = config.data(),
-             .hardwareBufferSize = options.hardware_buffer_bytes,
-             .samplingInterval = static_cast<uint64_t>(absl::ToInt64Nanoseconds(interval)),
+             .hardwareBufferSize = plan.buffer_bytes, .samplingInterval = gpu.interval_ns,
              .triggerMode = CUPTI_PM_SAMPLING_TRIGGER_MODE_GPU_TIME_INTERVAL,
              .hwBufferAppendMode = CUPTI_PM_SAMPLING_HARDWARE_BUFFER_APPEND_MODE_KEEP_OLDEST);
   if ((r = api.SetConfig(&set)) != CUPTI_SUCCESS) return Why(api, "cuptiPmSamplingSetConfig", r);
   // Room for two decode periods of samples, so one decode normally empties the buffer.
-  const auto samples = static_cast<uint32_t>(2 * (decode_every / interval)) + 16;
+  const auto samples = static_cast<uint32_t>(2 * (plan.decode_every / plan.interval)) + 16;
   auto data_size =
       PARAMS(CUpti_PmSampling_GetCounterDataSize_Params, .pPmSamplingObject = gpu.sampling,
              .pMetricNames = gpu.metric_names.data(), .numMetrics = gpu.metric_names.size(),
@@ -322,14 +331,23 @@ std::string StartSampling(const Api& api, const PmSampler::Options& options,
 // Moves what the GPU recorded into the counter data image and adds every completed sample to
 // the GPU's means; repeats while the image filled up before the hardware buffer emptied.
 // readings: where a capture wants each sample too (nullptr: none).
+constexpr char kOverflow[] = "the hardware buffer overflowed between decodes";
+
 std::string Drain(const Api& api, Gpu& gpu, std::vector<GpuCounterReading>* readings) {
+  const absl::Time started = absl::Now();
+  size_t decoded = 0;
   for (int round = 0; round < 64; ++round) {
     auto decode =
         PARAMS(CUpti_PmSampling_DecodeData_Params, .pPmSamplingObject = gpu.sampling,
                .pCounterDataImage = gpu.image.data(), .counterDataImageSize = gpu.image.size());
     CUptiResult r = api.DecodeData(&decode);
     if (r == CUPTI_ERROR_OUT_OF_MEMORY || decode.overflow != 0) {
-      return "the hardware buffer overflowed between decodes (a stalled profd?)";
+      LogInfo(kComponent,
+              "GPU %d: %s (%s since the previous decode, round %d, %d samples decoded in this "
+              "one, interval %dns)",
+              gpu.identity.cuda_index, kOverflow, absl::FormatDuration(started - gpu.last_decode),
+              round, decoded, gpu.interval_ns);
+      return kOverflow;
     }
     if (r != CUPTI_SUCCESS) return Why(api, "cuptiPmSamplingDecodeData", r);
     auto info =
@@ -353,6 +371,10 @@ std::string Drain(const Api& api, Gpu& gpu, std::vector<GpuCounterReading>* read
           api.HostEvaluateToGpuValues(&evaluate) != CUPTI_SUCCESS) {
         continue;  // one unreadable sample: its time is simply not covered
       }
+      ++decoded;
+      // The first sample after a start spans the time before it (0.5 s seen on the H200), its
+      // rates averaged over that: left out, so no counter is diluted by it.
+      if (sample.endTimestamp - sample.startTimestamp > 4 * gpu.interval_ns) continue;
       for (size_t m = 0; m < gpu.metric_values.size(); ++m) {
         values[gpu.def_of_metric[m]] = gpu.metric_values[m];
       }
@@ -375,6 +397,7 @@ std::string Drain(const Api& api, Gpu& gpu, std::vector<GpuCounterReading>* read
     }
     if (decode.decodeStopReason != CUPTI_PM_SAMPLING_DECODE_STOP_REASON_COUNTER_DATA_FULL) break;
   }
+  gpu.last_decode = started;
   return "";
 }
 
@@ -393,6 +416,8 @@ void StopGpu(const Api& api, Gpu& gpu, bool release = true) {
 // How often a capture's samples are decoded: the hardware buffer (4 MiB, ~3,000 samples) holds
 // 0.3 s at 100 us, and the capture's analysis wants them soon after the kernels they cover.
 constexpr absl::Duration kCaptureDecodeEvery = absl::Milliseconds(20);
+// Restarts after an overflow before a GPU's counters are given up on.
+constexpr int kMaxRestarts = 20;
 
 }  // namespace
 
@@ -556,21 +581,27 @@ void PmSampler::Sample() {
     Publish(GpuCounterSnapshot{.available = false, .error = error});
   }
 
-  absl::Duration interval;  // what the GPUs sample at now; zero: not started
+  Plan plan;  // how the GPUs are sampled now; a zero interval: not started
   absl::Time next_publish = absl::Now() + options_.publish_every;
-  // (Re)starts every GPU still sampled at `want`: a capture's interval, then /metrics' again.
-  auto configure = [&](absl::Duration want) {
-    if (!error.empty() || want == interval) return;
-    const absl::Duration decode_every =
-        want == options_.interval ? options_.publish_every : kCaptureDecodeEvery;
+  absl::Time next_decode = absl::InfiniteFuture();  // a capture's
+  // (Re)starts every GPU still sampled for a capture at its interval, or for /metrics.
+  auto configure = [&](const Wanted& w) {
+    const Plan want =
+        w.capture
+            ? Plan{w.capture_interval, kCaptureDecodeEvery, options_.capture_hardware_buffer_bytes}
+            : Plan{options_.interval, options_.publish_every, options_.hardware_buffer_bytes};
+    if (!error.empty() ||
+        (want.interval == plan.interval && want.decode_every == plan.decode_every)) {
+      return;
+    }
     std::string first_error;
     for (Gpu& gpu : gpus) {
       if (!gpu.error.empty()) continue;
-      if (interval != absl::ZeroDuration()) {
+      if (plan.interval != absl::ZeroDuration()) {
         (void)Drain(api, gpu, nullptr);  // what was sampled so far still counts for /metrics
         StopGpu(api, gpu, /*release=*/false);
       }
-      gpu.error = StartGpu(api, options_, want, decode_every, gpu);
+      gpu.error = StartGpu(api, want, gpu);
       if (!gpu.error.empty()) {
         LogWarning(kComponent, "GPU %d: no hardware counters: %s", gpu.identity.cuda_index,
                    gpu.error);
@@ -578,22 +609,24 @@ void PmSampler::Sample() {
         StopGpu(api, gpu);
       }
     }
-    interval = want;
+    plan = want;
+    next_decode = w.capture ? absl::Now() + kCaptureDecodeEvery : absl::InfiniteFuture();
     if (!sampled()) {
       error = first_error;
       Publish(GpuCounterSnapshot{.available = false, .error = error});
       return;
     }
-    LogInfo(kComponent, "sampling %d GPU(s) every %s", gpus.size(), absl::FormatDuration(want));
+    LogInfo(kComponent, "sampling %d GPU(s) every %s for %s", gpus.size(),
+            absl::FormatDuration(want.interval), w.capture ? "a capture" : "/metrics");
   };
 
   Wanted wanted = AwaitChange(absl::Now());
   while (!wanted.stop && (wanted.metrics || wanted.capture)) {
-    configure(wanted.capture ? wanted.capture_interval : options_.interval);
+    configure(wanted);
     const absl::Time now = absl::Now();
     absl::Time until = wanted.metrics ? next_publish : absl::InfiniteFuture();
-    if (wanted.capture && !wanted.capture_ending)
-      until = std::min(until, now + kCaptureDecodeEvery);
+    // A capture's decodes keep their cadence whatever a decode takes (the buffer fills meanwhile).
+    if (wanted.capture && !wanted.capture_ending) until = std::min(until, next_decode);
     if (wanted.capture_ending) until = now;
     if (until > now) {
       const Wanted next = AwaitChange(until);
@@ -604,11 +637,19 @@ void PmSampler::Sample() {
       }
     }
     // Decode; the capture's readings go to it, every sample to /metrics' means.
+    next_decode = std::max(next_decode + kCaptureDecodeEvery, absl::Now());
     for (Gpu& gpu : gpus) {
       if (!gpu.error.empty() || gpu.sampling == nullptr) continue;
       GpuCounterBatch batch{
           .cuda_index = gpu.identity.cuda_index, .uuid = gpu.identity.uuid, .readings = {}};
-      if (std::string e = Drain(api, gpu, wanted.capture ? &batch.readings : nullptr); !e.empty()) {
+      std::string e = Drain(api, gpu, wanted.capture ? &batch.readings : nullptr);
+      if (e == kOverflow && gpu.restarts < kMaxRestarts) {
+        // Samples are lost, not the GPU: sampling starts again (a gap in the counters).
+        ++gpu.restarts;
+        StopGpu(api, gpu, /*release=*/false);
+        e = StartSampling(api, plan, gpu);
+      }
+      if (!e.empty()) {
         LogWarning(kComponent, "GPU %d: hardware counters stopped: %s", gpu.identity.cuda_index, e);
         gpu.error = e;
         StopGpu(api, gpu);
@@ -651,10 +692,13 @@ void PmSampler::Sample() {
     wanted = AwaitChange(absl::Now());
   }
   for (Gpu& gpu : gpus) StopGpu(api, gpu);
+  gpus.clear();
   if (profiler) {
     auto deinit = PARAMS(CUpti_Profiler_DeInitialize_Params, .pPriv = nullptr);
     api.ProfilerDeInitialize(&deinit);
   }
+  // A capture's sampling without --gpu_counters: what CUPTI and the buffers took goes back.
+  malloc_trim(0);
 }
 
 }  // namespace profd

@@ -48,8 +48,12 @@ class PmSampler {
     std::string cupti_library;  // empty: libcupti.so.13 on the library path, then the toolkit's
     absl::Duration interval = absl::Milliseconds(10);
     absl::Duration publish_every = absl::Seconds(1);
-    // Host memory CUPTI fills between decodes: ~1.3 KB a sample, so 4 MiB holds ~30 s at 10 ms.
+    // Host memory CUPTI fills between decodes, for /metrics: ~1.3 KB a sample, so 4 MiB holds
+    // ~30 s at 10 ms.
     uint64_t hardware_buffer_bytes = 4ull << 20;
+    // For a capture, decoded every 20 ms: at 100 us the H200 filled 4 MiB in under 40 ms;
+    // 32 MiB holds ~0.3 s. Taken while the capture runs.
+    uint64_t capture_hardware_buffer_bytes = 32ull << 20;
   };
 
   explicit PmSampler(Options options);

@@ -241,6 +241,8 @@ TEST(ProcessSinkTest, CountersOfItsGpusGoToTheTraceAndEachKernel) {
   EXPECT_EQ(k.counter_time_ns, static_cast<int64_t>(covered));
   EXPECT_EQ(streamed.counter_samples, readings.size());
   EXPECT_EQ(streamed.counter_interval_ns, 100'000);
+  // The window is the events', not the samples' (which run past both ends).
+  EXPECT_LE(streamed.window_ns, static_cast<int64_t>(last - first) + 10'000'000);
 
   // The trace: one counter event per sample of this GPU, on the process's row for it.
   rapidjson::Document doc;

@@ -177,7 +177,7 @@ v1::EventBatch EveryKindOfEvent(uint64_t t0) {
   kernel(k2To62, k2To62, 1)->set_correlation(3);
   kernel(k2To62 + 1, t0, 1);  // past 2^62: not written
   kernel(t0, UINT64_MAX, 1);
-  kernel(0, 0, 0xFFFFFFFF)->set_correlation(1);
+  kernel(0, 0, 0xFFFFFFFF)->set_correlation(1);  // start 0: CUPTI's "not measured", not written
 
   auto memcpy = [&](uint64_t start, uint64_t end, int copy, int src, int dst, uint64_t bytes) {
     v1::Memcpy* m = b.add_memcpys();
