@@ -35,9 +35,10 @@ namespace {
 
 constexpr char kComponent[] = "capture";
 constexpr size_t kKeepFinished = 256;  // finished captures remembered for GetCapture/List
-// --gpu-metrics: the default interval, and the most samples of one GPU a capture takes (each
-// ~50 bytes in the analysis, ~200 in the trace): 10 s at 100 us.
-constexpr absl::Duration kDefaultCounterInterval = absl::Microseconds(100);
+// --gpu-metrics: the default interval (100 us cost GPT-2 ~14 % on the H200, 1 ms ~2 %:
+// docs/HARDWARE_COUNTERS.md), and the most samples of one GPU a capture takes (each ~50 bytes
+// in the analysis, ~200 in the trace): 10 s at 100 us.
+constexpr absl::Duration kDefaultCounterInterval = absl::Milliseconds(1);
 constexpr int64_t kMaxCounterSamples = 100'000;
 constexpr char kShutdownMessage[] =
     "profd shut down during the capture (SIGTERM); the trace keeps the events until then";

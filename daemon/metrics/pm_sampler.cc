@@ -239,10 +239,10 @@ std::string StartSampling(const Api& api, const Plan& plan, Gpu& gpu);
 std::string StartGpu(const Api& api, const Plan& plan, Gpu& gpu) {
   const size_t device = gpu.identity.cuda_index;
   CUptiResult r = CUPTI_SUCCESS;
-  if (gpu.host != nullptr) {
-    // Configured before (a capture changes the interval): only the sampling starts again.
-    return StartSampling(api, plan, gpu);
-  }
+  // From scratch every time (a capture's interval, /metrics' again, after an overflow): one path,
+  // the one the H200 runs checked.
+  gpu.metric_names.clear();
+  gpu.def_of_metric.clear();
   auto chip = PARAMS(CUpti_Device_GetChipName_Params, .deviceIndex = device);
   r = api.DeviceGetChipName(&chip);
   if (r != CUPTI_SUCCESS) return Why(api, "cuptiDeviceGetChipName", r);
@@ -401,8 +401,8 @@ std::string Drain(const Api& api, Gpu& gpu, std::vector<GpuCounterReading>* read
   return "";
 }
 
-// Stops sampling; `release` also drops the configuration (a GPU given up on, or the end).
-void StopGpu(const Api& api, Gpu& gpu, bool release = true) {
+// Stops sampling and drops the configuration.
+void StopGpu(const Api& api, Gpu& gpu) {
   if (gpu.sampling != nullptr) {
     auto stop = PARAMS(CUpti_PmSampling_Stop_Params, .pPmSamplingObject = gpu.sampling);
     api.Stop(&stop);
@@ -410,7 +410,7 @@ void StopGpu(const Api& api, Gpu& gpu, bool release = true) {
     api.Disable(&disable);
     gpu.sampling = nullptr;
   }
-  if (release && gpu.host != nullptr) ReleaseHost(api, std::exchange(gpu.host, nullptr));
+  if (gpu.host != nullptr) ReleaseHost(api, std::exchange(gpu.host, nullptr));
 }
 
 // How often a capture's samples are decoded: the hardware buffer (4 MiB, ~3,000 samples) holds
@@ -599,7 +599,7 @@ void PmSampler::Sample() {
       if (!gpu.error.empty()) continue;
       if (plan.interval != absl::ZeroDuration()) {
         (void)Drain(api, gpu, nullptr);  // what was sampled so far still counts for /metrics
-        StopGpu(api, gpu, /*release=*/false);
+        StopGpu(api, gpu);
       }
       gpu.error = StartGpu(api, want, gpu);
       if (!gpu.error.empty()) {
@@ -646,8 +646,8 @@ void PmSampler::Sample() {
       if (e == kOverflow && gpu.restarts < kMaxRestarts) {
         // Samples are lost, not the GPU: sampling starts again (a gap in the counters).
         ++gpu.restarts;
-        StopGpu(api, gpu, /*release=*/false);
-        e = StartSampling(api, plan, gpu);
+        StopGpu(api, gpu);
+        e = StartGpu(api, plan, gpu);
       }
       if (!e.empty()) {
         LogWarning(kComponent, "GPU %d: hardware counters stopped: %s", gpu.identity.cuda_index, e);

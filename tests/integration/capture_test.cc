@@ -262,6 +262,38 @@ TEST_F(CaptureTest, HumanOutputAndOutputCopy) {
   EXPECT_EQ(profd_->ProfctlJson({"captures"})["captures"].Size(), 1u);
 }
 
+// --gpu-metrics where the GPUs' counters cannot be read (no driver here): the capture is whole,
+// says why once, and the next one asks again. The flag's bounds are profctl's.
+TEST_F(CaptureTest, GpuMetricsThatCannotBeSampledSayWhyAndTheCaptureGoesOn) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  const std::string pid = std::to_string(agent->pid());
+  for (int i = 0; i < 2; ++i) {
+    rapidjson::Document c =
+        profd_->ProfctlJson({"capture", "--pid", pid, "--duration", "300ms", "--gpu-metrics",
+                             "--gpu-metrics-interval", "200us"});
+    ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log();
+    EXPECT_EQ(std::stoull(c["processes"][0]["events"].GetString()), 2008u);
+    ASSERT_TRUE(c.HasMember("gpu_metrics")) << profd_->log();
+    EXPECT_STREQ(c["gpu_metrics"]["interval_ns"].GetString(), "200000");
+    EXPECT_STREQ(c["gpu_metrics"]["samples"].GetString(), "0");
+    const std::string why = c["gpu_metrics"]["error"].GetString();
+    EXPECT_NE(why.find("CUDA"), std::string::npos) << why;
+    rapidjson::Document trace = ReadGzipJson(c["files"][0]["path"].GetString());
+    for (const auto& e : trace["traceEvents"].GetArray()) {
+      EXPECT_STRNE(e["ph"].GetString(), "C");
+    }
+  }
+  RunResult human = profd_->Profctl(
+      {"capture", "--pid", pid, "--duration", "300ms", "--gpu-metrics", "--no-progress"});
+  ASSERT_EQ(human.exit_code, 0) << human.out << human.err;
+  EXPECT_NE(human.out.find("GPU counters: none ("), std::string::npos) << human.out;
+  RunResult bad = profd_->Profctl({"capture", "--pid", pid, "--duration", "300ms", "--gpu-metrics",
+                                   "--gpu-metrics-interval", "5us"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.out << bad.err;
+  EXPECT_NE(bad.err.find("--gpu-metrics-interval"), std::string::npos) << bad.err;
+}
+
 TEST_F(CaptureTest, SeveralProcessesInOneCapture) {
   auto a = StartReplayAgent(profd_->agent_socket());
   auto b = StartReplayAgent(profd_->agent_socket());
