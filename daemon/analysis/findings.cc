@@ -454,6 +454,14 @@ double CounterOf(const KernelRow& k, std::string_view trace_name) {
   return i < 0 ? std::numeric_limits<double>::quiet_NaN() : k.counters[static_cast<size_t>(i)];
 }
 
+std::vector<std::string> KernelCounterCells(const KernelRow& k) {
+  const KernelOccupancy occ = OccupancyOf(k);
+  return {occ.ratio < 0 ? "-" : absl::StrCat(occ.measured ? "" : "~", FormatPercent(occ.ratio)),
+          FormatPercent(CounterOf(k, "sm_active_ratio")),
+          FormatPercent(CounterOf(k, "tensor_active_ratio")),
+          FormatPercent(CounterOf(k, "dram_active_ratio")), k.bound.empty() ? "-" : k.bound};
+}
+
 KernelOccupancy OccupancyOf(const KernelRow& k) {
   if (k.counter_time_ns > 0) {
     double measured = CounterOf(k, "sm_occupancy_ratio");

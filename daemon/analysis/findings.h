@@ -18,6 +18,11 @@ std::vector<Finding> BuildFindings(const Report& report, const std::vector<Kerne
 // Leaves both empty when the kernel has no counters or the ones the rule needs were not measured.
 void ClassifyBound(const AnalysisOptions& options, KernelRow* k);
 
+// The kernel table's columns from the counters, as the text and HTML reports show them: the
+// occupancy (measured plain, the launch-configuration estimate marked "~", "-" unknown), then
+// SM, Tensor, DRAM and Bound.
+std::vector<std::string> KernelCounterCells(const KernelRow& k);
+
 // One of a kernel's counters by its trace name ("sm_active_ratio"); NaN where not measured.
 double CounterOf(const KernelRow& k, std::string_view trace_name);
 

@@ -340,9 +340,12 @@ std::string RenderHtml(const Report& r, const std::string& title) {
   cols.push_back("Name");
   absl::StrAppend(&h, "<table>", Th(cols));
   for (const KernelRow& k : r.top_kernels) {
-    KernelOccupancy occ = counters ? OccupancyOf(k) : KernelOccupancy{k.est_occupancy, false};
-    std::string occupancy = occ.ratio < 0 ? "-" : FormatPercent(occ.ratio);
-    if (counters && occ.ratio >= 0 && !occ.measured) occupancy = "~" + occupancy;
+    // The counter cells: occupancy first (before Limiter), then SM, Tensor, DRAM, Bound.
+    std::vector<std::string> counter_cells;
+    if (counters) counter_cells = KernelCounterCells(k);
+    std::string occupancy = counters              ? counter_cells[0]
+                            : k.est_occupancy < 0 ? "-"
+                                                  : FormatPercent(k.est_occupancy);
     std::vector<std::string> cells = {absl::StrFormat("%.1f", k.time_ratio * 100),
                                       FormatDuration(k.stats.total_ns),
                                       FormatCount(k.stats.count),
@@ -353,12 +356,7 @@ std::string RenderHtml(const Report& r, const std::string& title) {
                                       FormatDuration(k.stats.stddev_ns),
                                       occupancy,
                                       k.occupancy_limiter.empty() ? "-" : k.occupancy_limiter};
-    if (counters) {
-      cells.insert(cells.end(), {FormatPercent(CounterOf(k, "sm_active_ratio")),
-                                 FormatPercent(CounterOf(k, "tensor_active_ratio")),
-                                 FormatPercent(CounterOf(k, "dram_active_ratio")),
-                                 k.bound.empty() ? "-" : k.bound});
-    }
+    if (counters) cells.insert(cells.end(), counter_cells.begin() + 1, counter_cells.end());
     cells.push_back(k.name);
     h += Td(cells, cells.size() - 1);
   }

@@ -91,14 +91,7 @@ void RenderKernels(const Report& r, std::string* out) {
                                       Ns(row.stats.max_ns),
                                       Ns(row.stats.stddev_ns)};
     if (counters) {
-      // Measured occupancy plain, the launch-configuration estimate marked with "~".
-      KernelOccupancy occ = OccupancyOf(row);
-      cells.push_back(
-          occ.ratio < 0 ? "-" : absl::StrCat(occ.measured ? "" : "~", FormatPercent(occ.ratio)));
-      cells.push_back(FormatPercent(CounterOf(row, "sm_active_ratio")));
-      cells.push_back(FormatPercent(CounterOf(row, "tensor_active_ratio")));
-      cells.push_back(FormatPercent(CounterOf(row, "dram_active_ratio")));
-      cells.push_back(row.bound.empty() ? "-" : row.bound);
+      for (std::string& cell : KernelCounterCells(row)) cells.push_back(std::move(cell));
     } else {
       cells.push_back(Occ(row.est_occupancy));
     }
