@@ -103,6 +103,19 @@ int RunAgents(const GlobalOptions& g) {
   return kExitOk;
 }
 
+// The hardware counters' state: "/metrics, every 10.00 ms on 2 GPU(s)", "for captures only
+// (--gpu-metrics)", or "unavailable: why".
+std::string CountersLine(const profd::v1::GpuCountersStatus& c) {
+  std::string line = c.metrics() ? "/metrics" : "for --gpu-metrics captures only";
+  if (c.interval_ns() > 0) {
+    line += std::string(c.capture() ? ", a capture's now" : "") + ", every " +
+            analysis::FormatDuration(static_cast<double>(c.interval_ns())) + " on " +
+            std::to_string(c.gpus()) + " GPU(s)";
+  }
+  if (!c.error().empty()) line += (c.interval_ns() > 0 ? "; " : "; unavailable: ") + c.error();
+  return line;
+}
+
 int RunStatus(const GlobalOptions& g) {
   ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
@@ -133,7 +146,8 @@ int RunStatus(const GlobalOptions& g) {
                     ? std::string("NVML")
                     : "off: " + (response.nvml_error().empty() ? std::string("NVML not loaded")
                                                                : response.nvml_error()))
-            << "\n";
+            << "\n"
+            << "  GPU counters:      " << CountersLine(response.gpu_counters()) << "\n";
   if (!response.store_uri().empty()) {
     std::cout << "  store:             " << response.store_uri() << "\n";
     // What waits for the store, and why: an on-call engineer's first question.

@@ -709,6 +709,7 @@ int Main(int argc, char** argv) {
                                          store_error);
   ProfdService service(&identity, &registry, &channel, &captures, &targets);
   service.set_gpu_sampler(&gpu_sampler);
+  service.set_counter_sampler(&counter_sampler);
   builder.RegisterService(&service);
   builder.RegisterService(&store_service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();

@@ -41,6 +41,18 @@ constexpr GpuCounterDef kDefs[] = {
     {"profd_gpu_pcie_tx_bytes_per_second",
      "PCIe bytes written per second (DCGM_FI_PROF_PCIE_TX_BYTES; CUPTI PM sampling)",
      "pcie__write_bytes.sum.per_second", 1},
+    {"profd_gpu_nvlink_rx_bytes_per_second",
+     "NVLink bytes received per second, headers included (DCGM_FI_PROF_NVLINK_RX_BYTES; CUPTI PM "
+     "sampling)",
+     "nvlrx__bytes.sum.per_second", 1},
+    {"profd_gpu_nvlink_tx_bytes_per_second",
+     "NVLink bytes sent per second, headers included (DCGM_FI_PROF_NVLINK_TX_BYTES; CUPTI PM "
+     "sampling)",
+     "nvltx__bytes.sum.per_second", 1},
+    {"profd_gpu_l2_bytes_per_second",
+     "Bytes through the L2 cache's slices per second, every client (SMs, copy engines, links; "
+     "CUPTI PM sampling)",
+     "lts__t_bytes.sum.per_second", 1},
 };
 
 static_assert(sizeof(kDefs) / sizeof(kDefs[0]) == kGpuCounters);

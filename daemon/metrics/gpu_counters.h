@@ -21,7 +21,7 @@ struct GpuCounterDef {
 };
 
 // In the order of every values vector below.
-inline constexpr size_t kGpuCounters = 9;
+inline constexpr size_t kGpuCounters = 12;
 std::span<const GpuCounterDef> GpuCounterDefs();
 
 // A counter's name in a trace (profctl capture --gpu-metrics) and in reports: its series name

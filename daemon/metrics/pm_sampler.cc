@@ -10,6 +10,7 @@
 #include <malloc.h>
 
 #include <algorithm>
+#include <bitset>
 #include <cmath>
 #include <utility>
 
@@ -175,8 +176,9 @@ struct Gpu {
   GpuCounterMeans means{GpuCounterDefs().size()};
   uint64_t interval_ns = 0;  // the sampling interval now
   absl::Time last_decode;
-  int restarts = 0;   // after an overflow
-  std::string error;  // set when this GPU stopped being sampled
+  int restarts = 0;                         // after an overflow
+  std::string error;                        // set when this GPU stopped being sampled
+  std::bitset<kGpuCounters> said_left_out;  // logged once per GPU, not at every start
 };
 
 // A config image for `metrics` on a fresh host object (kept in *host on success).
@@ -272,7 +274,8 @@ std::string StartGpu(const Api& api, const Plan& plan, Gpu& gpu) {
     if (r == CUPTI_SUCCESS && passes == 1) {
       gpu.metric_names = std::move(trial);
       gpu.def_of_metric.push_back(d);
-    } else {
+    } else if (!gpu.said_left_out[d]) {
+      gpu.said_left_out[d] = true;
       LogInfo(kComponent, "GPU %d (%s): %s left out: %s", device, chip_name, defs[d].cupti_metric,
               r != CUPTI_SUCCESS ? absl::StrCat(failed, ": ", api.Describe(r))
                                  : absl::StrCat(passes, " passes"));
@@ -495,6 +498,14 @@ std::shared_ptr<const GpuCounterSnapshot> PmSampler::snapshot() const {
   return snapshot_;
 }
 
+PmSampler::State PmSampler::state() const {
+  MutexLock lock(&mutex_);
+  State state = state_;
+  state.metrics = metrics_;
+  state.capture = static_cast<bool>(capture_sink_);
+  return state;
+}
+
 void PmSampler::Publish(GpuCounterSnapshot snapshot) {
   snapshot.taken = absl::Now();
   auto published = std::make_shared<const GpuCounterSnapshot>(std::move(snapshot));
@@ -502,7 +513,7 @@ void PmSampler::Publish(GpuCounterSnapshot snapshot) {
   snapshot_ = std::move(published);
 }
 
-PmSampler::Wanted PmSampler::AwaitChange(absl::Time until) {
+PmSampler::Wanted PmSampler::AwaitChange(absl::Time until, const Wanted* known) {
   MutexLock lock(&mutex_);
   auto wanted = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     return Wanted{.stop = stop_,
@@ -511,7 +522,7 @@ PmSampler::Wanted PmSampler::AwaitChange(absl::Time until) {
                   .capture_ending = capture_ending_,
                   .capture_interval = capture_interval_};
   };
-  const Wanted before = wanted();
+  const Wanted before = known != nullptr ? *known : wanted();
   WaitUntil(&changed_cv_, &mutex_, until, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
     const Wanted now = wanted();
     return now.stop != before.stop || now.metrics != before.metrics ||
@@ -574,7 +585,17 @@ void PmSampler::Sample() {
   auto sampled = [&] {
     return std::any_of(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); });
   };
+  // What `profctl status` says: sampling at `interval` on the GPUs without an error.
+  auto set_state = [&](absl::Duration interval, std::string why) {
+    const auto ok =
+        std::count_if(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); });
+    MutexLock lock(&mutex_);
+    state_.interval = interval;
+    state_.gpus = interval == absl::ZeroDuration() ? 0 : static_cast<uint32_t>(ok);
+    state_.error = std::move(why);
+  };
   if (!error.empty()) {
+    set_state(absl::ZeroDuration(), error);
     LogWarning(kComponent,
                "GPU hardware counters unavailable: %s; captures and the other "
                "metrics are not affected",
@@ -614,15 +635,36 @@ void PmSampler::Sample() {
     next_decode = w.capture ? absl::Now() + kCaptureDecodeEvery : absl::InfiniteFuture();
     if (!sampled()) {
       error = first_error;
+      set_state(absl::ZeroDuration(), error);
       Publish(GpuCounterSnapshot{.available = false, .error = error});
       return;
     }
+    set_state(want.interval, first_error);
     LogInfo(kComponent, "sampling %d GPU(s) every %s for %s", gpus.size(),
             absl::FormatDuration(want.interval), w.capture ? "a capture" : "/metrics");
   };
 
   Wanted wanted = AwaitChange(absl::Now());
-  while (!wanted.stop && (wanted.metrics || wanted.capture)) {
+  while (!wanted.stop) {
+    if (!wanted.metrics && !wanted.capture) {
+      if (!profiler) break;  // the next capture loads and initialises from scratch
+      // Nothing wants the counters: the GPUs stop sampling, but CUPTI's profiler stays
+      // initialised until profd stops. Tearing it down after a capture and initialising it for
+      // the next crashed the profiled application's own CUPTI (a SIGSEGV inside its libcupti,
+      // under cuEventQuery, during the next capture; H200, docs/HARDWARE_COUNTERS.md). Errors
+      // are forgotten: the next capture tries every GPU again.
+      for (Gpu& gpu : gpus) {
+        StopGpu(api, gpu);
+        gpu.error.clear();
+        gpu.restarts = 0;
+      }
+      error.clear();
+      plan = Plan{};
+      set_state(absl::ZeroDuration(), "");
+      malloc_trim(0);
+      wanted = AwaitChange(absl::InfiniteFuture(), &wanted);
+      continue;
+    }
     configure(wanted);
     const absl::Time now = absl::Now();
     absl::Time until = wanted.metrics ? next_publish : absl::InfiniteFuture();
@@ -630,7 +672,7 @@ void PmSampler::Sample() {
     if (wanted.capture && !wanted.capture_ending) until = std::min(until, next_decode);
     if (wanted.capture_ending) until = now;
     if (until > now) {
-      const Wanted next = AwaitChange(until);
+      const Wanted next = AwaitChange(until, &wanted);
       if (next.capture != wanted.capture || next.capture_ending != wanted.capture_ending ||
           next.stop || next.metrics != wanted.metrics) {
         wanted = next;
@@ -654,6 +696,7 @@ void PmSampler::Sample() {
         LogWarning(kComponent, "GPU %d: hardware counters stopped: %s", gpu.identity.cuda_index, e);
         gpu.error = e;
         StopGpu(api, gpu);
+        set_state(sampled() ? plan.interval : absl::ZeroDuration(), e);
       }
       if (!batch.readings.empty()) {
         CaptureSink sink;
@@ -693,6 +736,7 @@ void PmSampler::Sample() {
     wanted = AwaitChange(absl::Now());
   }
   for (Gpu& gpu : gpus) StopGpu(api, gpu);
+  set_state(absl::ZeroDuration(), error);
   gpus.clear();
   if (profiler) {
     auto deinit = PARAMS(CUpti_Profiler_DeInitialize_Params, .pPriv = nullptr);

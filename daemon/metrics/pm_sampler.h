@@ -7,8 +7,9 @@
 //
 // A capture with --gpu-metrics borrows the same sampling (BeginCapture/EndCapture): every GPU at
 // the capture's interval, decoded every few milliseconds, each reading handed to the capture;
-// /metrics keeps its means meanwhile. Without --gpu_counters the sampler starts for the capture
-// and stops after it.
+// /metrics keeps its means meanwhile. Without --gpu_counters the sampler starts at the first
+// capture, and after each one the GPUs stop sampling; CUPTI's profiler stays initialised until
+// profd stops (tearing it down between captures crashed the profiled application's CUPTI).
 //
 // Unavailable (no driver or CUPTI, profiling restricted to admin users, MIG, a GPU without PM
 // sampling, another profiler holding the counters): said once in the log, published with the
@@ -75,6 +76,16 @@ class PmSampler {
   // Any thread; never null (before the first publication: not available, "starting").
   std::shared_ptr<const GpuCounterSnapshot> snapshot() const;
 
+  // What the sampler does now, for `profctl status`. Any thread.
+  struct State {
+    bool metrics = false;                            // Start()ed: /metrics wants the counters
+    bool capture = false;                            // a capture's --gpu-metrics has them now
+    absl::Duration interval = absl::ZeroDuration();  // sampling now at; zero: not sampling
+    uint32_t gpus = 0;                               // GPUs sampled now
+    std::string error;  // why the last try could not sample every GPU ("" when it could)
+  };
+  State state() const;
+
   // Tests: publish a snapshot as if sampled (use without Start()).
   void PublishForTesting(GpuCounterSnapshot snapshot) { Publish(std::move(snapshot)); }
 
@@ -85,8 +96,9 @@ class PmSampler {
   void Sample();
   void EnsureThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void Publish(GpuCounterSnapshot snapshot);
-  // Waits until `until` or a change of what is wanted; returns what is wanted then.
-  Wanted AwaitChange(absl::Time until);
+  // Waits until `until` or until what is wanted differs from `known` (what the thread acts on;
+  // null: what is wanted at the call); returns what is wanted then.
+  Wanted AwaitChange(absl::Time until, const Wanted* known = nullptr);
 
   const Options options_;
   std::thread thread_;
@@ -99,8 +111,9 @@ class PmSampler {
   absl::Duration capture_interval_ ABSL_GUARDED_BY(mutex_);
   bool capture_ending_ ABSL_GUARDED_BY(mutex_) = false;
   std::string capture_error_ ABSL_GUARDED_BY(mutex_);
-  absl::CondVar changed_cv_;  // what is wanted changed (the sampler's thread waits)
-  absl::CondVar ended_cv_;    // a capture's sampling ended (EndCapture waits)
+  State state_ ABSL_GUARDED_BY(mutex_);  // interval, gpus and error: set by the thread
+  absl::CondVar changed_cv_;             // what is wanted changed (the sampler's thread waits)
+  absl::CondVar ended_cv_;               // a capture's sampling ended (EndCapture waits)
 };
 
 }  // namespace profd

@@ -66,6 +66,15 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
     response->set_nvml_available(gpus->nvml_available);
     response->set_nvml_error(gpus->nvml_error);
   }
+  if (counters_ != nullptr) {
+    const PmSampler::State state = counters_->state();
+    v1::GpuCountersStatus* c = response->mutable_gpu_counters();
+    c->set_metrics(state.metrics);
+    c->set_capture(state.capture);
+    c->set_interval_ns(absl::ToInt64Nanoseconds(state.interval));
+    c->set_gpus(state.gpus);
+    c->set_error(state.error);
+  }
   CaptureOrchestrator::Counts counts = captures_->counts();
   response->set_captures_running(counts.running);
   response->set_captures_completed(counts.completed);

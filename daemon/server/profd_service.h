@@ -10,6 +10,7 @@
 #include "daemon/agents/agent_registry.h"
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/metrics/gpu_sampler.h"
+#include "daemon/metrics/pm_sampler.h"
 #include "profd/v1/profd.grpc.pb.h"
 
 namespace profd {
@@ -32,6 +33,8 @@ class ProfdService final : public v1::Profd::Service {
 
   // Set before serving; null leaves nvml_available false in GetStatus.
   void set_gpu_sampler(const GpuSampler* gpus) { gpus_ = gpus; }
+  // Likewise; null leaves gpu_counters unset.
+  void set_counter_sampler(const PmSampler* counters) { counters_ = counters; }
 
   grpc::Status ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
                           v1::ListAgentsResponse* response) override;
@@ -54,6 +57,7 @@ class ProfdService final : public v1::Profd::Service {
   CaptureOrchestrator* const captures_;
   const CaptureTargets* const targets_;
   const GpuSampler* gpus_ = nullptr;
+  const PmSampler* counters_ = nullptr;
 };
 
 }  // namespace profd

@@ -284,6 +284,13 @@ TEST_F(CaptureTest, GpuMetricsThatCannotBeSampledSayWhyAndTheCaptureGoesOn) {
       EXPECT_STRNE(e["ph"].GetString(), "C");
     }
   }
+  // `profctl status` says why, and that nothing samples now.
+  rapidjson::Document status = profd_->ProfctlJson({"status"});
+  const auto& counters = status["gpu_counters"];
+  EXPECT_FALSE(counters["metrics"].GetBool());
+  EXPECT_FALSE(counters["capture"].GetBool());
+  EXPECT_STREQ(counters["interval_ns"].GetString(), "0");
+  EXPECT_NE(std::string(counters["error"].GetString()).find("CUDA"), std::string::npos);
   RunResult human = profd_->Profctl(
       {"capture", "--pid", pid, "--duration", "300ms", "--gpu-metrics", "--no-progress"});
   ASSERT_EQ(human.exit_code, 0) << human.out << human.err;

@@ -145,6 +145,47 @@ TEST(GpuCountersTest, RecordedH200PhasesReadAsWhatTheWorkloadDid) {
   EXPECT_GE(idles, 5);
 }
 
+// The link series on two NVLink-connected H200s: a phase's PCIe or NVLink bytes per second are
+// what its copies moved over its length (the counters include the links' headers: within 8 %),
+// on the GPU that received (rx) or sent (tx) them, and near nothing elsewhere.
+TEST(GpuCountersTest, RecordedH200LinkPhasesReadAsTheCopiesMoved) {
+  const std::vector<Phase> phases =
+      ReadPhases(testing::SourcePath("tests/fixtures/h200_pm_links.phases"));
+  ASSERT_EQ(phases.size(), 12u);
+  const Recorded gpu0 =
+      ReadSamples(testing::SourcePath("tests/fixtures/h200_pm_links_gpu0.csv.gz"));
+  const Recorded gpu1 =
+      ReadSamples(testing::SourcePath("tests/fixtures/h200_pm_links_gpu1.csv.gz"));
+  ASSERT_GT(gpu0.samples.size(), 10000u);
+  ASSERT_GT(gpu1.samples.size(), 10000u);
+  constexpr uint64_t kMargin = 50'000'000;
+  int checked = 0;
+  for (const Phase& p : phases) {
+    if (p.start < gpu0.samples.front().start || p.name == "idle") continue;
+    SCOPED_TRACE(p.name + " at " + std::to_string(p.start));
+    const std::vector<double> s0 = SeriesOver(gpu0, p.start + kMargin, p.end - kMargin);
+    const std::vector<double> s1 = SeriesOver(gpu1, p.start + kMargin, p.end - kMargin);
+    const double truth = static_cast<double>(p.bytes_moved) / ((p.end - p.start) / 1e9);
+    const double rx0 = Of(s0, "profd_gpu_pcie_rx_bytes_per_second");
+    const double tx0 = Of(s0, "profd_gpu_pcie_tx_bytes_per_second");
+    const double nvl_rx1 = Of(s1, "profd_gpu_nvlink_rx_bytes_per_second");
+    if (p.name == "htod") {
+      EXPECT_NEAR(rx0 / truth, 1.04, 0.04);
+      EXPECT_LT(Of(s1, "profd_gpu_pcie_rx_bytes_per_second"), 1e8);  // the other GPU
+    } else if (p.name == "dtoh") {
+      EXPECT_NEAR(tx0 / truth, 1.04, 0.04);
+      EXPECT_LT(rx0, 1e8);
+    } else if (p.name == "p2p") {
+      EXPECT_NEAR(nvl_rx1 / truth, 1.04, 0.04);
+      EXPECT_LT(rx0 + tx0, 1e8);  // not over PCIe
+      // Every byte of the copy passes the receiver's L2.
+      EXPECT_NEAR(Of(s1, "profd_gpu_l2_bytes_per_second") / truth, 1.0, 0.03);
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);  // the first htod began before the sampling did
+}
+
 TEST(GpuCountersTest, MeansWeighEachSampleByItsLengthAndSkipWhatWasNotMeasured) {
   GpuCounterMeans means(2);
   const double nan = std::nan("");

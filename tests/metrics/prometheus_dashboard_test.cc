@@ -231,6 +231,8 @@ TEST_F(PrometheusDashboardTest, EveryPanelAnswersWithoutNvmlAndExitedProcessesVa
   EXPECT_NE(status.out.find("GPU metrics:       off: cannot load /nonexistent/libnvidia-ml.so.1"),
             std::string::npos)
       << status.out;
+  EXPECT_NE(status.out.find("GPU counters:      /metrics; unavailable: "), std::string::npos)
+      << status.out;
   const int exempt = ExpectDashboardHasData(prometheus, /*nvml_required=*/false);
   EXPECT_GT(exempt, 0);  // the GPU panels are there, and empty here
   EXPECT_EQ(prometheus.Value("profd_agents_connected"), 2);
