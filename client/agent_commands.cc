@@ -103,8 +103,8 @@ int RunAgents(const GlobalOptions& g) {
   return kExitOk;
 }
 
-// The hardware counters' state: "/metrics, every 10.00 ms on 2 GPU(s)", "for captures only
-// (--gpu-metrics)", or "unavailable: why".
+// The hardware counters' state: "/metrics, every 10.00 ms on 2 GPU(s)", "for --gpu-metrics
+// captures only", and "; unavailable: why" where they cannot be read.
 std::string CountersLine(const profd::v1::GpuCountersStatus& c) {
   std::string line = c.metrics() ? "/metrics" : "for --gpu-metrics captures only";
   if (c.interval_ns() > 0) {

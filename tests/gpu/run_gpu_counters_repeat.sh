@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The application's segmentation fault seen once during a --gpu-metrics capture (issue 11,
 # docs/HARDWARE_COUNTERS.md): profd without --gpu_counters, so each capture starts and stops
-# PM sampling, and a GEMM loop under the agent (core dumps on) taking
-# N back-to-back 2 s --gpu-metrics captures at 1 ms.
+# PM sampling (before the fix, with CUPTI's profiler initialised and torn down each time), and a
+# GEMM loop under the agent (core dumps on) taking N 2 s --gpu-metrics captures at 1 ms, half of
+# them back to back.
 #   tests/gpu/run_gpu_counters_repeat.sh DIST OUT [N]
 # Env: CAPTURE_FLAGS (default --gpu-metrics; empty for the control), PROFD_FLAGS (e.g.
-# --gpu_counters), WORKLOAD_PRELOAD (an LD_PRELOAD for the workload; default: the package's SIGSEGV backtracer,
-# tests/gpu/segv_backtrace.c).
+# --gpu_counters), WORKLOAD_PRELOAD (an LD_PRELOAD for the workload; default: the package's
+# SIGSEGV backtracer, tests/gpu/segv_backtrace.c).
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; N=${3:-8}
 mkdir -p "$OUT"

@@ -16,7 +16,7 @@ p.add_argument("--seconds", type=float, default=20)
 p.add_argument("--every", type=float, default=1)
 p.add_argument("--gpu", default="0")
 a = p.parse_args()
-line = re.compile(r'^(profd_gpu_[a-z_]+)\{([^}]*)\} (\S+)$')
+line = re.compile(r'^(profd_gpu_[a-z0-9_]+)\{([^}]*)\} (\S+)$')
 end = time.time() + a.seconds
 while time.time() < end:
     t = time.time_ns()
