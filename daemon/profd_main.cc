@@ -651,6 +651,9 @@ int Main(int argc, char** argv) {
         return counter_sampler.BeginCapture(interval, std::move(sink), why);
       };
   capture_options.end_gpu_metrics = [&counter_sampler] { return counter_sampler.EndCapture(); };
+  capture_options.await_gpu_metrics = [&counter_sampler](absl::Duration timeout) {
+    counter_sampler.AwaitCaptureStart(timeout);
+  };
   CaptureOrchestrator captures(capture_options, &registry, &channel, &targets, kineto_server.get());
   channel.set_event_sink(&captures);
   // Captures the previous profd never finished (killed mid-capture): repaired and listed.

@@ -40,6 +40,9 @@ constexpr size_t kKeepFinished = 256;  // finished captures remembered for GetCa
 // in the analysis, ~200 in the trace): 10 s at 100 us.
 constexpr absl::Duration kDefaultCounterInterval = absl::Milliseconds(1);
 constexpr int64_t kMaxCounterSamples = 100'000;
+// How long a --gpu-metrics capture waits for the GPUs to sample before its agents start (the
+// first start of the sampler took 0.3-0.6 s on the H200; within the agents' start timeout).
+constexpr absl::Duration kCounterStartWait = absl::Seconds(2);
 constexpr char kShutdownMessage[] =
     "profd shut down during the capture (SIGTERM); the trace keeps the events until then";
 constexpr char kKilledMessage[] =
@@ -161,6 +164,16 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     if (absl::Status s = folder_.MarkUnfinished(info_); !s.ok()) {
       LogWarning(kComponent, "capture %s: %s", info_.capture_id(), s.message());
     }
+    // The GPUs' counters first, so that they cover the whole window: a window that would begin
+    // while the sampler starts begins once it samples (a later requested start stays).
+    if (info_.has_gpu_metrics()) {
+      BeginGpuMetrics();
+      if (gpu_metrics_active_ && owner_->options_.await_gpu_metrics) {
+        owner_->options_.await_gpu_metrics(kCounterStartWait);
+        info_.set_start_at_unix_ns(
+            std::max(info_.start_at_unix_ns(), absl::ToUnixNanos(absl::Now())));
+      }
+    }
     // Tell every agent and offer every Kineto its config first (cheap, queued), then let the
     // pipeline thread take over.
     for (size_t i = 0; i < targets_.size(); ++i) {
@@ -183,7 +196,6 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         Push(Item{Item::kGone, t.connection, {}, {}});
       }
     }
-    if (info_.has_gpu_metrics()) BeginGpuMetrics();
     thread_ = std::thread([this] { Run(); });
   }
 

@@ -67,6 +67,9 @@ struct CaptureOptions {
                      std::string* why)>
       begin_gpu_metrics;
   std::function<std::string()> end_gpu_metrics;
+  // Optional, with them: waits (at most the given time) until the GPUs sample for the capture
+  // begun, as PmSampler::AwaitCaptureStart.
+  std::function<void(absl::Duration timeout)> await_gpu_metrics;
 };
 
 class CaptureOrchestrator final : public AgentEventSink {

@@ -478,10 +478,20 @@ bool PmSampler::BeginCapture(absl::Duration interval, CaptureSink sink, std::str
   capture_sink_ = std::move(sink);
   capture_interval_ = interval;
   capture_ending_ = false;
+  capture_started_ = false;
   capture_error_.clear();
   EnsureThread();
   changed_cv_.SignalAll();
   return true;
+}
+
+bool PmSampler::AwaitCaptureStart(absl::Duration timeout) {
+  MutexLock lock(&mutex_);
+  WaitUntil(&started_cv_, &mutex_, absl::Now() + timeout,
+            [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
+              return capture_started_ || !capture_sink_ || stop_;
+            });
+  return capture_started_ && state_.interval != absl::ZeroDuration();
 }
 
 std::string PmSampler::EndCapture() {
@@ -666,6 +676,13 @@ void PmSampler::Sample() {
       continue;
     }
     configure(wanted);
+    if (wanted.capture) {
+      MutexLock lock(&mutex_);
+      if (!capture_started_) {
+        capture_started_ = true;
+        started_cv_.SignalAll();
+      }
+    }
     const absl::Time now = absl::Now();
     absl::Time until = wanted.metrics ? next_publish : absl::InfiniteFuture();
     // A capture's decodes keep their cadence whatever a decode takes (the buffer fills meanwhile).

@@ -69,6 +69,10 @@ class PmSampler {
   // when another has them.
   using CaptureSink = std::function<void(GpuCounterBatch batch)>;
   bool BeginCapture(absl::Duration interval, CaptureSink sink, std::string* why);
+  // Waits (at most `timeout`) until the capture's sampling has started or could not start; true
+  // when the GPUs sample. The first start loads CUPTI and initialises its profiler (0.3-0.6 s
+  // on the H200): a capture waits so that the counters cover its whole window.
+  bool AwaitCaptureStart(absl::Duration timeout);
   // Ends it: the readings up to now have reached the sink when it returns. Returns why there
   // were none ("" when the GPUs were sampled).
   std::string EndCapture();
@@ -110,10 +114,12 @@ class PmSampler {
   CaptureSink capture_sink_ ABSL_GUARDED_BY(mutex_);  // set between BeginCapture and its end
   absl::Duration capture_interval_ ABSL_GUARDED_BY(mutex_);
   bool capture_ending_ ABSL_GUARDED_BY(mutex_) = false;
+  bool capture_started_ ABSL_GUARDED_BY(mutex_) = false;  // configured for it (or failed)
   std::string capture_error_ ABSL_GUARDED_BY(mutex_);
   State state_ ABSL_GUARDED_BY(mutex_);  // interval, gpus and error: set by the thread
   absl::CondVar changed_cv_;             // what is wanted changed (the sampler's thread waits)
   absl::CondVar ended_cv_;               // a capture's sampling ended (EndCapture waits)
+  absl::CondVar started_cv_;             // ... started (AwaitCaptureStart waits)
 };
 
 }  // namespace profd
