@@ -485,13 +485,12 @@ bool PmSampler::BeginCapture(absl::Duration interval, CaptureSink sink, std::str
   return true;
 }
 
-bool PmSampler::AwaitCaptureStart(absl::Duration timeout) {
+void PmSampler::AwaitCaptureStart(absl::Duration timeout) {
   MutexLock lock(&mutex_);
   WaitUntil(&started_cv_, &mutex_, absl::Now() + timeout,
             [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) {
               return capture_started_ || !capture_sink_ || stop_;
             });
-  return capture_started_ && state_.interval != absl::ZeroDuration();
 }
 
 std::string PmSampler::EndCapture() {
@@ -592,16 +591,17 @@ void PmSampler::Sample() {
       }
     }
   }
-  auto sampled = [&] {
-    return std::any_of(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); });
+  auto sampled_gpus = [&] {
+    return static_cast<uint32_t>(
+        std::count_if(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); }));
   };
+  auto sampled = [&] { return sampled_gpus() > 0; };
   // What `profctl status` says: sampling at `interval` on the GPUs without an error.
   auto set_state = [&](absl::Duration interval, std::string why) {
-    const auto ok =
-        std::count_if(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); });
+    const uint32_t ok = interval == absl::ZeroDuration() ? 0 : sampled_gpus();
     MutexLock lock(&mutex_);
     state_.interval = interval;
-    state_.gpus = interval == absl::ZeroDuration() ? 0 : static_cast<uint32_t>(ok);
+    state_.gpus = ok;
     state_.error = std::move(why);
   };
   if (!error.empty()) {

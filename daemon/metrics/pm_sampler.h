@@ -69,10 +69,10 @@ class PmSampler {
   // when another has them.
   using CaptureSink = std::function<void(GpuCounterBatch batch)>;
   bool BeginCapture(absl::Duration interval, CaptureSink sink, std::string* why);
-  // Waits (at most `timeout`) until the capture's sampling has started or could not start; true
-  // when the GPUs sample. The first start loads CUPTI and initialises its profiler (0.3-0.6 s
-  // on the H200): a capture waits so that the counters cover its whole window.
-  bool AwaitCaptureStart(absl::Duration timeout);
+  // Waits (at most `timeout`) until the capture's sampling has started or could not start (the
+  // first start loads CUPTI and initialises its profiler, 0.3-0.6 s on the H200): a capture
+  // waits so that the counters cover its whole window.
+  void AwaitCaptureStart(absl::Duration timeout);
   // Ends it: the readings up to now have reached the sink when it returns. Returns why there
   // were none ("" when the GPUs were sampled).
   std::string EndCapture();
