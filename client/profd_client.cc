@@ -153,8 +153,15 @@ ProfdClient::ProfdClient(const std::string& target, const TlsOptions& tls)
 
 std::string ProfdClient::Explain(const grpc::Status& status) const {
   switch (status.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE:
     case grpc::StatusCode::DEADLINE_EXCEEDED:
+      // Connected (so past any TLS handshake) and no answer in time: profd is there, but slow.
+      if (channel_->GetState(/*try_to_connect=*/false) == GRPC_CHANNEL_READY) {
+        return "profd at " + target_ +
+               " did not answer before the deadline (--timeout, 10s by default): it is running "
+               "but busy; try again or give a longer --timeout";
+      }
+      return ExplainUnreachable(status.error_message());
+    case grpc::StatusCode::UNAVAILABLE:
       return ExplainUnreachable(status.error_message());
     case grpc::StatusCode::PERMISSION_DENIED:
       return "profd at " + target_ + " refused: " + status.error_message() +

@@ -3,7 +3,11 @@
 // through `profctl import` (the same Spool path a capture takes), and profctl list / show / get.
 // Fault cases: the store down when a trace is finished, profd killed with uploads pending,
 // credentials refused, a missing bucket, a full spool.
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <stdlib.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -213,6 +217,28 @@ TEST_F(StoreProfctlTest, StoreDownWhenTraceFinishesItWaitsAndArrivesIntact) {
   EXPECT_NE(profd->Profctl({"spool"}).out.find("pending  0"), std::string::npos);
   EXPECT_NE(profd->Profctl({"status"}).out.find("uploads:           1 stored, 0 waiting\n"),
             std::string::npos);
+}
+
+// A store that takes connections and never answers: profctl gives up at its deadline and says
+// profd is there but busy, not that it is not running.
+TEST_F(StoreProfctlTest, AStoreThatNeverAnswersIsADeadlineNotAMissingProfd) {
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(silent, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(silent, 16), 0);  // connections queue, nothing reads them
+  ASSERT_EQ(getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  auto profd = StartProfd("s3://traces/silent", {"--s3_endpoint=http://127.0.0.1:" +
+                                                 std::to_string(ntohs(addr.sin_port))});
+  RunResult list = profd->Profctl({"list", "--timeout", "1s"});
+  EXPECT_EQ(list.exit_code, 3) << list.out << list.err;
+  EXPECT_NE(list.err.find("did not answer before the deadline"), std::string::npos) << list.err;
+  EXPECT_NE(list.err.find("--timeout"), std::string::npos) << list.err;
+  EXPECT_EQ(list.err.find("is it running?"), std::string::npos) << list.err;
+  close(silent);
 }
 
 TEST_F(StoreProfctlTest, ProfdKilledWithUploadsPendingResumesAfterRestart) {

@@ -2,6 +2,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace profd::testing {
@@ -44,7 +45,13 @@ void ProfdProcess::Kill() {
 }
 
 RunResult ProfdProcess::Profctl(std::vector<std::string> args) const {
+  // Tests check what profd answers, not how fast: a loaded CI machine gets a minute, not the 10 s
+  // default, unless the test gives its own --timeout.
   std::vector<std::string> argv = {BuildPath("client/profctl"), "--target", target()};
+  if (std::none_of(args.begin(), args.end(),
+                   [](const std::string& a) { return a.rfind("--timeout", 0) == 0; })) {
+    argv.insert(argv.end(), {"--timeout", "60s"});
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   return Run(argv);
 }
@@ -55,8 +62,11 @@ rapidjson::Document ProfdProcess::ProfctlJson(std::vector<std::string> args) con
   rapidjson::Document doc;
   doc.Parse(r.out.c_str());
   if (doc.HasParseError()) {
+    // With what profd said, and whether it is still there: a failure in CI is read from this alone.
     throw std::runtime_error("profctl output is not JSON (exit " + std::to_string(r.exit_code) +
-                             "):\n" + r.out + r.err);
+                             "):\n" + r.out + r.err + "profd is " +
+                             (process_ && process_->Running() ? "running" : "not running") +
+                             "; its log:\n" + log());
   }
   return doc;
 }
