@@ -49,6 +49,7 @@ struct CaptureFlags {
   bool profile_memory = false;
   bool gpu_metrics = false;
   std::string gpu_metrics_interval = "1ms";
+  std::string format;  // "": profd's --trace_format
 };
 
 using analysis::FormatBytes;
@@ -413,6 +414,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     request.set_gpu_metrics(true);
     request.set_gpu_metrics_interval_ns(absl::ToInt64Nanoseconds(interval));
   }
+  request.set_trace_format(f.format);
   if (f.pids.empty() && !f.all && f.pod.empty()) {
     std::cerr << "profctl: say what to capture: --pid PID (see `profctl agents`), --pod NAME or "
                  "--all\n";
@@ -580,6 +582,12 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   capture->add_option("--via", f->via,
                       "auto (default: through Kineto when the process polls profd's Kineto "
                       "socket, with CPU operators; else the agent), kineto, or cupti (the agent)");
+  capture
+      ->add_option("--format", f->format,
+                   "Trace format: json (Chrome trace JSON: HTA, TensorBoard, Perfetto UI) or "
+                   "perfetto (Perfetto protobuf, ~4x smaller; Perfetto UI, trace_processor). "
+                   "Default: profd's --trace_format (json). Kineto's own traces stay JSON")
+      ->check(CLI::IsMember({"json", "perfetto"}));
   capture->add_flag("--gpu-metrics", f->gpu_metrics,
                     "Sample each GPU's hardware counters (SM, tensor pipes, DRAM, PCIe) over the "
                     "window: counter tracks in the trace, per-kernel throughputs and what bounds "

@@ -160,6 +160,11 @@ ABSL_FLAG(absl::Duration, capture_cancel_timeout, absl::Seconds(5),
           "profd ends it without them (its trace keeps what came)");
 ABSL_FLAG(std::string, capture_min_free, "64MiB",
           "Refuse captures while the --capture_dir disk has less than this free");
+ABSL_FLAG(std::string, trace_format, "json",
+          "Traces of captures that do not say (profctl capture --format): json (Chrome trace "
+          "JSON in Kineto's conventions: HTA, TensorBoard, chrome://tracing, Perfetto UI) or "
+          "perfetto (Perfetto protobuf: Perfetto UI and trace_processor; ~4x smaller and faster "
+          "to write)");
 ABSL_FLAG(bool, record_batches, false,
           "Also keep each capture's raw event batches (batches-<pid>.pb) for replay");
 
@@ -551,6 +556,11 @@ int Main(int argc, char** argv) {
     capture_options.min_free_bytes = *min_free;
   } else {
     LogError(kComponent, "--capture_min_free: %s", min_free.status().message());
+    return 1;
+  }
+  if (!ParseTraceFormat(absl::GetFlag(FLAGS_trace_format), &capture_options.trace_format)) {
+    LogError(kComponent, "--trace_format %s: give json or perfetto",
+             absl::GetFlag(FLAGS_trace_format));
     return 1;
   }
   capture_options.record_batches = absl::GetFlag(FLAGS_record_batches);

@@ -9,19 +9,16 @@
 
 namespace profd {
 
-std::string CaptureFolder::TraceFileName(uint32_t pid) {
-  return absl::StrCat("trace-", pid, ".json.gz");
-}
-
-absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> CaptureFolder::CreateTrace(
-    const TraceProcess& process, int gzip_level) {
+absl::StatusOr<std::unique_ptr<TraceWriter>> CaptureFolder::CreateTrace(const TraceProcess& process,
+                                                                        TraceFormat format,
+                                                                        int gzip_level) {
   std::error_code ec;
   std::filesystem::create_directories(path_, ec);
-  const std::string name = TraceFileName(process.pid);
+  const std::string name = TraceFileName(process.pid, format);
   auto written = std::make_unique<Written>();
   Written* digest = written.get();
-  absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> writer = ChromeTraceWriter::Create(
-      PathOf(name), process, gzip_level, [digest](std::string_view bytes) {
+  absl::StatusOr<std::unique_ptr<TraceWriter>> writer = TraceWriter::Create(
+      format, PathOf(name), process, gzip_level, [digest](std::string_view bytes) {
         digest->sha256.Update(absl::string_view(bytes.data(), bytes.size()));
         digest->bytes += bytes.size();
       });

@@ -1,7 +1,8 @@
-// One capture's folder: trace-<pid>.json.gz per process, summary.json and manifest.json
-// (docs/TRACE_FORMAT.md). It is the one place that names the files, writes the JSON ones
-// atomically and says each file's size and SHA-256 for the manifest. The digest of a trace profd
-// writes is taken from the compressed bytes as the writer writes them: the file is never read back.
+// One capture's folder: a trace per process (trace-<pid>.json.gz or .pftrace.gz), summary.json and
+// manifest.json (docs/TRACE_FORMAT.md). It is the one place that names the files, writes the JSON
+// ones atomically and says each file's size and SHA-256 for the manifest. The digest of a trace
+// profd writes is taken from the compressed bytes as the writer writes them: the file is never read
+// back.
 //
 // Threads: owned and called by one capture's pipeline thread.
 #pragma once
@@ -15,27 +16,25 @@
 #include "absl/status/statusor.h"
 #include "daemon/analysis/report.h"
 #include "daemon/common/sha256.h"
-#include "daemon/trace/chrome_trace_writer.h"
+#include "daemon/trace/trace_writer.h"
 #include "profd/v1/profd.pb.h"
 
 namespace profd {
 
 class CaptureFolder {
  public:
-  // The trace formats a manifest names.
-  static constexpr char kChromeTrace[] = "chrome-json-gz";
+  // The format a manifest names for Kineto's own trace (profd's: TraceManifestFormat).
   static constexpr char kKinetoTrace[] = "kineto-json-gz";
 
   explicit CaptureFolder(std::string path) : path_(std::move(path)) {}
 
   const std::string& path() const { return path_; }
   std::string PathOf(const std::string& name) const { return path_ + "/" + name; }
-  static std::string TraceFileName(uint32_t pid);  // trace-<pid>.json.gz
 
-  // Creates the folder and process's trace file in it; the file's size and digest follow the
-  // writer's bytes.
-  absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> CreateTrace(const TraceProcess& process,
-                                                                 int gzip_level);
+  // Creates the folder and the process's trace file in it (TraceFileName); the file's size and
+  // digest follow the writer's bytes.
+  absl::StatusOr<std::unique_ptr<TraceWriter>> CreateTrace(const TraceProcess& process,
+                                                           TraceFormat format, int gzip_level);
 
   // The manifest's entry for a finished file: a trace from CreateTrace (its writer finished), or
   // a file someone else put here whole (Kineto's trace), which is read once for its digest.

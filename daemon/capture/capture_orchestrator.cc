@@ -96,7 +96,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   using Target = CaptureTarget;
 
   Capture(CaptureOrchestrator* owner, v1::CaptureInfo info, std::vector<Target> targets,
-          uint64_t max_events, std::string folder)
+          uint64_t max_events, TraceFormat format, std::string folder)
       : owner_(owner),
         session_(WithProcesses(std::move(info), targets), SelfTimed(targets),
                  {owner->options_.start_timeout, owner->options_.finish_timeout,
@@ -104,9 +104,11 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         info_(session_.mutable_info()),
         targets_(std::move(targets)),
         max_events_(max_events),
+        format_(format),
         folder_(std::move(folder)),
         analysis_(std::make_unique<CaptureAnalysis>(BaseTimeNs(info_))) {
     ProcessSink::Options sink_options;
+    sink_options.trace_format = format_;
     sink_options.gzip_level = owner_->options_.gzip_level;
     sink_options.max_string_bytes = owner_->options_.max_string_bytes_per_process;
     sink_options.record_batches = owner_->options_.record_batches;
@@ -590,7 +592,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
                                    p.state() == v1::CAPTURE_STATE_FAILED ? p.message() : "");
         if (!s.ok() && write_error_.empty()) write_error_ = std::string(s.message());
         *info_.add_files() =
-            folder_.Describe(proc.sink->file_name(), CaptureFolder::kChromeTrace, p.pid());
+            folder_.Describe(proc.sink->file_name(), TraceManifestFormat(format_), p.pid());
       }
       if (proc.kineto && p.state() == v1::CAPTURE_STATE_FINISHED) {
         // Kineto's own JSON, as the process wrote it (gzip): CPU operators, kernels, flows.
@@ -695,6 +697,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   v1::CaptureInfo& info_;
   const std::vector<Target> targets_;
   const uint64_t max_events_;
+  const TraceFormat format_;
   CaptureFolder folder_;  // the files, their sizes and digests
   std::vector<Process> processes_;
   std::unique_ptr<CaptureAnalysis> analysis_;  // the report, made as the batches arrive
@@ -830,6 +833,12 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     }
   }
 
+  TraceFormat format = options_.trace_format;
+  if (!request.trace_format().empty() && !ParseTraceFormat(request.trace_format(), &format)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--format ", request.trace_format(), " is neither json nor perfetto"));
+  }
+
   v1::CaptureInfo info;
   info.set_capture_id(NewCaptureId(options_.hostname, now));
   info.set_phase(v1::CAPTURE_PHASE_PENDING);
@@ -855,7 +864,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   if (request.max_events() != 0) max_events = std::min(max_events, request.max_events());
   std::string id = info.capture_id();
   auto capture = std::make_shared<Capture>(this, std::move(info), std::move(targets), max_events,
-                                           options_.capture_dir + "/" + id);
+                                           format, options_.capture_dir + "/" + id);
   {
     MutexLock lock(&mutex_);
     captures_[id] = capture;
@@ -953,7 +962,13 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
     info.set_capture_id(std::filesystem::path(path).filename().string());
     info.set_hostname(options_.hostname);
   }
-  std::vector<std::pair<std::string, uint32_t>> traces;  // file name, pid
+  struct Trace {
+    std::string name;
+    uint32_t pid;
+    TraceFormat format;
+    bool operator<(const Trace& o) const { return name < o.name; }
+  };
+  std::vector<Trace> traces;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
     const std::string name = entry.path().filename().string();
@@ -961,10 +976,14 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
       std::filesystem::remove(entry.path(), ec);  // a write the kill cut short
       continue;
     }
-    uint32_t pid = 0;
-    if (absl::StartsWith(name, "trace-") && absl::EndsWith(name, ".json.gz") &&
-        absl::SimpleAtoi(name.substr(6, name.size() - 6 - 8), &pid)) {
-      traces.emplace_back(name, pid);
+    for (TraceFormat format : {TraceFormat::kChromeJson, TraceFormat::kPerfetto}) {
+      // trace-<pid><suffix>, as TraceFileName names it.
+      const std::string suffix = TraceFileName(0, format).substr(7);
+      uint32_t pid = 0;
+      if (absl::StartsWith(name, "trace-") && absl::EndsWith(name, suffix) &&
+          absl::SimpleAtoi(name.substr(6, name.size() - 6 - suffix.size()), &pid)) {
+        traces.push_back({name, pid, format});
+      }
     }
   }
   std::sort(traces.begin(), traces.end());
@@ -980,7 +999,7 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
     return p;
   };
   std::vector<std::string> lost;
-  for (const auto& [name, pid] : traces) {
+  for (const auto& [name, pid, format] : traces) {
     if (process_of(pid)->path() == v1::CAPTURE_PATH_KINETO) {
       // Kineto's own JSON, copied by KinetoSource: kept when the copy was whole; a cut one is
       // not profd's format to close, and goes.
@@ -998,14 +1017,16 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
     process.hostname = info.hostname();
     process.capture_id = info.capture_id();
     absl::StatusOr<TraceRepair> repaired =
-        RepairTrace(folder.PathOf(name), process, kKilledMessage, options_.gzip_level);
+        format == TraceFormat::kPerfetto
+            ? RepairPerfettoTrace(folder.PathOf(name), options_.gzip_level)
+            : RepairTrace(folder.PathOf(name), process, kKilledMessage, options_.gzip_level);
     if (!repaired.ok()) {
       // Nothing of it reads: no file that looks like a trace stays.
       std::filesystem::remove(folder.PathOf(name), ec);
       lost.push_back(absl::StrCat("pid ", pid, ": ", repaired.status().message()));
       continue;
     }
-    *info.add_files() = folder.Describe(name, CaptureFolder::kChromeTrace, pid);
+    *info.add_files() = folder.Describe(name, TraceManifestFormat(format), pid);
   }
   for (v1::ProcessCapture& p : *info.mutable_processes()) {
     if (CaptureSession::Terminal(p.state())) continue;

@@ -29,6 +29,7 @@
 #include "daemon/capture/capture_targets.h"
 #include "daemon/kineto/kineto_ipc_server.h"
 #include "daemon/metrics/gpu_counters.h"
+#include "daemon/trace/trace_writer.h"
 #include "profd/v1/profd.pb.h"
 
 namespace profd {
@@ -43,6 +44,8 @@ struct CaptureOptions {
   absl::Duration cancel_timeout = absl::Seconds(5);   // ... or this long after a cancel
   uint64_t min_free_bytes = 64u << 20;                // refuse captures when the disk is this full
   int gzip_level = 1;
+  // The traces' format when a request does not name one (--trace_format).
+  TraceFormat trace_format = TraceFormat::kChromeJson;
   // Through Kineto: the largest trace profd takes from a process (--kineto_max_trace_bytes).
   uint64_t kineto_max_trace_bytes = uint64_t{2} << 30;
   // What one process's string table (kernel, API and NVTX names) may hold; past it that process's

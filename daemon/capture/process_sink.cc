@@ -67,10 +67,10 @@ bool ProcessSink::Cut(v1::EventBatch* batch, uint64_t max_events) const {
 }
 
 absl::Status ProcessSink::StartTrace() {
-  file_name_ = CaptureFolder::TraceFileName(process_.pid);
+  file_name_ = TraceFileName(process_.pid, options_.trace_format);
   analysis_index_ = analysis_->AddProcess(process_.pid, folder_->PathOf(file_name_));
-  absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> writer =
-      folder_->CreateTrace(process_, options_.gzip_level);
+  absl::StatusOr<std::unique_ptr<TraceWriter>> writer =
+      folder_->CreateTrace(process_, options_.trace_format, options_.gzip_level);
   if (!writer.ok()) return writer.status();
   writer_ = std::move(*writer);
   return absl::OkStatus();
@@ -137,7 +137,7 @@ void ProcessSink::Record(absl::string_view bytes) const {
 
 absl::Status ProcessSink::FinishTrace(uint64_t dropped_records, bool truncated,
                                       const std::string& error) {
-  ChromeTraceWriter::Footer footer;
+  TraceWriter::Footer footer;
   footer.dropped_records = dropped_records;
   footer.truncated = truncated;
   footer.devices = devices_;

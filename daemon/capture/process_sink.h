@@ -15,8 +15,8 @@
 #include "absl/strings/string_view.h"
 #include "daemon/capture/capture_folder.h"
 #include "daemon/trace/capture_analysis.h"
-#include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/string_table.h"
+#include "daemon/trace/trace_writer.h"
 #include "profd/v1/events.pb.h"
 
 namespace profd {
@@ -24,6 +24,7 @@ namespace profd {
 class ProcessSink {
  public:
   struct Options {
+    TraceFormat trace_format = TraceFormat::kChromeJson;
     int gzip_level = 1;
     uint64_t max_string_bytes = 64u << 20;
     bool record_batches = false;  // batches-<pid>.pb: varint-delimited EventBatch
@@ -76,7 +77,7 @@ class ProcessSink {
   uint64_t string_bytes_ = 0;
   uint32_t string_slots_ = 0;
   std::string file_name_;
-  std::unique_ptr<ChromeTraceWriter> writer_;
+  std::unique_ptr<TraceWriter> writer_;
   std::vector<GpuCounterBatch> pending_counters_;  // before the first batch
   size_t pending_readings_ = 0;
   size_t analysis_index_ = 0;  // in analysis_, once the trace file was started

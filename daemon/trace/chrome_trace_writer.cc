@@ -15,8 +15,6 @@
 namespace profd {
 namespace {
 
-constexpr size_t kFlushBytes = 256 * 1024;
-
 // An event's text apart from its name (and a copy's bandwidth) is at most this long: ~300
 // bytes of keys and at most 30 numbers of at most 21 characters each.
 constexpr size_t kMaxEventBytes = 1024;
@@ -70,15 +68,11 @@ std::string Bandwidth(uint64_t bytes, uint64_t start, uint64_t end) {
 
 absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Create(
     const std::string& path, const TraceProcess& process, int gzip_level, BytesObserver on_bytes) {
-  FILE* file = std::fopen(path.c_str(), "wb");
-  if (file == nullptr) {
-    if (errno == ENOSPC || errno == EDQUOT) return FileWriteError(path, errno);
-    return absl::UnavailableError(
-        absl::StrCat("cannot create trace file ", path, ": ", std::strerror(errno)));
-  }
-  std::unique_ptr<ChromeTraceWriter> writer(
-      new ChromeTraceWriter(path, file, process, gzip_level, std::move(on_bytes)));
-  writer->Append(absl::StrCat(
+  absl::StatusOr<std::unique_ptr<TraceFile>> file =
+      TraceFile::Create(path, gzip_level, std::move(on_bytes));
+  if (!file.ok()) return file.status();
+  std::unique_ptr<ChromeTraceWriter> writer(new ChromeTraceWriter(std::move(*file), process));
+  writer->file_->Append(absl::StrCat(
       "{\"schemaVersion\":1,\"displayTimeUnit\":\"ms\",\"traceName\":",
       StringTable::JsonQuote(absl::StrCat(process.capture_id, "/", process.pid)),
       ",\"baseTimeNanoseconds\":", process.base_time_ns,
@@ -90,61 +84,11 @@ absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> ChromeTraceWriter::Create(
   return writer;
 }
 
-ChromeTraceWriter::ChromeTraceWriter(std::string path, FILE* file, const TraceProcess& process,
-                                     int level, BytesObserver on_bytes)
-    : path_(std::move(path)),
-      file_(file),
-      process_(process),
-      on_bytes_(std::move(on_bytes)),
-      gzip_(level) {
-  json_capacity_ = kFlushBytes + 4 * kMaxEventBytes;
-  json_.reset(new char[json_capacity_]);
-}
-
-ChromeTraceWriter::~ChromeTraceWriter() {
-  if (file_ != nullptr) std::fclose(file_);
-}
-
-absl::Status ChromeTraceWriter::Flush(bool finish) {
-  absl::Status status = gzip_.Compress(
-      std::string_view(json_.get(), json_size_), finish, [&](std::string_view compressed) {
-        if (std::fwrite(compressed.data(), 1, compressed.size(), file_) != compressed.size()) {
-          return FileWriteError(path_, errno);
-        }
-        compressed_bytes_ += compressed.size();
-        if (on_bytes_) on_bytes_(compressed);
-        return absl::OkStatus();
-      });
-  json_size_ = 0;
-  return status;
-}
-
-char* ChromeTraceWriter::Reserve(size_t bytes) {
-  if (json_capacity_ - json_size_ < bytes) {
-    // Only a name longer than a few KiB gets here.
-    size_t capacity = std::max(2 * json_capacity_, json_size_ + bytes);
-    std::unique_ptr<char[]> grown(new char[capacity]);
-    std::memcpy(grown.get(), json_.get(), json_size_);
-    json_ = std::move(grown);
-    json_capacity_ = capacity;
-  }
-  return json_.get() + json_size_;
-}
-
-void ChromeTraceWriter::Append(std::string_view text) { Commit(Put(Reserve(text.size()), text)); }
-
 char* ChromeTraceWriter::BeginEvent(size_t max_bytes) {
-  // Flushing between events, not only after a batch, keeps the buffer near kFlushBytes: one
+  // Flushing between events, not only after a batch, keeps the buffer near its flush size: one
   // ~1 MiB batch is several MB of JSON, and a capture of 64 processes holds 64 writers at once.
-  if (json_size_ >= kFlushBytes) {
-    // After a failed flush the text has nowhere to go: it is dropped (the error is returned).
-    if (flush_error_.ok()) {
-      flush_error_ = Flush(false);
-    } else {
-      json_size_ = 0;
-    }
-  }
-  char* p = Reserve(max_bytes + 2);
+  file_->FlushIfFull();
+  char* p = file_->Reserve(max_bytes + 2);
   if (!first_event_) p = Put(p, ",\n");
   first_event_ = false;
   return p;
@@ -224,7 +168,7 @@ void ChromeTraceWriter::AppendFlowEnd(uint32_t correlation, uint32_t device, uin
   *p++ = ',';
   p = PutTs(p, ts);
   p = Put(p, ",\"cat\":\"ac2g\",\"name\":\"ac2g\",\"bp\":\"e\"}");
-  Commit(p);
+  file_->Commit(p);
 }
 
 void ChromeTraceWriter::WriteKernel(const v1::Kernel& k, const StringTable& names) {
@@ -256,7 +200,7 @@ void ChromeTraceWriter::WriteKernel(const v1::Kernel& k, const StringTable& name
     p = PutUint(p, k.graph_id());
   }
   p = Put(p, "}}");
-  Commit(p);
+  file_->Commit(p);
   AppendFlowEnd(k.correlation(), k.device(), k.stream(), k.start_ns());
 }
 
@@ -276,7 +220,7 @@ void ChromeTraceWriter::WriteTransfer(const Transfer& m, const char* cat, const 
   p = Put(p, bandwidth);
   p = Put(p, extra);
   p = Put(p, "}}");
-  Commit(p);
+  file_->Commit(p);
   AppendFlowEnd(m.correlation(), m.device(), m.stream(), m.start_ns());
 }
 
@@ -308,7 +252,7 @@ void ChromeTraceWriter::WriteApiCall(const v1::ApiCall& a, const StringTable& na
     p = PutUint(p, a.return_value());
   }
   p = Put(p, "}}");
-  Commit(p);
+  file_->Commit(p);
   // Launch -> GPU work arrows. Only calls that enqueue work start one (the kernel, copy or
   // memset ends it with the same correlation id).
   if (!name.enqueues_gpu_work) return;
@@ -322,7 +266,7 @@ void ChromeTraceWriter::WriteApiCall(const v1::ApiCall& a, const StringTable& na
   *p++ = ',';
   p = PutTs(p, a.start_ns());
   p = Put(p, ",\"cat\":\"ac2g\",\"name\":\"ac2g\"}");
-  Commit(p);
+  file_->Commit(p);
 }
 
 void ChromeTraceWriter::WriteSync(const v1::Synchronization& s) {
@@ -341,7 +285,7 @@ void ChromeTraceWriter::WriteSync(const v1::Synchronization& s) {
   p = Put(p, ",\"context\":");
   p = PutUint(p, s.context());
   p = Put(p, "}}");
-  Commit(p);
+  file_->Commit(p);
 }
 
 void ChromeTraceWriter::WriteMarker(const v1::Marker& m, const StringTable& names) {
@@ -349,7 +293,7 @@ void ChromeTraceWriter::WriteMarker(const v1::Marker& m, const StringTable& name
   char* p = BeginEvent(kMaxEventBytes + name.size());
   p = PutHostEvent(p, "user_annotation", m.start_ns(), m.end_ns(), m.tid(), name);
   *p++ = '}';
-  Commit(p);
+  file_->Commit(p);
 }
 
 void ChromeTraceWriter::WriteMemoryOp(const v1::MemoryOp& m) {
@@ -366,7 +310,7 @@ void ChromeTraceWriter::WriteMemoryOp(const v1::MemoryOp& m) {
   p = Put(p, ",\"kind\":\"");
   p = Put(p, analysis::CuptiMemoryKindName(m.memory_kind()));
   p = Put(p, "\"}}");
-  Commit(p);
+  file_->Commit(p);
 }
 
 void ChromeTraceWriter::WriteOverhead(const v1::Overhead& o) {
@@ -379,7 +323,7 @@ void ChromeTraceWriter::WriteOverhead(const v1::Overhead& o) {
   p = PutHostEvent(p, "overhead", o.start_ns(), o.end_ns(), o.tid(),
                    std::string_view(name, static_cast<size_t>(end - name)));
   *p++ = '}';
-  Commit(p);
+  file_->Commit(p);
 }
 
 absl::Status ChromeTraceWriter::WriteCounters(uint32_t device,
@@ -415,55 +359,18 @@ absl::Status ChromeTraceWriter::WriteCounters(uint32_t device,
       }
     }
     p = Put(p, "}}");
-    Commit(p);
+    file_->Commit(p);
   }
-  if (!flush_error_.ok()) return flush_error_;
-  if (json_size_ >= kFlushBytes) return Flush(false);
-  return absl::OkStatus();
-}
-
-absl::Status ChromeTraceWriter::Write(const v1::EventBatch& batch, const StringTable& names) {
-  // An event with an impossible time is counted, not written (event_limits.h).
-  auto plausible = [this](bool ok) {
-    if (!ok) ++invalid_events_;
-    events_ += ok;
-    return ok;
-  };
-  for (const v1::Kernel& k : batch.kernels()) {
-    if (plausible(PlausibleInterval(k.start_ns(), k.end_ns()))) WriteKernel(k, names);
-  }
-  for (const v1::Memcpy& m : batch.memcpys()) {
-    if (plausible(PlausibleInterval(m.start_ns(), m.end_ns()))) WriteMemcpy(m);
-  }
-  for (const v1::Memset& m : batch.memsets()) {
-    if (plausible(PlausibleInterval(m.start_ns(), m.end_ns()))) WriteMemset(m);
-  }
-  for (const v1::ApiCall& a : batch.api_calls()) {
-    if (plausible(PlausibleInterval(a.start_ns(), a.end_ns()))) WriteApiCall(a, names);
-  }
-  for (const v1::Synchronization& s : batch.syncs()) {
-    if (plausible(PlausibleInterval(s.start_ns(), s.end_ns()))) WriteSync(s);
-  }
-  for (const v1::Marker& m : batch.markers()) {
-    if (plausible(PlausibleInterval(m.start_ns(), m.end_ns()))) WriteMarker(m, names);
-  }
-  for (const v1::MemoryOp& m : batch.memory_ops()) {
-    if (plausible(PlausibleEventTime(m.timestamp_ns()))) WriteMemoryOp(m);
-  }
-  for (const v1::Overhead& o : batch.overheads()) {
-    if (plausible(PlausibleInterval(o.start_ns(), o.end_ns()))) WriteOverhead(o);
-  }
-  if (!flush_error_.ok()) return flush_error_;
-  if (json_size_ >= kFlushBytes) return Flush(false);
-  return absl::OkStatus();
+  file_->FlushIfFull();
+  return file_->status();
 }
 
 absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
   // Row names: the host process first, then one "GPU n" process per device with a row per stream.
   auto meta = [&](const char* what, uint32_t pid, const std::string* tid, const std::string& arg) {
-    Commit(BeginEvent(0));  // the separator, and a flush when due; a few events, as strings
-    Append(absl::StrCat("{\"ph\":\"M\",\"name\":\"", what, "\",\"pid\":", pid,
-                        tid ? ",\"tid\":" : "", tid ? *tid : "", ",\"args\":{", arg, "}}"));
+    file_->Commit(BeginEvent(0));  // the separator, and a flush when due; a few events
+    file_->Append(absl::StrCat("{\"ph\":\"M\",\"name\":\"", what, "\",\"pid\":", pid,
+                               tid ? ",\"tid\":" : "", tid ? *tid : "", ",\"args\":{", arg, "}}"));
   };
   meta("process_name", process_.pid, nullptr,
        "\"name\":" +
@@ -513,11 +420,8 @@ absl::Status ChromeTraceWriter::Finish(const Footer& footer) {
       ",\"invalid_events\":", invalid_events_, ",\"dropped_records\":", footer.dropped_records,
       ",\"truncated\":", footer.truncated ? "true" : "false",
       ",\"error\":", StringTable::JsonQuote(footer.error), "}}\n");
-  Append(tail);
-  absl::Status status = flush_error_.ok() ? Flush(true) : flush_error_;
-  if (std::fclose(file_) != 0 && status.ok()) status = FileWriteError(path_, errno);
-  file_ = nullptr;
-  return status;
+  file_->Append(tail);
+  return file_->Close();
 }
 
 }  // namespace profd

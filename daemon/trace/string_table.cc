@@ -50,6 +50,23 @@ std::string StringTable::Demangle(const std::string& name) {
   return result;
 }
 
+std::string StringTable::ValidUtf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  const auto* s = reinterpret_cast<const unsigned char*>(text.data());
+  for (size_t i = 0; i < text.size();) {
+    const size_t len = Utf8SequenceLength(s + i, text.size() - i);
+    if (len == 0) {
+      out += "\xef\xbf\xbd";  // U+FFFD
+      ++i;
+    } else {
+      out.append(text.data() + i, len);
+      i += len;
+    }
+  }
+  return out;
+}
+
 std::string StringTable::JsonQuote(std::string_view text) {
   std::string out;
   out.reserve(text.size() + 2);
@@ -114,6 +131,8 @@ void StringTable::Add(const v1::EventBatch& batch) {
     // Cut before demangling: a cut name is longer than kMaxDemangleBytes and stays mangled.
     e.text = Demangle(value.size() > kMaxStringBytes ? value.substr(0, kMaxStringBytes) : value);
     if (e.text.size() > kMaxStringBytes) e.text.resize(kMaxStringBytes);
+    // Both trace formats and the reports want UTF-8 (JSON; protobuf strings).
+    e.text = ValidUtf8(e.text);
     e.quoted = JsonQuote(e.text);
     e.enqueues_gpu_work = e.text.find("Launch") != std::string::npos ||
                           e.text.find("Memcpy") != std::string::npos ||

@@ -40,7 +40,7 @@ class StringTable {
 
   // What the writers need of one string, looked up once per event.
   struct Name {
-    std::string text;    // demangled
+    std::string text;    // demangled, valid UTF-8
     std::string quoted;  // text as a JSON string literal, quotes included
     // Whether an API call of this name enqueues GPU work (a launch, copy or memset): the trace
     // starts a launch -> GPU arrow there. Decided once per string, not once per call.
@@ -58,6 +58,8 @@ class StringTable {
   uint64_t rejected() const { return rejected_; }
 
   static std::string Demangle(const std::string& name);
+  // text with each byte that is not part of a UTF-8 sequence replaced by U+FFFD.
+  static std::string ValidUtf8(std::string_view text);
   // A JSON string literal of text: control characters escaped, and bytes that are not UTF-8
   // replaced by U+FFFD, so the trace is valid JSON whatever the process named its kernels.
   static std::string JsonQuote(std::string_view text);

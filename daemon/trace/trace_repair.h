@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "daemon/trace/chrome_trace_writer.h"
+#include "daemon/trace/trace_writer.h"
 
 namespace profd {
 
@@ -25,6 +25,10 @@ struct TraceRepair {
 // names the capture and process in the closing block; why goes in its "error".
 absl::StatusOr<TraceRepair> RepairTrace(const std::string& path, const TraceProcess& process,
                                         const std::string& why, int gzip_level = 1);
+
+// The same for a Perfetto trace (PerfettoTraceWriter's): the packets that decompress whole are
+// kept (TraceRepair::events counts them); nothing is added after them.
+absl::StatusOr<TraceRepair> RepairPerfettoTrace(const std::string& path, int gzip_level = 1);
 
 // Whether path is a gzip stream that decompresses to its end (a file someone else wrote whole,
 // such as Kineto's trace, which RepairTrace cannot close: it is not the writer's format).

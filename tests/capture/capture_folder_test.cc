@@ -4,6 +4,7 @@
 #include "daemon/capture/capture_folder.h"
 
 #include <filesystem>
+#include <tuple>
 
 #include "daemon/common/sha256.h"
 #include "gtest/gtest.h"
@@ -16,31 +17,35 @@ namespace {
 using testing::TempDir;
 
 TEST(CaptureFolderTest, TraceDigestIsTakenWhileWritingAndMatchesTheFile) {
-  TempDir dir;
-  CaptureFolder folder(dir.File("capture"));  // created with the first trace
-  TraceProcess process;
-  process.pid = 465;
-  process.capture_id = "fixture";
-  auto writer = folder.CreateTrace(process, 1);
-  ASSERT_TRUE(writer.ok()) << writer.status();
-  StringTable names;
-  for (const v1::EventBatch& b : testing::ReadRecordedBatches(
-           testing::SourcePath("tests/fixtures/burst_1000_kernels.batches.pb"))) {
-    names.Add(b);
-    ASSERT_TRUE((*writer)->Write(b, names).ok());
-  }
-  ASSERT_TRUE((*writer)->Finish({}).ok());
+  for (auto [format, name, manifest_format] :
+       {std::tuple{TraceFormat::kChromeJson, "trace-465.json.gz", "chrome-json-gz"},
+        std::tuple{TraceFormat::kPerfetto, "trace-465.pftrace.gz", "perfetto-pb-gz"}}) {
+    SCOPED_TRACE(name);
+    TempDir dir;
+    CaptureFolder folder(dir.File("capture"));  // created with the first trace
+    TraceProcess process;
+    process.pid = 465;
+    process.capture_id = "fixture";
+    auto writer = folder.CreateTrace(process, format, 1);
+    ASSERT_TRUE(writer.ok()) << writer.status();
+    StringTable names;
+    for (const v1::EventBatch& b : testing::ReadRecordedBatches(
+             testing::SourcePath("tests/fixtures/burst_1000_kernels.batches.pb"))) {
+      names.Add(b);
+      ASSERT_TRUE((*writer)->Write(b, names).ok());
+    }
+    ASSERT_TRUE((*writer)->Finish({}).ok());
 
-  const std::string name = CaptureFolder::TraceFileName(465);
-  EXPECT_EQ(name, "trace-465.json.gz");
-  v1::TraceFile file = folder.Describe(name, CaptureFolder::kChromeTrace, 465);
-  EXPECT_EQ(file.path(), dir.File("capture/trace-465.json.gz"));
-  EXPECT_EQ(file.format(), "chrome-json-gz");
-  EXPECT_EQ(file.pid(), 465u);
-  EXPECT_GT(file.bytes(), 1000u);
-  EXPECT_EQ(file.bytes(), std::filesystem::file_size(file.path()));
-  EXPECT_EQ(file.bytes(), (*writer)->compressed_bytes());
-  EXPECT_EQ(file.sha256(), *Sha256OfFile(file.path()));
+    EXPECT_EQ(TraceFileName(465, format), name);
+    v1::TraceFile file = folder.Describe(name, TraceManifestFormat(format), 465);
+    EXPECT_EQ(file.path(), dir.File(std::string("capture/") + name));
+    EXPECT_EQ(file.format(), manifest_format);
+    EXPECT_EQ(file.pid(), 465u);
+    EXPECT_GT(file.bytes(), 1000u);
+    EXPECT_EQ(file.bytes(), std::filesystem::file_size(file.path()));
+    EXPECT_EQ(file.bytes(), (*writer)->compressed_bytes());
+    EXPECT_EQ(file.sha256(), *Sha256OfFile(file.path()));
+  }
 }
 
 TEST(CaptureFolderTest, FilesWrittenByOthersAreReadOnceForTheirDigest) {

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "daemon/trace/chrome_trace_writer.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/subprocess.h"

@@ -1,0 +1,661 @@
+#include "daemon/trace/perfetto_trace_writer.h"
+
+#include <algorithm>
+#include <bit>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "daemon/checked_math.h"
+#include "daemon/trace/event_limits.h"
+#include "daemon/trace/event_names.h"
+
+namespace profd {
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "fixed64 fields are copied as they are");
+
+// Field numbers of Perfetto's protos (protos/perfetto/trace/...), the ones this writer uses;
+// tests/support/perfetto/perfetto_subset.proto declares the same.
+namespace field {
+constexpr uint32_t kTracePacket = 1;  // Trace.packet
+// TracePacket
+constexpr uint32_t kClockSnapshot = 6;
+constexpr uint32_t kTimestamp = 8;
+constexpr uint32_t kSequenceId = 10;  // trusted_packet_sequence_id
+constexpr uint32_t kTrackEvent = 11;
+constexpr uint32_t kInternedData = 12;
+constexpr uint32_t kSequenceFlags = 13;
+constexpr uint32_t kPacketDefaults = 59;
+constexpr uint32_t kTrackDescriptor = 60;
+// TracePacketDefaults
+constexpr uint32_t kDefaultClockId = 58;
+// ClockSnapshot, ClockSnapshot.Clock
+constexpr uint32_t kClocks = 1;
+constexpr uint32_t kPrimaryTraceClock = 2;
+constexpr uint32_t kClockId = 1;
+constexpr uint32_t kClockTimestamp = 2;
+// InternedData; EventName and DebugAnnotationName
+constexpr uint32_t kEventNames = 2;
+constexpr uint32_t kAnnotationNames = 3;
+constexpr uint32_t kIid = 1;
+constexpr uint32_t kInternedName = 2;
+// TrackEvent
+constexpr uint32_t kDebugAnnotations = 4;
+constexpr uint32_t kType = 9;
+constexpr uint32_t kNameIid = 10;
+constexpr uint32_t kTrackUuid = 11;
+constexpr uint32_t kDoubleCounterValue = 44;
+constexpr uint32_t kExtraDoubleCounterTracks = 45;
+constexpr uint32_t kExtraDoubleCounterValues = 46;
+constexpr uint32_t kFlowIds = 47;             // fixed64
+constexpr uint32_t kTerminatingFlowIds = 48;  // fixed64
+// DebugAnnotation
+constexpr uint32_t kAnnotationNameIid = 1;
+constexpr uint32_t kBoolValue = 2;
+constexpr uint32_t kUintValue = 3;
+constexpr uint32_t kIntValue = 4;
+constexpr uint32_t kDoubleValue = 5;
+constexpr uint32_t kStringValue = 6;
+// TrackDescriptor
+constexpr uint32_t kUuid = 1;
+constexpr uint32_t kTrackName = 2;
+constexpr uint32_t kProcess = 3;
+constexpr uint32_t kThread = 4;
+constexpr uint32_t kParentUuid = 5;
+constexpr uint32_t kCounter = 8;
+// ProcessDescriptor, ThreadDescriptor, CounterDescriptor
+constexpr uint32_t kPid = 1;
+constexpr uint32_t kCmdline = 2;
+constexpr uint32_t kProcessName = 6;
+constexpr uint32_t kTid = 2;
+constexpr uint32_t kThreadName = 5;
+constexpr uint32_t kUnitName = 6;
+}  // namespace field
+
+constexpr uint64_t kSliceBegin = 1, kSliceEnd = 2, kInstant = 3, kCounterValue = 4;
+constexpr uint64_t kIncrementalStateCleared = 1, kNeedsIncrementalState = 2;
+constexpr uint64_t kBuiltinRealtime = 1, kBuiltinBoottime = 6;
+
+// An event packet without its name or annotations is at most this long.
+constexpr size_t kMaxPacketBytes = 256;
+
+// The wire format: varints, fixed64, and length-delimited fields whose length is written once
+// their contents are (Open reserves one byte; Close moves the contents when more are needed).
+char* Varint(char* p, uint64_t v) {
+  while (v >= 0x80) {
+    *p++ = static_cast<char>(v | 0x80);
+    v >>= 7;
+  }
+  *p++ = static_cast<char>(v);
+  return p;
+}
+char* Tag(char* p, uint32_t field, uint32_t wire_type) {
+  return Varint(p, (uint64_t{field} << 3) | wire_type);
+}
+char* VarintField(char* p, uint32_t field, uint64_t v) { return Varint(Tag(p, field, 0), v); }
+char* Fixed64Field(char* p, uint32_t field, uint64_t v) {
+  p = Tag(p, field, 1);
+  std::memcpy(p, &v, 8);
+  return p + 8;
+}
+char* DoubleField(char* p, uint32_t field, double v) {
+  return Fixed64Field(p, field, std::bit_cast<uint64_t>(v));
+}
+char* BytesField(char* p, uint32_t field, std::string_view bytes) {
+  p = Varint(Tag(p, field, 2), bytes.size());
+  std::memcpy(p, bytes.data(), bytes.size());
+  return p + bytes.size();
+}
+char* Open(char* p, uint32_t field) { return Tag(p, field, 2) + 1; }
+char* Close(char* contents, char* end) {
+  const size_t length = static_cast<size_t>(end - contents);
+  if (length < 0x80) {
+    contents[-1] = static_cast<char>(length);
+    return end;
+  }
+  char prefix[10];
+  const size_t n = static_cast<size_t>(Varint(prefix, length) - prefix);
+  std::memmove(contents + n - 1, contents, length);
+  std::memcpy(contents - 1, prefix, n);
+  return end + n - 1;
+}
+// Bytes Close may add per nested message: a length of up to 2 MiB takes 3 bytes, not 1.
+constexpr size_t kCloseSlack = 8;
+
+// Annotation names, interned once at the start of the sequence; the argument names of the JSON
+// trace, so both formats show the same words.
+enum Annotation : uint64_t {
+  kCorrelation = 1,
+  kContext,
+  kGrid,
+  kBlock,
+  kRegisters,
+  kSharedMemory,
+  kGraphId,
+  kCbid,
+  kReturn,
+  kBytes,
+  kBandwidth,
+  kCopyKind,
+  kSrcKind,
+  kDstKind,
+  kStream,
+  kAddress,
+  kKind,
+  kCaptureId,
+  kHostname,
+  kPid,
+  kComm,
+  kCommandLine,
+  kPod,
+  kNamespace,
+  kEvents,
+  kInvalidEvents,
+  kDroppedRecords,
+  kTruncated,
+  kError,
+  kRank,
+  kWorldSize,
+  kLocalRank,
+  kDeviceName,
+  kUuid,
+  kComputeCapability,
+  kGlobalMemory,
+  kSms,
+  kMaxThreadsPerSm,
+  kMaxBlocksPerSm,
+  kRegistersPerSm,
+  kSharedMemoryPerSm,
+  kWarpSize,
+  kRegistersPerBlock,
+  kSharedMemoryPerBlock,
+  kAnnotationEnd,
+};
+constexpr const char* kAnnotationNames[] = {
+    "",
+    "correlation",
+    "context",
+    "grid",
+    "block",
+    "registers per thread",
+    "shared memory",
+    "graph id",
+    "cbid",
+    "return",
+    "bytes",
+    "memory bandwidth (GB/s)",
+    "copy kind",
+    "src kind",
+    "dst kind",
+    "stream",
+    "address",
+    "kind",
+    "capture_id",
+    "hostname",
+    "pid",
+    "comm",
+    "command_line",
+    "pod",
+    "namespace",
+    "events",
+    "invalid_events",
+    "dropped_records",
+    "truncated",
+    "error",
+    "rank",
+    "world_size",
+    "local_rank",
+    "name",
+    "uuid",
+    "compute capability",
+    "totalGlobalMem",
+    "numSms",
+    "maxThreadsPerMultiprocessor",
+    "maxBlocksPerMultiprocessor",
+    "regsPerMultiprocessor",
+    "sharedMemPerMultiprocessor",
+    "warpSize",
+    "regsPerBlock",
+    "sharedMemPerBlockOptin",
+};
+static_assert(std::size(kAnnotationNames) == kAnnotationEnd);
+
+// One debug annotation: {name_iid, value}. Each is at most 16 bytes plus a string value's.
+template <typename PutValue>
+char* PutAnnotation(char* p, Annotation name, PutValue put_value) {
+  char* contents = Open(p, field::kDebugAnnotations);
+  return Close(contents, put_value(VarintField(contents, field::kAnnotationNameIid, name)));
+}
+char* PutUint(char* p, Annotation name, uint64_t v) {
+  return PutAnnotation(p, name, [v](char* q) { return VarintField(q, field::kUintValue, v); });
+}
+char* PutInt(char* p, Annotation name, int64_t v) {
+  return PutAnnotation(
+      p, name, [v](char* q) { return VarintField(q, field::kIntValue, static_cast<uint64_t>(v)); });
+}
+char* PutBool(char* p, Annotation name, bool v) {
+  return PutAnnotation(p, name, [v](char* q) { return VarintField(q, field::kBoolValue, v); });
+}
+char* PutDouble(char* p, Annotation name, double v) {
+  return PutAnnotation(p, name, [v](char* q) { return DoubleField(q, field::kDoubleValue, v); });
+}
+char* PutString(char* p, Annotation name, std::string_view v) {
+  return PutAnnotation(p, name, [v](char* q) { return BytesField(q, field::kStringValue, v); });
+}
+// "[x,y,z]", as the JSON trace's grid and block.
+char* PutDims(char* p, Annotation name, int64_t x, int64_t y, int64_t z) {
+  char text[72];
+  char* t = text;
+  *t++ = '[';
+  t = std::to_chars(t, t + 21, x).ptr;
+  *t++ = ',';
+  t = std::to_chars(t, t + 21, y).ptr;
+  *t++ = ',';
+  t = std::to_chars(t, t + 21, z).ptr;
+  *t++ = ']';
+  return PutString(p, name, std::string_view(text, static_cast<size_t>(t - text)));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> PerfettoTraceWriter::Create(
+    const std::string& path, const TraceProcess& process, int gzip_level, BytesObserver on_bytes) {
+  absl::StatusOr<std::unique_ptr<TraceFile>> file =
+      TraceFile::Create(path, gzip_level, std::move(on_bytes));
+  if (!file.ok()) return file.status();
+  std::unique_ptr<PerfettoTraceWriter> w(new PerfettoTraceWriter(std::move(*file), process));
+
+  // The sequence starts: its incremental state cleared, the packets' clock, the annotation names.
+  char* packet = w->BeginPacket(4096);
+  char* p = VarintField(packet, field::kSequenceId, kSequenceId);
+  p = VarintField(p, field::kSequenceFlags, kIncrementalStateCleared);
+  char* defaults = Open(p, field::kPacketDefaults);
+  p = Close(defaults, VarintField(defaults, field::kDefaultClockId, kClockId));
+  char* interned = Open(p, field::kInternedData);
+  p = interned;
+  for (uint64_t i = 1; i < kAnnotationEnd; ++i) {
+    char* name = Open(p, field::kAnnotationNames);
+    p = Close(name, BytesField(VarintField(name, field::kIid, i), field::kInternedName,
+                               kAnnotationNames[i]));
+  }
+  w->EndPacket(packet, Close(interned, p));
+
+  // kClockId's origin is the process's base time, on CLOCK_REALTIME, the trace's own clock (and
+  // BOOTTIME, the default trace clock of readers that do not take the primary clock from here).
+  packet = w->BeginPacket(256);
+  p = VarintField(packet, field::kSequenceId, kSequenceId);
+  char* snapshot = Open(p, field::kClockSnapshot);
+  p = snapshot;
+  const uint64_t base = static_cast<uint64_t>(std::max<int64_t>(process.base_time_ns, 0));
+  for (auto [id, ts] : {std::pair{uint64_t{kClockId}, kClockOrigin},
+                        std::pair{kBuiltinRealtime, base}, std::pair{kBuiltinBoottime, base}}) {
+    char* clock = Open(p, field::kClocks);
+    p = Close(clock,
+              VarintField(VarintField(clock, field::kClockId, id), field::kClockTimestamp, ts));
+  }
+  p = VarintField(p, field::kPrimaryTraceClock, kBuiltinRealtime);
+  w->EndPacket(packet, Close(snapshot, p));
+
+  // The process's track.
+  w->process_track_ = w->next_uuid_++;
+  const std::string name =
+      absl::StrCat(process.comm.empty() ? "process" : process.comm, " (pid ", process.pid, ")");
+  packet = w->BeginPacket(256 + name.size() + process.command_line.size());
+  p = VarintField(packet, field::kSequenceId, kSequenceId);
+  char* track = Open(p, field::kTrackDescriptor);
+  p = VarintField(track, field::kUuid, w->process_track_);
+  char* descriptor = Open(p, field::kProcess);
+  p = VarintField(descriptor, field::kPid, process.pid);
+  p = BytesField(p, field::kProcessName, name);
+  if (!process.command_line.empty()) p = BytesField(p, field::kCmdline, process.command_line);
+  p = Close(descriptor, p);
+  w->EndPacket(packet, Close(track, p));
+  return w;
+}
+
+char* PerfettoTraceWriter::BeginPacket(size_t max_bytes) {
+  file_->FlushIfFull();
+  return Open(file_->Reserve(max_bytes + 4 * kCloseSlack), field::kTracePacket);
+}
+
+void PerfettoTraceWriter::EndPacket(char* packet, char* p) { file_->Commit(Close(packet, p)); }
+
+uint64_t PerfettoTraceWriter::Clock(uint64_t ns) const {
+  const int64_t t = ns > static_cast<uint64_t>(INT64_MAX) ? INT64_MAX : static_cast<int64_t>(ns);
+  const int64_t since_base = SaturatingSub(t, process_.base_time_ns);
+  if (since_base <= -static_cast<int64_t>(kClockOrigin)) return 0;
+  return kClockOrigin + static_cast<uint64_t>(since_base);
+}
+
+char* PerfettoTraceWriter::PutEventPacketHeader(char* p, uint64_t ns) {
+  last_ns_ = std::max(last_ns_, ns);
+  p = VarintField(p, field::kTimestamp, Clock(ns));
+  p = VarintField(p, field::kSequenceId, kSequenceId);
+  return VarintField(p, field::kSequenceFlags, kNeedsIncrementalState);
+}
+
+uint64_t PerfettoTraceWriter::TrackOf(Track kind, uint32_t a, uint32_t b) {
+  const TrackKey key{kind, a, b};
+  if (last_track_uuid_ != 0 && key == last_track_key_) return last_track_uuid_;
+  uint64_t uuid;
+  if (auto it = tracks_.find(key); it != tracks_.end()) {
+    uuid = it->second;
+  } else {
+    uuid = next_uuid_++;
+    tracks_.emplace(key, uuid);
+    DescribeTrack(uuid, kind, a, b);  // may describe its parent first
+  }
+  last_track_key_ = key;
+  last_track_uuid_ = uuid;
+  return uuid;
+}
+
+uint64_t PerfettoTraceWriter::LaneOf(Track kind, uint32_t a, uint32_t b, uint64_t start,
+                                     uint64_t end) {
+  const TrackKey key{kind, a, b};
+  if (last_lanes_ == nullptr || key != last_lanes_key_) {
+    last_lanes_ = &lanes_[key];
+    last_lanes_key_ = key;
+    if (last_lanes_->empty()) last_lanes_->push_back({TrackOf(kind, a, b), 0});
+  }
+  std::vector<Lane>& lanes = *last_lanes_;
+  end = std::max(start, end);
+  for (Lane& lane : lanes) {
+    if (start >= lane.end) {
+      lane.end = end;
+      return lane.uuid;
+    }
+  }
+  if (lanes.size() < kMaxLanes) {
+    const uint64_t uuid = next_uuid_++;
+    DescribeTrack(uuid, kind, a, b, lanes.size());
+    lanes.push_back({uuid, end});
+    return uuid;
+  }
+  lanes.back().end = std::max(lanes.back().end, end);  // past the cap it may not nest
+  return lanes.back().uuid;
+}
+
+void PerfettoTraceWriter::DescribeTrack(uint64_t uuid, Track kind, uint32_t a, uint32_t b,
+                                        size_t lane) {
+  // A child's parent is described first.
+  uint64_t parent = 0;
+  if (kind == Track::kStream || kind == Track::kMemory || kind == Track::kCounter) {
+    parent = TrackOf(Track::kGpu, a);
+  } else if (kind == Track::kSync) {
+    parent = process_track_;
+  }
+  std::string name;
+  switch (kind) {
+    case Track::kThread:
+      name = absl::StrCat("thread ", a);
+      break;
+    case Track::kGpu:
+      name = absl::StrCat("GPU ", a);
+      break;
+    case Track::kStream:
+      name = absl::StrCat("stream ", b);
+      break;
+    case Track::kMemory:
+      name = "GPU memory";
+      break;
+    case Track::kSync:
+      name = absl::StrCat("CUDA synchronization, stream ", a);
+      break;
+    case Track::kCounter:
+      name = absl::StrCat("GPU ", a, " ", std::string(GpuCounterTraceName(b)));
+      break;
+  }
+  if (lane > 0) absl::StrAppend(&name, " (overlap ", lane, ")");
+  char* packet = BeginPacket(256 + name.size());
+  char* p = VarintField(packet, field::kSequenceId, kSequenceId);
+  char* track = Open(p, field::kTrackDescriptor);
+  p = VarintField(track, field::kUuid, uuid);
+  if (parent != 0) p = VarintField(p, field::kParentUuid, parent);
+  if (kind == Track::kThread) {
+    char* thread = Open(p, field::kThread);
+    p = VarintField(thread, field::kPid, process_.pid);
+    p = VarintField(p, field::kTid, a);
+    p = Close(thread, BytesField(p, field::kThreadName, name));
+  } else {
+    p = BytesField(p, field::kTrackName, name);
+  }
+  if (kind == Track::kCounter) {
+    char* counter = Open(p, field::kCounter);
+    p = counter;
+    if (GpuCounterDefs()[b].scale == 1) p = BytesField(p, field::kUnitName, "B/s");
+    p = Close(counter, p);
+  }
+  EndPacket(packet, Close(track, p));
+}
+
+PerfettoTraceWriter::Name PerfettoTraceWriter::BatchName(uint32_t name_id,
+                                                         const StringTable& names) {
+  Name name{.iid = NameIid(name_id), .intern = {}, .new_name = false};
+  if (interned_ids_.insert(name_id).second) {
+    name.intern = names.Text(name_id);
+    name.new_name = true;
+  }
+  return name;
+}
+
+PerfettoTraceWriter::Name PerfettoTraceWriter::OwnName(const std::string& text) {
+  auto [it, added] = own_names_.try_emplace(text, 2 * own_names_.size() + 1);
+  return Name{
+      .iid = it->second, .intern = added ? std::string_view(it->first) : "", .new_name = added};
+}
+
+char* PerfettoTraceWriter::PutName(char* p, const Name& name) {
+  if (!name.new_name) return p;
+  char* interned = Open(p, field::kInternedData);
+  char* entry = Open(interned, field::kEventNames);
+  p = Close(entry, BytesField(VarintField(entry, field::kIid, name.iid), field::kInternedName,
+                              name.intern));
+  return Close(interned, p);
+}
+
+template <typename Annotate>
+void PerfettoTraceWriter::WriteSlice(uint64_t track, uint64_t start, uint64_t end, const Name& name,
+                                     uint64_t flow, uint64_t terminating_flow,
+                                     size_t annotation_bytes, Annotate annotate) {
+  char* packet = BeginPacket(kMaxPacketBytes + 2 * name.intern.size() + annotation_bytes);
+  char* p = PutName(PutEventPacketHeader(packet, start), name);
+  char* event = Open(p, field::kTrackEvent);
+  p = VarintField(event, field::kType, kSliceBegin);
+  p = VarintField(p, field::kTrackUuid, track);
+  p = VarintField(p, field::kNameIid, name.iid);
+  if (flow != 0) p = Fixed64Field(p, field::kFlowIds, flow);
+  if (terminating_flow != 0) p = Fixed64Field(p, field::kTerminatingFlowIds, terminating_flow);
+  p = annotate(p);
+  EndPacket(packet, Close(event, p));
+
+  // An end before the start (clocks of a broken record) is a zero-length slice, as JSON's dur 0.
+  packet = BeginPacket(kMaxPacketBytes);
+  p = PutEventPacketHeader(packet, std::max(start, end));
+  event = Open(p, field::kTrackEvent);
+  p = VarintField(event, field::kType, kSliceEnd);
+  p = VarintField(p, field::kTrackUuid, track);
+  EndPacket(packet, Close(event, p));
+}
+
+void PerfettoTraceWriter::WriteInstant(uint64_t track, uint64_t ns, const Name& name,
+                                       size_t annotation_bytes,
+                                       const std::function<char*(char*)>& annotate) {
+  char* packet = BeginPacket(kMaxPacketBytes + 2 * name.intern.size() + annotation_bytes);
+  char* p = PutName(PutEventPacketHeader(packet, ns), name);
+  char* event = Open(p, field::kTrackEvent);
+  p = VarintField(event, field::kType, kInstant);
+  p = VarintField(p, field::kTrackUuid, track);
+  p = VarintField(p, field::kNameIid, name.iid);
+  EndPacket(packet, Close(event, annotate(p)));
+}
+
+void PerfettoTraceWriter::WriteKernel(const v1::Kernel& k, const StringTable& names) {
+  const uint64_t track = LaneOf(Track::kStream, k.device(), k.stream(), k.start_ns(), k.end_ns());
+  WriteSlice(track, k.start_ns(), k.end_ns(), BatchName(k.name_id(), names), 0, k.correlation(),
+             8 * 48, [&](char* p) {
+               p = PutUint(p, kCorrelation, k.correlation());
+               p = PutUint(p, kContext, k.context());
+               p = PutDims(p, kGrid, k.grid_x(), k.grid_y(), k.grid_z());
+               p = PutDims(p, kBlock, k.block_x(), k.block_y(), k.block_z());
+               p = PutUint(p, kRegisters, k.registers_per_thread());
+               p = PutUint(
+                   p, kSharedMemory,
+                   static_cast<uint64_t>(k.static_shared_bytes()) + k.dynamic_shared_bytes());
+               if (k.graph_id() != 0) p = PutUint(p, kGraphId, k.graph_id());
+               return p;
+             });
+}
+
+void PerfettoTraceWriter::WriteMemcpy(const v1::Memcpy& m) {
+  const uint64_t track = LaneOf(Track::kStream, m.device(), m.stream(), m.start_ns(), m.end_ns());
+  const uint64_t dur = m.end_ns() > m.start_ns() ? m.end_ns() - m.start_ns() : 0;
+  WriteSlice(track, m.start_ns(), m.end_ns(),
+             OwnName(CopyName(m.copy_kind(), m.src_kind(), m.dst_kind())), 0, m.correlation(),
+             6 * 48, [&](char* p) {
+               p = PutUint(p, kCorrelation, m.correlation());
+               p = PutUint(p, kBytes, m.bytes());
+               p = PutDouble(p, kBandwidth,
+                             dur ? static_cast<double>(m.bytes()) / static_cast<double>(dur) : 0);
+               p = PutString(p, kCopyKind, analysis::CuptiCopyKindName(m.copy_kind()));
+               p = PutString(p, kSrcKind, analysis::CuptiMemoryKindName(m.src_kind()));
+               return PutString(p, kDstKind, analysis::CuptiMemoryKindName(m.dst_kind()));
+             });
+}
+
+void PerfettoTraceWriter::WriteMemset(const v1::Memset& m) {
+  const uint64_t track = LaneOf(Track::kStream, m.device(), m.stream(), m.start_ns(), m.end_ns());
+  const uint64_t dur = m.end_ns() > m.start_ns() ? m.end_ns() - m.start_ns() : 0;
+  WriteSlice(track, m.start_ns(), m.end_ns(), OwnName(MemsetName(m.memory_kind())), 0,
+             m.correlation(), 3 * 32, [&](char* p) {
+               p = PutUint(p, kCorrelation, m.correlation());
+               p = PutUint(p, kBytes, m.bytes());
+               return PutDouble(
+                   p, kBandwidth,
+                   dur ? static_cast<double>(m.bytes()) / static_cast<double>(dur) : 0);
+             });
+}
+
+void PerfettoTraceWriter::WriteApiCall(const v1::ApiCall& a, const StringTable& names) {
+  const uint64_t track = ThreadTrack(a.tid());
+  // Launch -> GPU work arrows start at the calls that enqueue work (the kernel, copy or memset
+  // with the same correlation id ends it).
+  const uint64_t flow = names.Find(a.name_id()).enqueues_gpu_work ? a.correlation() : 0;
+  WriteSlice(track, a.start_ns(), a.end_ns(), BatchName(a.name_id(), names), flow, 0, 3 * 32,
+             [&](char* p) {
+               p = PutUint(p, kCorrelation, a.correlation());
+               p = PutUint(p, kCbid, a.cbid());
+               if (a.return_value() != 0) p = PutUint(p, kReturn, a.return_value());
+               return p;
+             });
+}
+
+void PerfettoTraceWriter::WriteSync(const v1::Synchronization& s) {
+  // A track per stream, with lanes: waits of several threads overlap.
+  const uint64_t track = LaneOf(Track::kSync, s.stream(), 0, s.start_ns(), s.end_ns());
+  WriteSlice(track, s.start_ns(), s.end_ns(), OwnName(SyncKindName(s.kind())), 0, 0, 3 * 32,
+             [&](char* p) {
+               p = PutUint(p, kCorrelation, s.correlation());
+               p = PutUint(p, kStream, s.stream());
+               return PutUint(p, kContext, s.context());
+             });
+}
+
+void PerfettoTraceWriter::WriteMarker(const v1::Marker& m, const StringTable& names) {
+  const uint64_t track = ThreadTrack(m.tid());
+  WriteSlice(track, m.start_ns(), m.end_ns(), BatchName(m.name_id(), names), 0, 0, 0,
+             [](char* p) { return p; });
+}
+
+void PerfettoTraceWriter::WriteMemoryOp(const v1::MemoryOp& m) {
+  const uint64_t track = TrackOf(Track::kMemory, m.device());
+  const int64_t bytes = static_cast<int64_t>(std::min<uint64_t>(m.bytes(), INT64_MAX));
+  WriteInstant(track, m.timestamp_ns(), OwnName("[memory]"), 3 * 32, [&](char* p) {
+    p = PutUint(p, kAddress, m.address());
+    p = PutInt(p, kBytes, m.is_free() ? -bytes : bytes);
+    return PutString(p, kKind, analysis::CuptiMemoryKindName(m.memory_kind()));
+  });
+}
+
+void PerfettoTraceWriter::WriteOverhead(const v1::Overhead& o) {
+  const uint64_t track = ThreadTrack(o.tid());
+  WriteSlice(track, o.start_ns(), o.end_ns(), OwnName(OverheadName(o.kind())), 0, 0, 0,
+             [](char* p) { return p; });
+}
+
+absl::Status PerfettoTraceWriter::WriteCounters(uint32_t device,
+                                                std::span<const GpuCounterReading> readings) {
+  for (const GpuCounterReading& r : readings) {
+    if (!PlausibleInterval(r.start_ns, r.end_ns) || r.end_ns == r.start_ns) continue;
+    uint64_t tracks[kGpuCounters];
+    double values[kGpuCounters];
+    size_t n = 0;
+    for (size_t i = 0; i < kGpuCounters; ++i) {
+      if (!std::isfinite(r.values[i])) continue;
+      tracks[n] = TrackOf(Track::kCounter, device, static_cast<uint32_t>(i));
+      values[n++] = r.values[i];
+    }
+    if (n == 0) continue;
+    char* packet = BeginPacket(kMaxPacketBytes + kGpuCounters * 24);
+    char* p = PutEventPacketHeader(packet, r.start_ns);
+    char* event = Open(p, field::kTrackEvent);
+    p = VarintField(event, field::kType, kCounterValue);
+    p = VarintField(p, field::kTrackUuid, tracks[0]);
+    p = DoubleField(p, field::kDoubleCounterValue, values[0]);
+    for (size_t i = 1; i < n; ++i) p = VarintField(p, field::kExtraDoubleCounterTracks, tracks[i]);
+    for (size_t i = 1; i < n; ++i) p = DoubleField(p, field::kExtraDoubleCounterValues, values[i]);
+    EndPacket(packet, Close(event, p));
+  }
+  file_->FlushIfFull();
+  return file_->status();
+}
+
+absl::Status PerfettoTraceWriter::Finish(const Footer& footer) {
+  const TraceProcess& t = process_;
+  const size_t text = t.capture_id.size() + t.hostname.size() + t.comm.size() +
+                      t.command_line.size() + t.pod_name.size() + t.pod_namespace.size() +
+                      footer.error.size();
+  WriteInstant(process_track_, last_ns_, OwnName("profd capture"), 24 * 32 + text, [&](char* p) {
+    p = PutString(p, kCaptureId, t.capture_id);
+    p = PutString(p, kHostname, t.hostname);
+    p = PutUint(p, kPid, t.pid);
+    p = PutString(p, kComm, t.comm);
+    p = PutString(p, kCommandLine, t.command_line);
+    p = PutString(p, kPod, t.pod_name);
+    p = PutString(p, kNamespace, t.pod_namespace);
+    if (t.distributed) {
+      p = PutUint(p, kRank, t.rank);
+      p = PutUint(p, kWorldSize, t.world_size);
+      p = PutUint(p, kLocalRank, t.local_rank);
+    }
+    p = PutUint(p, kEvents, events_);
+    p = PutUint(p, kInvalidEvents, invalid_events_);
+    p = PutUint(p, kDroppedRecords, footer.dropped_records);
+    p = PutBool(p, kTruncated, footer.truncated);
+    return PutString(p, kError, footer.error);
+  });
+  for (const v1::DeviceInfo& d : footer.devices) {
+    const uint64_t track = TrackOf(Track::kGpu, d.ordinal());
+    WriteInstant(track, last_ns_, OwnName("device properties"),
+                 16 * 32 + d.name().size() + d.uuid().size(), [&](char* p) {
+                   p = PutString(p, kDeviceName, d.name());
+                   p = PutString(p, kUuid, d.uuid());
+                   p = PutString(p, kComputeCapability,
+                                 absl::StrCat(d.compute_major(), ".", d.compute_minor()));
+                   p = PutUint(p, kGlobalMemory, d.global_memory_bytes());
+                   p = PutUint(p, kSms, d.multiprocessors());
+                   p = PutUint(p, kMaxThreadsPerSm, d.max_threads_per_multiprocessor());
+                   p = PutUint(p, kMaxBlocksPerSm, d.max_blocks_per_multiprocessor());
+                   p = PutUint(p, kRegistersPerSm, d.max_registers_per_multiprocessor());
+                   p = PutUint(p, kSharedMemoryPerSm, d.max_shared_memory_per_multiprocessor());
+                   p = PutUint(p, kWarpSize, d.warp_size());
+                   p = PutUint(p, kRegistersPerBlock, d.max_registers_per_block());
+                   return PutUint(p, kSharedMemoryPerBlock, d.max_shared_memory_per_block());
+                 });
+  }
+  return file_->Close();
+}
+
+}  // namespace profd

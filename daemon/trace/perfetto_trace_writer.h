@@ -1,0 +1,125 @@
+// Writes one process's events as a Perfetto trace: a stream of TracePacket messages (the
+// `repeated TracePacket packet = 1` of perfetto.protos.Trace), gzip-compressed, which
+// ui.perfetto.dev and trace_processor open. Encoded by hand, field by field, straight into the
+// file's buffer (no message objects), from the field numbers of Perfetto's published protos;
+// tests/support/perfetto/perfetto_subset.proto holds the subset used and the tests decode every
+// trace with it. docs/TRACE_FORMAT.md "Perfetto" says what goes where.
+//
+// What makes it small: one packet sequence whose incremental state holds every name once
+// (interned event and annotation names), small track ids, timestamps on a sequence-scoped clock
+// that starts just before the capture (5-6 byte varints instead of 9), and begin/end slices
+// instead of JSON text.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/trace/trace_writer.h"
+
+namespace profd {
+
+class PerfettoTraceWriter : public TraceWriter {
+ public:
+  // The sequence-scoped clock of the packets' timestamps: a packet's timestamp is its
+  // CLOCK_REALTIME ns minus the process's base_time_ns plus kClockOrigin (events up to ~68 s
+  // before the base keep their exact time; earlier ones are written at the origin).
+  static constexpr uint32_t kClockId = 64;
+  static constexpr uint64_t kClockOrigin = uint64_t{1} << 36;
+  static constexpr uint32_t kSequenceId = 1;
+
+  // Creates (truncates) path and writes the sequence's first packets: the clock, the
+  // annotation names and the process's track.
+  static absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> Create(
+      const std::string& path, const TraceProcess& process, int gzip_level = 1,
+      BytesObserver on_bytes = nullptr);
+
+  // One counter track per measured counter under the GPU's track; one packet per sample sets
+  // them all (the first counter's value, the others as its extra counter values).
+  absl::Status WriteCounters(uint32_t device, std::span<const GpuCounterReading> readings) override;
+  // An instant "profd capture" on the process's track with the capture's facts, and one
+  // "device properties" on each GPU's track; then closes the file.
+  absl::Status Finish(const Footer& footer) override;
+
+ private:
+  PerfettoTraceWriter(std::unique_ptr<TraceFile> file, const TraceProcess& process)
+      : TraceWriter(std::move(file), process) {}
+
+  // The tracks: small uuids given in order of first use, each described (a TrackDescriptor
+  // packet) before its first event.
+  enum class Track : uint8_t { kThread, kGpu, kStream, kMemory, kSync, kCounter };
+  uint64_t TrackOf(Track kind, uint32_t a, uint32_t b = 0);
+  uint64_t ThreadTrack(uint32_t tid) { return TrackOf(Track::kThread, tid); }
+  void DescribeTrack(uint64_t uuid, Track kind, uint32_t a, uint32_t b, size_t lane = 0);
+  // A reader pairs a track's ENDs with its BEGINs in time order, so a track's slices must nest.
+  // A stream's work and a stream's waits do not always (overlapping records, waits of several
+  // threads): each such row has lanes, and a slice goes on the first lane whose slices all ended
+  // by its start; lane k > 0 is the row's track named "... (overlap k)". Up to kMaxLanes.
+  static constexpr size_t kMaxLanes = 8;
+  uint64_t LaneOf(Track kind, uint32_t a, uint32_t b, uint64_t start, uint64_t end);
+
+  // Packets. BeginPacket makes room for max_bytes and opens the packet; EndPacket closes it.
+  char* BeginPacket(size_t max_bytes);
+  void EndPacket(char* packet, char* p);
+  char* PutEventPacketHeader(char* p, uint64_t ns);
+  // Interned event names: the batch's strings by their ids, profd's own names by text.
+  uint64_t NameIid(uint32_t name_id) const { return 2 * uint64_t{name_id} + 2; }
+  char* PutInternedName(char* p, uint32_t name_id, const StringTable& names);
+  uint64_t OwnNameIid(const std::string& name, std::string* intern);
+  // A name for an event: its interned id, and the text when this packet must intern it.
+  struct Name {
+    uint64_t iid = 0;
+    std::string_view intern;  // empty: interned before
+    bool new_name = false;
+  };
+  Name BatchName(uint32_t name_id, const StringTable& names);
+  Name OwnName(const std::string& text);
+  char* PutName(char* p, const Name& name);
+  // A begin packet (name, flows, the annotations `annotate` writes, at most annotation_bytes)
+  // and an end packet on track.
+  template <typename Annotate>
+  void WriteSlice(uint64_t track, uint64_t start, uint64_t end, const Name& name, uint64_t flow,
+                  uint64_t terminating_flow, size_t annotation_bytes, Annotate annotate);
+  void WriteInstant(uint64_t track, uint64_t ns, const Name& name, size_t annotation_bytes,
+                    const std::function<char*(char*)>& annotate);
+  void WriteKernel(const v1::Kernel& k, const StringTable& names) override;
+  void WriteMemcpy(const v1::Memcpy& m) override;
+  void WriteMemset(const v1::Memset& m) override;
+  void WriteApiCall(const v1::ApiCall& a, const StringTable& names) override;
+  void WriteSync(const v1::Synchronization& s) override;
+  void WriteMarker(const v1::Marker& m, const StringTable& names) override;
+  void WriteMemoryOp(const v1::MemoryOp& m) override;
+  void WriteOverhead(const v1::Overhead& o) override;
+
+  uint64_t Clock(uint64_t ns) const;
+
+  // (kind, tid | device, stream | counter) -> uuid
+  using TrackKey = std::tuple<Track, uint32_t, uint32_t>;
+  absl::flat_hash_map<TrackKey, uint64_t> tracks_;
+  TrackKey last_track_key_;
+  uint64_t last_track_uuid_ = 0;
+  struct Lane {
+    uint64_t uuid = 0;
+    uint64_t end = 0;  // the latest end of its slices
+  };
+  absl::node_hash_map<TrackKey, std::vector<Lane>> lanes_;  // stable addresses: last_lanes_
+  TrackKey last_lanes_key_;
+  std::vector<Lane>* last_lanes_ = nullptr;
+  uint64_t next_uuid_ = 1;
+  uint64_t process_track_ = 0;
+  absl::flat_hash_set<uint32_t> interned_ids_;            // batch string ids already interned
+  absl::flat_hash_map<std::string, uint64_t> own_names_;  // profd's names -> odd iids
+  uint64_t last_ns_ = 0;  // the latest time written (the footer's instants go there)
+};
+
+}  // namespace profd

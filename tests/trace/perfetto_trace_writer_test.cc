@@ -1,0 +1,326 @@
+// PerfettoTraceWriter against Perfetto's schema and against the JSON trace of the same batches.
+// Each trace is decoded with tests/support/perfetto/perfetto_subset.proto (Perfetto's field
+// numbers and types) and read as a reader does it (tests/support/perfetto/perfetto_trace.h):
+// incremental state, clock snapshot, track descriptions, slices matched in time order. Then every
+// slice must be the JSON trace's event with the same row, name, start and end to the nanosecond,
+// the same arguments, and the same launch -> GPU arrows.
+#include "daemon/trace/perfetto_trace_writer.h"
+
+#include <fstream>
+#include <limits>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "daemon/trace/chrome_trace_writer.h"
+#include "daemon/trace/trace_repair.h"
+#include "gtest/gtest.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
+#include "tests/support/fixtures.h"
+#include "tests/support/perfetto/perfetto_trace.h"
+#include "tests/support/subprocess.h"
+
+namespace profd {
+namespace {
+
+using testing::PerfettoTraceContents;
+using testing::TempDir;
+
+// Writes the batches in the format; returns the file.
+std::string Write(TraceFormat format, const TempDir& dir, const TraceProcess& process,
+                  const std::vector<v1::EventBatch>& batches,
+                  const std::vector<GpuCounterReading>& counters = {},
+                  const TraceWriter::Footer& footer = {}) {
+  const std::string path = dir.File(TraceFileName(process.pid, format));
+  auto writer = TraceWriter::Create(format, path, process);
+  EXPECT_TRUE(writer.ok()) << writer.status();
+  StringTable names;
+  for (const v1::EventBatch& b : batches) {
+    names.Add(b);
+    EXPECT_TRUE((*writer)->Write(b, names).ok());
+  }
+  if (!counters.empty()) {
+    EXPECT_TRUE((*writer)->WriteCounters(0, counters).ok());
+  }
+  EXPECT_TRUE((*writer)->Finish(footer).ok());
+  return path;
+}
+
+// A slice as both formats can say it: its row, name, times (ns since the base) and arguments.
+using Row = std::string;
+struct Slice {
+  Row row;
+  std::string name;
+  int64_t start = 0, end = 0;
+  std::map<std::string, std::string> args;
+  bool operator<(const Slice& o) const {
+    return std::tie(row, start, end, name) < std::tie(o.row, o.start, o.end, o.name);
+  }
+};
+
+// µs with three decimals ("1234.567", "-0.001") as ns, exactly (numbers are read as their text).
+int64_t MicrosText(const rapidjson::Value& v) {
+  std::string text = v.GetString();
+  const bool negative = text[0] == '-';
+  if (negative) text.erase(0, 1);
+  const size_t dot = text.find('.');
+  int64_t whole = 0, frac = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(text.substr(0, dot), &whole)) << text;
+  if (dot != std::string::npos) {
+    std::string f = text.substr(dot + 1);
+    f.resize(3, '0');
+    EXPECT_TRUE(absl::SimpleAtoi(f, &frac)) << text;
+  }
+  const int64_t ns = whole * 1000 + frac;
+  return negative ? -ns : ns;
+}
+
+// An argument's text: numbers as written, grid and block as [x,y,z].
+std::string ArgText(const rapidjson::Value& v) {
+  if (v.IsString()) return v.GetString();
+  if (v.IsBool()) return v.GetBool() ? "true" : "false";
+  std::vector<std::string> items;
+  for (const auto& item : v.GetArray()) items.push_back(item.GetString());
+  return absl::StrCat("[", absl::StrJoin(items, ","), "]");
+}
+
+struct Flows {
+  std::multiset<uint64_t> starts, ends;
+};
+
+// The JSON trace's "X" events by row (host thread "thread T", "GPU d stream s", or for syncs,
+// all on the process's row 0 there, "CUDA synchronization, stream s") and its arrows.
+std::vector<Slice> JsonSlices(const std::string& path, uint32_t pid, Flows* flows) {
+  rapidjson::Document doc;
+  doc.Parse<rapidjson::kParseNumbersAsStringsFlag>(testing::ReadGzip(path).c_str());
+  std::vector<Slice> out;
+  for (const auto& e : doc["traceEvents"].GetArray()) {
+    const std::string ph = e["ph"].GetString();
+    if (ph == "s") flows->starts.insert(std::stoull(e["id"].GetString()));
+    if (ph == "f") flows->ends.insert(std::stoull(e["id"].GetString()));
+    if (ph != "X") continue;
+    Slice s;
+    const std::string p = e["pid"].GetString(), tid = e["tid"].GetString();
+    const std::string cat = e["cat"].GetString();
+    if (cat == "cuda_sync") {
+      s.row = absl::StrCat("CUDA synchronization, stream ", e["args"]["stream"].GetString());
+    } else if (p == absl::StrCat(pid)) {
+      s.row = absl::StrCat("thread ", tid);
+    } else {
+      s.row = absl::StrCat("GPU ", p, " stream ", tid);
+    }
+    s.name = e["name"].GetString();
+    s.start = MicrosText(e["ts"]);
+    s.end = s.start + MicrosText(e["dur"]);
+    if (e.HasMember("args")) {
+      for (const auto& a : e["args"].GetObject()) {
+        const std::string key = a.name.GetString();
+        if (key == "device" || (key == "stream" && cat != "cuda_sync")) continue;  // the row
+        s.args[key] = ArgText(a.value);
+      }
+    }
+    out.push_back(std::move(s));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<Slice> PerfettoSlices(const PerfettoTraceContents& trace, int64_t base, Flows* flows) {
+  std::vector<Slice> out;
+  for (const auto& [uuid, t] : trace.tracks) {
+    Row row = t.name.substr(0, t.name.find(" (overlap "));  // a row's lanes are that row
+    if (t.parent != 0 && trace.tracks.at(t.parent).name.starts_with("GPU ")) {
+      row = absl::StrCat(trace.tracks.at(t.parent).name, " ", row);
+    }
+    for (const auto& s : t.slices) {
+      out.push_back({row, s.name, static_cast<int64_t>(s.start) - base,
+                     static_cast<int64_t>(s.end) - base, s.args});
+      for (uint64_t f : s.flows) flows->starts.insert(f);
+      for (uint64_t f : s.terminating_flows) flows->ends.insert(f);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void ExpectSameSlices(const std::vector<Slice>& json, const std::vector<Slice>& perfetto) {
+  ASSERT_EQ(json.size(), perfetto.size());
+  for (size_t i = 0; i < json.size(); ++i) {
+    SCOPED_TRACE(absl::StrCat("slice ", i, ": ", json[i].row, " ", json[i].name));
+    EXPECT_EQ(perfetto[i].row, json[i].row);
+    EXPECT_EQ(perfetto[i].name, json[i].name);
+    EXPECT_EQ(perfetto[i].start, json[i].start);
+    EXPECT_EQ(perfetto[i].end, json[i].end);
+    for (const auto& [key, value] : json[i].args) {
+      auto it = perfetto[i].args.find(key);
+      ASSERT_NE(it, perfetto[i].args.end()) << key;
+      if (key == "memory bandwidth (GB/s)") {
+        EXPECT_NEAR(std::stod(it->second), std::stod(value), 1e-5 * std::stod(value) + 1e-9);
+      } else {
+        EXPECT_EQ(it->second, value) << key;
+      }
+    }
+    EXPECT_EQ(perfetto[i].args.size(), json[i].args.size());
+  }
+}
+
+TEST(PerfettoTraceWriterTest, RecordedCaptureReadsAsTheJsonTraceSays) {
+  std::vector<v1::EventBatch> batches = testing::ReadRecordedBatches(
+      testing::SourcePath("tests/fixtures/burst_1000_kernels.batches.pb"));
+  TraceProcess process;
+  process.pid = 465;
+  process.comm = "python3";
+  process.command_line = "python3 burst.py";
+  process.capture_id = "fixture";
+  process.base_time_ns = static_cast<int64_t>(batches[0].clock().realtime_ns());
+  TempDir dir;
+  const std::string json = Write(TraceFormat::kChromeJson, dir, process, batches);
+  const std::string pb = Write(TraceFormat::kPerfetto, dir, process, batches);
+
+  PerfettoTraceContents trace = testing::ReadPerfettoTrace(pb);
+  EXPECT_TRUE(trace.problems.empty()) << absl::StrJoin(trace.problems, "\n");
+  EXPECT_EQ(trace.realtime_at_origin, static_cast<uint64_t>(process.base_time_ns));
+  Flows json_flows, perfetto_flows;
+  std::vector<Slice> from_json = JsonSlices(json, process.pid, &json_flows);
+  ASSERT_GT(from_json.size(), 2000u);  // 1,000 kernels and their launches
+  ExpectSameSlices(from_json, PerfettoSlices(trace, process.base_time_ns, &perfetto_flows));
+  EXPECT_EQ(perfetto_flows.starts, json_flows.starts);
+  EXPECT_EQ(perfetto_flows.ends, json_flows.ends);
+  const testing::PerfettoTrack* p = trace.Find("python3 (pid 465)");
+  ASSERT_NE(p, nullptr);
+  EXPECT_TRUE(p->is_process);
+  EXPECT_EQ(p->pid, 465);
+  // The footer: the capture's facts on the process's track.
+  ASSERT_EQ(p->instants.size(), 1u);
+  EXPECT_EQ(p->instants[0].name, "profd capture");
+  EXPECT_EQ(p->instants[0].args.at("capture_id"), "fixture");
+  uint64_t events = 0;
+  for (const auto& b : batches) {
+    events += b.kernels_size() + b.memcpys_size() + b.memsets_size() + b.api_calls_size() +
+              b.syncs_size() + b.markers_size() + b.memory_ops_size() + b.overheads_size();
+  }
+  EXPECT_EQ(p->instants[0].args.at("events"), absl::StrCat(events));
+}
+
+TEST(PerfettoTraceWriterTest, EveryKindOfEventAtTheEdgesReadsAsTheJsonTraceSays) {
+  const uint64_t t0 = 1764520000123456789;
+  TraceProcess process;
+  process.pid = 4242;
+  process.comm = "py\"thon\n";
+  process.capture_id = "20261130T120000Z-node-0123abcd";
+  process.base_time_ns = static_cast<int64_t>(t0 - 1000);
+  v1::EventBatch second = testing::EveryKindOfEvent(t0 + 1000000);
+  second.clear_strings();  // ids from the first batch still name its events
+  const std::vector<v1::EventBatch> batches = {testing::EveryKindOfEvent(t0), second};
+  TraceWriter::Footer footer;
+  footer.dropped_records = 17;
+  footer.truncated = true;
+  v1::DeviceInfo d;
+  d.set_ordinal(1);
+  d.set_name("NVIDIA H200");
+  footer.devices = {d};
+  TempDir dir;
+  const std::string json = Write(TraceFormat::kChromeJson, dir, process, batches, {}, footer);
+  const std::string pb = Write(TraceFormat::kPerfetto, dir, process, batches, {}, footer);
+
+  PerfettoTraceContents trace = testing::ReadPerfettoTrace(pb);
+  EXPECT_TRUE(trace.problems.empty()) << absl::StrJoin(trace.problems, "\n");
+  Flows json_flows, perfetto_flows;
+  std::vector<Slice> from_json = JsonSlices(json, process.pid, &json_flows);
+  ExpectSameSlices(from_json, PerfettoSlices(trace, process.base_time_ns, &perfetto_flows));
+  EXPECT_EQ(perfetto_flows.starts, json_flows.starts);
+  EXPECT_EQ(perfetto_flows.ends, json_flows.ends);
+
+  // Memory operations are instants on their GPU's memory track; the footer says the drops.
+  size_t memory_ops = 0;
+  for (const auto& [uuid, t] : trace.tracks) {
+    if (t.name == "GPU memory") memory_ops += t.instants.size();
+  }
+  EXPECT_EQ(memory_ops, 2 * 4u);  // 5 per batch, one past 2^62
+  const testing::PerfettoTrack* p = trace.Find("py\"thon\n (pid 4242)");
+  ASSERT_NE(p, nullptr);
+  ASSERT_EQ(p->instants.size(), 1u);
+  EXPECT_EQ(p->instants[0].args.at("dropped_records"), "17");
+  EXPECT_EQ(p->instants[0].args.at("truncated"), "true");
+  const testing::PerfettoTrack* gpu1 = trace.Find("GPU 1");
+  ASSERT_NE(gpu1, nullptr);
+  ASSERT_EQ(gpu1->instants.size(), 1u);
+  EXPECT_EQ(gpu1->instants[0].args.at("name"), "NVIDIA H200");
+}
+
+TEST(PerfettoTraceWriterTest, CounterSamplesAreCounterTracksUnderTheirGpu) {
+  TraceProcess process;
+  process.pid = 7;
+  process.base_time_ns = 1'000'000'000'000;
+  std::vector<GpuCounterReading> readings(3);
+  for (size_t i = 0; i < readings.size(); ++i) {
+    readings[i].start_ns = 1'000'000'000'000 + i * 1'000'000;
+    readings[i].end_ns = readings[i].start_ns + 1'000'000;
+    readings[i].values.fill(std::numeric_limits<float>::quiet_NaN());
+    readings[i].values[0] = 0.25f * static_cast<float>(i);  // sm_active ratio
+    readings[i].values[kGpuCounters - 1] = 1e9f;            // a bytes/s counter
+  }
+  TempDir dir;
+  PerfettoTraceContents trace =
+      testing::ReadPerfettoTrace(Write(TraceFormat::kPerfetto, dir, process, {}, readings));
+  EXPECT_TRUE(trace.problems.empty()) << absl::StrJoin(trace.problems, "\n");
+  const testing::PerfettoTrack* ratio =
+      trace.Find(absl::StrCat("GPU 0 ", std::string(GpuCounterTraceName(0))));
+  const testing::PerfettoTrack* bytes =
+      trace.Find(absl::StrCat("GPU 0 ", std::string(GpuCounterTraceName(kGpuCounters - 1))));
+  ASSERT_NE(ratio, nullptr);
+  ASSERT_NE(bytes, nullptr);
+  EXPECT_TRUE(ratio->is_counter);
+  EXPECT_EQ(trace.tracks.at(ratio->parent).name, "GPU 0");
+  EXPECT_EQ(bytes->unit, "B/s");
+  ASSERT_EQ(ratio->counter_values.size(), 3u);
+  EXPECT_EQ(ratio->counter_values[2].first, readings[2].start_ns);
+  EXPECT_DOUBLE_EQ(ratio->counter_values[2].second, 0.5);
+  ASSERT_EQ(bytes->counter_values.size(), 3u);
+  EXPECT_DOUBLE_EQ(bytes->counter_values[1].second, 1e9);
+  size_t counter_tracks = 0;
+  for (const auto& [uuid, t] : trace.tracks) counter_tracks += t.is_counter;
+  EXPECT_EQ(counter_tracks, 2u) << "unmeasured counters get no track";
+}
+
+// profd killed mid-capture: the packets that decompress whole are kept, the rest dropped, and
+// what stays reads.
+TEST(PerfettoTraceWriterTest, ACutTraceIsRepairedToItsWholePackets) {
+  std::vector<v1::EventBatch> batches = testing::ReadRecordedBatches(
+      testing::SourcePath("tests/fixtures/burst_1000_kernels.batches.pb"));
+  TraceProcess process;
+  process.pid = 465;
+  process.base_time_ns = static_cast<int64_t>(batches[0].clock().realtime_ns());
+  TempDir dir;
+  const std::string pb = Write(TraceFormat::kPerfetto, dir, process, batches);
+  const std::string whole = testing::ReadFileOrEmpty(pb);
+  const size_t packets = testing::ReadPerfettoTrace(pb).packets;
+  auto untouched = RepairPerfettoTrace(pb);
+  ASSERT_TRUE(untouched.ok()) << untouched.status();
+  EXPECT_FALSE(untouched->repaired);
+  for (size_t cut : {whole.size() / 3, 2 * whole.size() / 3}) {
+    SCOPED_TRACE(cut);
+    const std::string path = dir.File(absl::StrCat("cut-", cut, ".pftrace.gz"));
+    std::ofstream(path, std::ios::binary) << whole.substr(0, cut);
+    auto repaired = RepairPerfettoTrace(path);
+    ASSERT_TRUE(repaired.ok()) << repaired.status();
+    EXPECT_TRUE(repaired->repaired);
+    PerfettoTraceContents trace = testing::ReadPerfettoTrace(path);
+    EXPECT_EQ(trace.packets, repaired->events);
+    EXPECT_GT(trace.packets, 3u);
+    EXPECT_LT(trace.packets, packets);
+    // Slices cut in two leave a BEGIN without its END; nothing else may be wrong.
+    for (const std::string& problem : trace.problems) {
+      EXPECT_NE(problem.find("never ended"), std::string::npos) << problem;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace profd
