@@ -329,11 +329,12 @@ uint64_t PerfettoTraceWriter::Clock(uint64_t ns) const {
   return kClockOrigin + static_cast<uint64_t>(since_base);
 }
 
-char* PerfettoTraceWriter::PutEventPacketHeader(char* p, uint64_t ns) {
+char* PerfettoTraceWriter::PutEventPacketHeader(char* p, uint64_t ns, bool interned) {
   last_ns_ = std::max(last_ns_, ns);
   p = VarintField(p, field::kTimestamp, Clock(ns));
   p = VarintField(p, field::kSequenceId, kSequenceId);
-  return VarintField(p, field::kSequenceFlags, kNeedsIncrementalState);
+  // Only packets that refer to interned names say they need the sequence's state.
+  return interned ? VarintField(p, field::kSequenceFlags, kNeedsIncrementalState) : p;
 }
 
 uint64_t PerfettoTraceWriter::TrackOf(Track kind, uint32_t a, uint32_t b) {
@@ -473,7 +474,7 @@ void PerfettoTraceWriter::WriteSlice(uint64_t track, uint64_t start, uint64_t en
 
   // An end before the start (clocks of a broken record) is a zero-length slice, as JSON's dur 0.
   packet = BeginPacket(kMaxPacketBytes);
-  p = PutEventPacketHeader(packet, std::max(start, end));
+  p = PutEventPacketHeader(packet, std::max(start, end), /*interned=*/false);
   event = Open(p, field::kTrackEvent);
   p = VarintField(event, field::kType, kSliceEnd);
   p = VarintField(p, field::kTrackUuid, track);
@@ -599,7 +600,7 @@ absl::Status PerfettoTraceWriter::WriteCounters(uint32_t device,
     }
     if (n == 0) continue;
     char* packet = BeginPacket(kMaxPacketBytes + kGpuCounters * 24);
-    char* p = PutEventPacketHeader(packet, r.start_ns);
+    char* p = PutEventPacketHeader(packet, r.start_ns, /*interned=*/false);
     char* event = Open(p, field::kTrackEvent);
     p = VarintField(event, field::kType, kCounterValue);
     p = VarintField(p, field::kTrackUuid, tracks[0]);

@@ -71,7 +71,7 @@ class PerfettoTraceWriter : public TraceWriter {
   // Packets. BeginPacket makes room for max_bytes and opens the packet; EndPacket closes it.
   char* BeginPacket(size_t max_bytes);
   void EndPacket(char* packet, char* p);
-  char* PutEventPacketHeader(char* p, uint64_t ns);
+  char* PutEventPacketHeader(char* p, uint64_t ns, bool interned = true);
   // Interned event names: the batch's strings by their ids, profd's own names by text.
   uint64_t NameIid(uint32_t name_id) const { return 2 * uint64_t{name_id} + 2; }
   char* PutInternedName(char* p, uint32_t name_id, const StringTable& names);

@@ -6,7 +6,9 @@
 //     produced (in 256 KiB pieces, as the writer hands it over), and zlib's deflate level 1 (what
 //     the writer used before 2026-12-01) on the same pieces;
 //   - the capture's streaming analysis alone (CaptureAnalysis), and writer + analysis (everything
-//     profd does per batch). Each copy of the fixture is shifted after the previous one, so the
+//     profd does per batch);
+//   - the PerfettoTraceWriter (protobuf + gzip), alone and with the analysis, on the same batches.
+//   Each copy of the fixture is shifted after the previous one, so the
 //     analysis sees one long capture in time order, as from an agent.
 //   trace_writer_bench [copies=200] [gzip_level=1]
 #include <zlib.h>
@@ -21,7 +23,7 @@
 
 #include "daemon/common/gzip_stream.h"
 #include "daemon/trace/capture_analysis.h"
-#include "daemon/trace/chrome_trace_writer.h"
+#include "daemon/trace/trace_writer.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/subprocess.h"
 
@@ -97,10 +99,11 @@ int main(int argc, char** argv) {
   }
 
   // The writer and the analysis each take the batches as profd's pipeline hands them over.
-  auto convert = [&](int gzip_level, bool write, bool analyse, const std::string& file) {
+  auto convert = [&](int gzip_level, bool write, bool analyse, const std::string& file,
+                     TraceFormat format = TraceFormat::kChromeJson) {
     RunResult r;
-    std::unique_ptr<ChromeTraceWriter> writer;
-    if (write) writer = std::move(*ChromeTraceWriter::Create(file, process, gzip_level));
+    std::unique_ptr<TraceWriter> writer;
+    if (write) writer = std::move(*TraceWriter::Create(format, file, process, gzip_level));
     CaptureAnalysis analysis(process.base_time_ns);
     const size_t p = analysis.AddProcess(process.pid, file);
     for (const auto& b : timeline) {
@@ -172,5 +175,15 @@ int main(int argc, char** argv) {
          [&] { return convert(level, false, true, path); });
   std::snprintf(what, sizeof(what), "writer + analysis (JSON + gzip %d + report)", level);
   Report(what, [&] { return convert(level, true, true, path); });
+
+  // The Perfetto protobuf writer (profctl capture --format perfetto) on the same batches.
+  const std::string pb_path = dir.File("bench.pftrace.gz");
+  std::snprintf(what, sizeof(what), "Perfetto writer alone (protobuf + gzip %d)", level);
+  Report(what, [&] { return convert(level, true, false, pb_path, TraceFormat::kPerfetto); });
+  const std::string pb = testing::ReadGzip(pb_path);
+  std::printf("  (Perfetto: %.1f bytes/event before gzip)\n",
+              static_cast<double>(pb.size()) / static_cast<double>(events));
+  std::snprintf(what, sizeof(what), "Perfetto writer + analysis (gzip %d + report)", level);
+  Report(what, [&] { return convert(level, true, true, pb_path, TraceFormat::kPerfetto); });
   return 0;
 }

@@ -8,9 +8,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/perfetto/perfetto_trace.h"
 #include "tests/support/profd_process.h"
 
 namespace profd::testing {
@@ -67,6 +69,51 @@ TEST_F(CaptureTest, CaptureWritesTraceManifestAndSummary) {
   // The manifest is the capture's record in the store: it names the same trace and checksum.
   rapidjson::Document manifest = ReadGzipJson(folder + "/manifest.json");  // gzread reads plain too
   EXPECT_STREQ(manifest["files"][0]["sha256"].GetString(), c["files"][0]["sha256"].GetString());
+}
+
+// --format perfetto: the trace is Perfetto protobuf (read here with Perfetto's field numbers),
+// named and described as such, with the same kernels; the report does not depend on the format.
+// profd's --trace_format sets the default, which a request overrides; a wrong name is refused.
+TEST_F(CaptureTest, PerfettoFormatWritesProtobufTracesWithTheSameSummary) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  const std::string pid = std::to_string(agent->pid());
+  rapidjson::Document c =
+      profd_->ProfctlJson({"capture", "--pid", pid, "--duration", "500ms", "--format", "perfetto"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log();
+  ASSERT_EQ(c["files"].Size(), 1u);
+  const std::string trace_path = c["files"][0]["path"].GetString();
+  EXPECT_TRUE(trace_path.ends_with("/trace-" + pid + ".pftrace.gz")) << trace_path;
+  EXPECT_STREQ(c["files"][0]["format"].GetString(), "perfetto-pb-gz");
+  EXPECT_EQ(std::stoull(c["processes"][0]["events"].GetString()), 2008u);
+  PerfettoTraceContents trace = ReadPerfettoTrace(trace_path);
+  EXPECT_TRUE(trace.problems.empty()) << absl::StrJoin(trace.problems, "\n");
+  size_t kernels = 0;
+  for (const auto& [uuid, t] : trace.tracks) {
+    for (const auto& slice : t.slices) kernels += slice.name == "profd_test_kernel(int*, int)";
+  }
+  EXPECT_EQ(kernels, 1000u);
+  EXPECT_STREQ(c["summary"]["top_kernels"][0]["name"].GetString(), "profd_test_kernel(int*, int)");
+  EXPECT_EQ(std::stoull(c["summary"]["top_kernels"][0]["count"].GetString()), 1000u);
+
+  RunResult bad = profd_->Profctl({"capture", "--pid", pid, "--duration", "1s", "--format", "xml"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.err;
+  EXPECT_NE(bad.err.find("--format"), std::string::npos) << bad.err;
+
+  ProfdProcess perfetto_by_default({"--trace_format=perfetto"});
+  perfetto_by_default.Start();
+  auto second = StartReplayAgent(perfetto_by_default.agent_socket());
+  ASSERT_TRUE(
+      WaitFor([&] { return Registered(perfetto_by_default, second->pid()); }, absl::Seconds(2)));
+  const std::string second_pid = std::to_string(second->pid());
+  rapidjson::Document d =
+      perfetto_by_default.ProfctlJson({"capture", "--pid", second_pid, "--duration", "300ms"});
+  ASSERT_EQ(d["files"].Size(), 1u);
+  EXPECT_STREQ(d["files"][0]["format"].GetString(), "perfetto-pb-gz");
+  rapidjson::Document e = perfetto_by_default.ProfctlJson(
+      {"capture", "--pid", second_pid, "--duration", "300ms", "--format", "json"});
+  ASSERT_EQ(e["files"].Size(), 1u);
+  EXPECT_STREQ(e["files"][0]["format"].GetString(), "chrome-json-gz");
 }
 
 // A number of profctl's --json output: proto JSON writes 64-bit integers as strings.

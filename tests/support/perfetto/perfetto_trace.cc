@@ -160,7 +160,8 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
     }
     if (!p.has_track_event()) continue;
     const pp::TrackEvent& e = p.track_event();
-    if (!cleared || !(p.sequence_flags() & kNeedsIncrementalState)) {
+    const bool uses_interned = e.has_name_iid() || e.debug_annotations_size() > 0;
+    if (uses_interned && (!cleared || !(p.sequence_flags() & kNeedsIncrementalState))) {
       problem(where + ": uses interned data without the sequence's incremental state");
     }
     if (!have_clock || p.has_timestamp_clock_id()) problem(where + ": not on the snapshot's clock");
