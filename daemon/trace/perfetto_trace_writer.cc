@@ -36,9 +36,11 @@ constexpr uint32_t kClocks = 1;
 constexpr uint32_t kPrimaryTraceClock = 2;
 constexpr uint32_t kClockId = 1;
 constexpr uint32_t kClockTimestamp = 2;
+constexpr uint32_t kClockIsIncremental = 3;
 // InternedData; EventName and DebugAnnotationName
 constexpr uint32_t kEventNames = 2;
 constexpr uint32_t kAnnotationNames = 3;
+constexpr uint32_t kAnnotationStringValues = 29;  // InternedString {iid 1, str 2}
 constexpr uint32_t kIid = 1;
 constexpr uint32_t kInternedName = 2;
 // TrackEvent
@@ -58,6 +60,7 @@ constexpr uint32_t kUintValue = 3;
 constexpr uint32_t kIntValue = 4;
 constexpr uint32_t kDoubleValue = 5;
 constexpr uint32_t kStringValue = 6;
+constexpr uint32_t kStringValueIid = 17;
 // TrackDescriptor
 constexpr uint32_t kUuid = 1;
 constexpr uint32_t kTrackName = 2;
@@ -79,7 +82,7 @@ constexpr uint64_t kIncrementalStateCleared = 1, kNeedsIncrementalState = 2;
 constexpr uint64_t kBuiltinRealtime = 1, kBuiltinBoottime = 6;
 
 // An event packet without its name or annotations is at most this long.
-constexpr size_t kMaxPacketBytes = 256;
+constexpr size_t kMaxPacketBytes = 512;
 
 // The wire format: varints, fixed64, and length-delimited fields whose length is written once
 // their contents are (Open reserves one byte; Close moves the contents when more are needed).
@@ -244,9 +247,8 @@ char* PutDouble(char* p, Annotation name, double v) {
 char* PutString(char* p, Annotation name, std::string_view v) {
   return PutAnnotation(p, name, [v](char* q) { return BytesField(q, field::kStringValue, v); });
 }
-// "[x,y,z]", as the JSON trace's grid and block.
-char* PutDims(char* p, Annotation name, int64_t x, int64_t y, int64_t z) {
-  char text[72];
+// "[x,y,z]", as the JSON trace's grid and block, into text (72 bytes).
+std::string_view DimsText(char* text, int64_t x, int64_t y, int64_t z) {
   char* t = text;
   *t++ = '[';
   t = std::to_chars(t, t + 21, x).ptr;
@@ -255,7 +257,7 @@ char* PutDims(char* p, Annotation name, int64_t x, int64_t y, int64_t z) {
   *t++ = ',';
   t = std::to_chars(t, t + 21, z).ptr;
   *t++ = ']';
-  return PutString(p, name, std::string_view(text, static_cast<size_t>(t - text)));
+  return std::string_view(text, static_cast<size_t>(t - text));
 }
 
 }  // namespace
@@ -292,8 +294,9 @@ absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> PerfettoTraceWriter::Create
   for (auto [id, ts] : {std::pair{uint64_t{kClockId}, kClockOrigin},
                         std::pair{kBuiltinRealtime, base}, std::pair{kBuiltinBoottime, base}}) {
     char* clock = Open(p, field::kClocks);
-    p = Close(clock,
-              VarintField(VarintField(clock, field::kClockId, id), field::kClockTimestamp, ts));
+    char* q = VarintField(VarintField(clock, field::kClockId, id), field::kClockTimestamp, ts);
+    if (id == kClockId) q = VarintField(q, field::kClockIsIncremental, 1);
+    p = Close(clock, q);
   }
   p = VarintField(p, field::kPrimaryTraceClock, kBuiltinRealtime);
   w->EndPacket(packet, Close(snapshot, p));
@@ -331,7 +334,11 @@ uint64_t PerfettoTraceWriter::Clock(uint64_t ns) const {
 
 char* PerfettoTraceWriter::PutEventPacketHeader(char* p, uint64_t ns, bool interned) {
   last_ns_ = std::max(last_ns_, ns);
-  p = VarintField(p, field::kTimestamp, Clock(ns));
+  // The delta from the previous packet's time (two's complement when earlier: a reader adds it
+  // as a signed number).
+  const uint64_t clock = Clock(ns);
+  p = VarintField(p, field::kTimestamp, clock - last_clock_);
+  last_clock_ = clock;
   p = VarintField(p, field::kSequenceId, kSequenceId);
   // Only packets that refer to interned names say they need the sequence's state.
   return interned ? VarintField(p, field::kSequenceFlags, kNeedsIncrementalState) : p;
@@ -435,7 +442,16 @@ void PerfettoTraceWriter::DescribeTrack(uint64_t uuid, Track kind, uint32_t a, u
 PerfettoTraceWriter::Name PerfettoTraceWriter::BatchName(uint32_t name_id,
                                                          const StringTable& names) {
   Name name{.iid = NameIid(name_id), .intern = {}, .new_name = false};
-  if (interned_ids_.insert(name_id).second) {
+  // Ids are small and dense in practice (the agent counts up): a bitmap, a set for the rest.
+  bool added;
+  if (name_id < kDenseIds) {
+    if (interned_dense_.empty()) interned_dense_.resize(kDenseIds);
+    added = !interned_dense_[name_id];
+    interned_dense_[name_id] = true;
+  } else {
+    added = interned_ids_.insert(name_id).second;
+  }
+  if (added) {
     name.intern = names.Text(name_id);
     name.new_name = true;
   }
@@ -448,12 +464,52 @@ PerfettoTraceWriter::Name PerfettoTraceWriter::OwnName(const std::string& text) 
       .iid = it->second, .intern = added ? std::string_view(it->first) : "", .new_name = added};
 }
 
-char* PerfettoTraceWriter::PutName(char* p, const Name& name) {
-  if (!name.new_name) return p;
+uint64_t PerfettoTraceWriter::StringValueIid(std::string_view text) {
+  auto it = string_values_.find(absl::string_view(text.data(), text.size()));
+  if (it == string_values_.end()) {
+    it = string_values_.emplace(std::string(text), string_values_.size() + 1).first;
+    new_strings_.push_back(&*it);
+  }
+  return it->second;
+}
+
+char* PerfettoTraceWriter::PutStringValue(char* p, uint64_t annotation, std::string_view text) {
+  const uint64_t iid = StringValueIid(text);
+  return PutAnnotation(p, static_cast<Annotation>(annotation),
+                       [iid](char* q) { return VarintField(q, field::kStringValueIid, iid); });
+}
+
+char* PerfettoTraceWriter::PutDims(char* p, uint64_t annotation, int32_t x, int32_t y, int32_t z) {
+  // Most kernels repeat a few launch shapes: a small cache by shape skips the text and its hash.
+  uint64_t key = (uint64_t{static_cast<uint32_t>(x)} << 32 | static_cast<uint32_t>(y)) ^
+                 (uint64_t{static_cast<uint32_t>(z)} << 16);
+  key *= 0x9e3779b97f4a7c15u;
+  DimsEntry& e = dims_cache_[key >> 58];  // 64 entries
+  if (e.iid == 0 || e.x != x || e.y != y || e.z != z) {
+    char text[72];
+    e = {x, y, z, StringValueIid(DimsText(text, x, y, z))};
+  }
+  const uint64_t iid = e.iid;
+  return PutAnnotation(p, static_cast<Annotation>(annotation),
+                       [iid](char* q) { return VarintField(q, field::kStringValueIid, iid); });
+}
+
+char* PerfettoTraceWriter::PutInterned(char* p, const Name& name) {
+  if (!name.new_name && new_strings_.empty()) return p;
+  // One interned_data per packet (a reader keeps the last of a message field written twice).
   char* interned = Open(p, field::kInternedData);
-  char* entry = Open(interned, field::kEventNames);
-  p = Close(entry, BytesField(VarintField(entry, field::kIid, name.iid), field::kInternedName,
-                              name.intern));
+  p = interned;
+  if (name.new_name) {
+    char* entry = Open(p, field::kEventNames);
+    p = Close(entry, BytesField(VarintField(entry, field::kIid, name.iid), field::kInternedName,
+                                name.intern));
+  }
+  for (const auto* value : new_strings_) {
+    char* entry = Open(p, field::kAnnotationStringValues);
+    p = Close(entry, BytesField(VarintField(entry, field::kIid, value->second),
+                                field::kInternedName, value->first));
+  }
+  new_strings_.clear();
   return Close(interned, p);
 }
 
@@ -462,7 +518,7 @@ void PerfettoTraceWriter::WriteSlice(uint64_t track, uint64_t start, uint64_t en
                                      uint64_t flow, uint64_t terminating_flow,
                                      size_t annotation_bytes, Annotate annotate) {
   char* packet = BeginPacket(kMaxPacketBytes + 2 * name.intern.size() + annotation_bytes);
-  char* p = PutName(PutEventPacketHeader(packet, start), name);
+  char* p = PutEventPacketHeader(packet, start);
   char* event = Open(p, field::kTrackEvent);
   p = VarintField(event, field::kType, kSliceBegin);
   p = VarintField(p, field::kTrackUuid, track);
@@ -470,7 +526,7 @@ void PerfettoTraceWriter::WriteSlice(uint64_t track, uint64_t start, uint64_t en
   if (flow != 0) p = Fixed64Field(p, field::kFlowIds, flow);
   if (terminating_flow != 0) p = Fixed64Field(p, field::kTerminatingFlowIds, terminating_flow);
   p = annotate(p);
-  EndPacket(packet, Close(event, p));
+  EndPacket(packet, PutInterned(Close(event, p), name));
 
   // An end before the start (clocks of a broken record) is a zero-length slice, as JSON's dur 0.
   packet = BeginPacket(kMaxPacketBytes);
@@ -485,19 +541,20 @@ void PerfettoTraceWriter::WriteInstant(uint64_t track, uint64_t ns, const Name& 
                                        size_t annotation_bytes,
                                        const std::function<char*(char*)>& annotate) {
   char* packet = BeginPacket(kMaxPacketBytes + 2 * name.intern.size() + annotation_bytes);
-  char* p = PutName(PutEventPacketHeader(packet, ns), name);
+  char* p = PutEventPacketHeader(packet, ns);
   char* event = Open(p, field::kTrackEvent);
   p = VarintField(event, field::kType, kInstant);
   p = VarintField(p, field::kTrackUuid, track);
   p = VarintField(p, field::kNameIid, name.iid);
-  EndPacket(packet, Close(event, annotate(p)));
+  EndPacket(packet, PutInterned(Close(event, annotate(p)), name));
 }
 
 void PerfettoTraceWriter::WriteKernel(const v1::Kernel& k, const StringTable& names) {
   const uint64_t track = LaneOf(Track::kStream, k.device(), k.stream(), k.start_ns(), k.end_ns());
   WriteSlice(track, k.start_ns(), k.end_ns(), BatchName(k.name_id(), names), 0, k.correlation(),
              8 * 48, [&](char* p) {
-               p = PutUint(p, kCorrelation, k.correlation());
+               if (k.correlation() == 0)
+                 p = PutUint(p, kCorrelation, 0);  // else the flow id says it
                p = PutUint(p, kContext, k.context());
                p = PutDims(p, kGrid, k.grid_x(), k.grid_y(), k.grid_z());
                p = PutDims(p, kBlock, k.block_x(), k.block_y(), k.block_z());
@@ -516,13 +573,13 @@ void PerfettoTraceWriter::WriteMemcpy(const v1::Memcpy& m) {
   WriteSlice(track, m.start_ns(), m.end_ns(),
              OwnName(CopyName(m.copy_kind(), m.src_kind(), m.dst_kind())), 0, m.correlation(),
              6 * 48, [&](char* p) {
-               p = PutUint(p, kCorrelation, m.correlation());
+               if (m.correlation() == 0) p = PutUint(p, kCorrelation, 0);  // else the flow id
                p = PutUint(p, kBytes, m.bytes());
                p = PutDouble(p, kBandwidth,
                              dur ? static_cast<double>(m.bytes()) / static_cast<double>(dur) : 0);
-               p = PutString(p, kCopyKind, analysis::CuptiCopyKindName(m.copy_kind()));
-               p = PutString(p, kSrcKind, analysis::CuptiMemoryKindName(m.src_kind()));
-               return PutString(p, kDstKind, analysis::CuptiMemoryKindName(m.dst_kind()));
+               p = PutStringValue(p, kCopyKind, analysis::CuptiCopyKindName(m.copy_kind()));
+               p = PutStringValue(p, kSrcKind, analysis::CuptiMemoryKindName(m.src_kind()));
+               return PutStringValue(p, kDstKind, analysis::CuptiMemoryKindName(m.dst_kind()));
              });
 }
 
@@ -531,7 +588,7 @@ void PerfettoTraceWriter::WriteMemset(const v1::Memset& m) {
   const uint64_t dur = m.end_ns() > m.start_ns() ? m.end_ns() - m.start_ns() : 0;
   WriteSlice(track, m.start_ns(), m.end_ns(), OwnName(MemsetName(m.memory_kind())), 0,
              m.correlation(), 3 * 32, [&](char* p) {
-               p = PutUint(p, kCorrelation, m.correlation());
+               if (m.correlation() == 0) p = PutUint(p, kCorrelation, 0);  // else the flow id
                p = PutUint(p, kBytes, m.bytes());
                return PutDouble(
                    p, kBandwidth,
@@ -546,7 +603,7 @@ void PerfettoTraceWriter::WriteApiCall(const v1::ApiCall& a, const StringTable& 
   const uint64_t flow = names.Find(a.name_id()).enqueues_gpu_work ? a.correlation() : 0;
   WriteSlice(track, a.start_ns(), a.end_ns(), BatchName(a.name_id(), names), flow, 0, 3 * 32,
              [&](char* p) {
-               p = PutUint(p, kCorrelation, a.correlation());
+               if (flow == 0) p = PutUint(p, kCorrelation, a.correlation());  // else the flow id
                p = PutUint(p, kCbid, a.cbid());
                if (a.return_value() != 0) p = PutUint(p, kReturn, a.return_value());
                return p;
@@ -576,7 +633,7 @@ void PerfettoTraceWriter::WriteMemoryOp(const v1::MemoryOp& m) {
   WriteInstant(track, m.timestamp_ns(), OwnName("[memory]"), 3 * 32, [&](char* p) {
     p = PutUint(p, kAddress, m.address());
     p = PutInt(p, kBytes, m.is_free() ? -bytes : bytes);
-    return PutString(p, kKind, analysis::CuptiMemoryKindName(m.memory_kind()));
+    return PutStringValue(p, kKind, analysis::CuptiMemoryKindName(m.memory_kind()));
   });
 }
 

@@ -11,6 +11,7 @@
 // instead of JSON text.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -31,9 +32,10 @@ namespace profd {
 
 class PerfettoTraceWriter : public TraceWriter {
  public:
-  // The sequence-scoped clock of the packets' timestamps: a packet's timestamp is its
-  // CLOCK_REALTIME ns minus the process's base_time_ns plus kClockOrigin (events up to ~68 s
-  // before the base keep their exact time; earlier ones are written at the origin).
+  // The sequence-scoped, incremental clock of the packets' timestamps: a packet's time on it is
+  // its CLOCK_REALTIME ns minus the process's base_time_ns plus kClockOrigin (events up to ~68 s
+  // before the base keep their exact time; earlier ones are written at the origin), and its
+  // timestamp field the difference from the previous packet's (mostly 1-3 byte varints).
   static constexpr uint32_t kClockId = 64;
   static constexpr uint64_t kClockOrigin = uint64_t{1} << 36;
   static constexpr uint32_t kSequenceId = 1;
@@ -84,7 +86,14 @@ class PerfettoTraceWriter : public TraceWriter {
   };
   Name BatchName(uint32_t name_id, const StringTable& names);
   Name OwnName(const std::string& text);
-  char* PutName(char* p, const Name& name);
+  // A string argument whose value is interned (grid, block, copy and memory kinds: a few values
+  // over and over): the value's iid, and the value into this packet's interned data when new.
+  uint64_t StringValueIid(std::string_view text);
+  char* PutStringValue(char* p, uint64_t annotation, std::string_view text);
+  // Grid and block, "[x,y,z]" as the JSON trace writes them, interned.
+  char* PutDims(char* p, uint64_t annotation, int32_t x, int32_t y, int32_t z);
+  // The packet's interned data: the event's name when new, and the new string values.
+  char* PutInterned(char* p, const Name& name);
   // A begin packet (name, flows, the annotations `annotate` writes, at most annotation_bytes)
   // and an end packet on track.
   template <typename Annotate>
@@ -117,8 +126,18 @@ class PerfettoTraceWriter : public TraceWriter {
   std::vector<Lane>* last_lanes_ = nullptr;
   uint64_t next_uuid_ = 1;
   uint64_t process_track_ = 0;
-  absl::flat_hash_set<uint32_t> interned_ids_;            // batch string ids already interned
+  static constexpr uint32_t kDenseIds = 1 << 16;
+  std::vector<bool> interned_dense_;                      // batch string ids < kDenseIds interned
+  absl::flat_hash_set<uint32_t> interned_ids_;            // the others
   absl::flat_hash_map<std::string, uint64_t> own_names_;  // profd's names -> odd iids
+  absl::node_hash_map<std::string, uint64_t> string_values_;  // argument values -> iids
+  std::vector<const std::pair<const std::string, uint64_t>*> new_strings_;  // not yet interned
+  struct DimsEntry {
+    int32_t x = 0, y = 0, z = 0;
+    uint64_t iid = 0;
+  };
+  std::array<DimsEntry, 64> dims_cache_{};  // launch shapes -> their text's iid
+  uint64_t last_clock_ = kClockOrigin;      // the previous event packet's time on kClockId
   uint64_t last_ns_ = 0;  // the latest time written (the footer's instants go there)
 };
 

@@ -10,7 +10,7 @@
 //   - the PerfettoTraceWriter (protobuf + gzip), alone and with the analysis, on the same batches.
 //   Each copy of the fixture is shifted after the previous one, so the
 //     analysis sees one long capture in time order, as from an agent.
-//   trace_writer_bench [copies=200] [gzip_level=1]
+//   trace_writer_bench [copies=200] [gzip_level=1] [perfetto: that writer alone]
 #include <zlib.h>
 
 #include <algorithm>
@@ -124,6 +124,12 @@ int main(int argc, char** argv) {
 
   std::printf("trace conversion, %d x tests/fixtures/burst_1000_kernels.batches.pb, one thread:\n",
               copies);
+  if (argc > 3 && std::string(argv[3]) == "perfetto") {  // that writer alone (for a profiler)
+    Report("Perfetto writer alone", [&] {
+      return convert(level, true, false, dir.File("bench.pftrace.gz"), TraceFormat::kPerfetto);
+    });
+    return 0;
+  }
   char what[64];
   std::snprintf(what, sizeof(what), "writer alone (JSON + gzip level %d)", level);
   const double writer_rate = Report(what, [&] { return convert(level, true, false, path); });

@@ -141,6 +141,10 @@ std::vector<Slice> PerfettoSlices(const PerfettoTraceContents& trace, int64_t ba
     for (const auto& s : t.slices) {
       out.push_back({row, s.name, static_cast<int64_t>(s.start) - base,
                      static_cast<int64_t>(s.end) - base, s.args});
+      // A slice with an arrow carries its correlation id as the flow's id only.
+      for (const auto& flow : {s.flows, s.terminating_flows}) {
+        if (!flow.empty()) out.back().args.try_emplace("correlation", absl::StrCat(flow[0]));
+      }
       for (uint64_t f : s.flows) flows->starts.insert(f);
       for (uint64_t f : s.terminating_flows) flows->ends.insert(f);
     }

@@ -39,8 +39,18 @@ void FindUnknown(const Message& m, const std::string& where, std::vector<std::st
   }
 }
 
-std::string ValueText(const pp::DebugAnnotation& a) {
+std::string ValueText(const pp::DebugAnnotation& a,
+                      const absl::flat_hash_map<uint64_t, std::string>& strings,
+                      std::vector<std::string>* problems) {
   switch (a.value_case()) {
+    case pp::DebugAnnotation::kStringValueIid: {
+      auto it = strings.find(a.string_value_iid());
+      if (it == strings.end()) {
+        problems->push_back(absl::StrCat("string value ", a.string_value_iid(), " not interned"));
+        return "";
+      }
+      return it->second;
+    }
     case pp::DebugAnnotation::kBoolValue:
       return a.bool_value() ? "true" : "false";
     case pp::DebugAnnotation::kUintValue:
@@ -99,7 +109,9 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
   bool cleared = false;
   uint32_t default_clock = 0;
   bool have_clock = false;
-  absl::flat_hash_map<uint64_t, std::string> names, annotation_names;
+  bool incremental = false;
+  int64_t clock_now = 0;  // the sequence clock's value at the last packet
+  absl::flat_hash_map<uint64_t, std::string> names, annotation_names, string_values;
   std::vector<Event> events;
   for (int i = 0; i < trace.packet_size(); ++i) {
     const pp::TracePacket& p = trace.packet(i);
@@ -109,6 +121,7 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
       cleared = true;
       names.clear();
       annotation_names.clear();
+      string_values.clear();
     }
     if (p.has_trace_packet_defaults())
       default_clock = p.trace_packet_defaults().timestamp_clock_id();
@@ -121,11 +134,16 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
     for (const pp::DebugAnnotationName& n : p.interned_data().debug_annotation_names()) {
       annotation_names[n.iid()] = n.name();
     }
+    for (const pp::InternedString& s : p.interned_data().debug_annotation_string_values()) {
+      string_values[s.iid()] = s.str();
+    }
     if (p.has_clock_snapshot()) {
       for (const auto& c : p.clock_snapshot().clocks()) {
         if (c.clock_id() == kRealtime) out.realtime_at_origin = c.timestamp();
         if (c.clock_id() >= 64 && c.clock_id() == default_clock) {
           out.clock_origin = c.timestamp();
+          clock_now = static_cast<int64_t>(c.timestamp());
+          incremental = c.is_incremental();
           have_clock = true;
         }
       }
@@ -170,7 +188,11 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
       continue;
     }
     Event ev;
-    ev.ns = out.realtime_at_origin + (p.timestamp() - out.clock_origin);
+    // An incremental clock: each timestamp is a signed delta from the previous one on it.
+    clock_now += incremental ? static_cast<int64_t>(p.timestamp())
+                             : static_cast<int64_t>(p.timestamp()) - clock_now;
+    ev.ns = out.realtime_at_origin +
+            static_cast<uint64_t>(clock_now - static_cast<int64_t>(out.clock_origin));
     ev.order = static_cast<size_t>(i);
     ev.track = e.track_uuid();
     ev.event = &e;
@@ -184,7 +206,7 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
       if (!annotation_names.contains(a.name_iid())) {
         problem(absl::StrCat(where, ": annotation name ", a.name_iid(), " not interned"));
       }
-      ev.args[annotation_names[a.name_iid()]] = ValueText(a);
+      ev.args[annotation_names[a.name_iid()]] = ValueText(a, string_values, &out.problems);
     }
     events.push_back(std::move(ev));
   }
