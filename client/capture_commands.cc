@@ -585,7 +585,7 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   capture
       ->add_option("--format", f->format,
                    "Trace format: json (Chrome trace JSON: HTA, TensorBoard, Perfetto UI) or "
-                   "perfetto (Perfetto protobuf, a quarter smaller; Perfetto UI, trace_processor). "
+                   "perfetto (Perfetto protobuf, 2.5x smaller; Perfetto UI, trace_processor). "
                    "Default: profd's --trace_format (json). Kineto's own traces stay JSON")
       ->check(CLI::IsMember({"json", "perfetto"}));
   capture->add_flag("--gpu-metrics", f->gpu_metrics,
