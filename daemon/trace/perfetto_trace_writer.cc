@@ -47,6 +47,7 @@ constexpr uint32_t kInternedName = 2;
 constexpr uint32_t kDebugAnnotations = 4;
 constexpr uint32_t kType = 9;
 constexpr uint32_t kNameIid = 10;
+constexpr uint32_t kEventName = 23;  // the name itself, past the interning caps
 constexpr uint32_t kTrackUuid = 11;
 constexpr uint32_t kDoubleCounterValue = 44;
 constexpr uint32_t kExtraDoubleCounterTracks = 45;
@@ -448,8 +449,12 @@ PerfettoTraceWriter::Name PerfettoTraceWriter::BatchName(uint32_t name_id,
     if (interned_dense_.empty()) interned_dense_.resize(kDenseIds);
     added = !interned_dense_[name_id];
     interned_dense_[name_id] = true;
-  } else {
+  } else if (interned_ids_.contains(name_id)) {
+    added = false;
+  } else if (interned_ids_.size() < kMaxInterned) {
     added = interned_ids_.insert(name_id).second;
+  } else {
+    return Name{.iid = 0, .intern = names.Text(name_id), .new_name = false};  // written inline
   }
   if (added) {
     name.intern = names.Text(name_id);
@@ -459,14 +464,17 @@ PerfettoTraceWriter::Name PerfettoTraceWriter::BatchName(uint32_t name_id,
 }
 
 PerfettoTraceWriter::Name PerfettoTraceWriter::OwnName(const std::string& text) {
-  auto [it, added] = own_names_.try_emplace(text, 2 * own_names_.size() + 1);
-  return Name{
-      .iid = it->second, .intern = added ? std::string_view(it->first) : "", .new_name = added};
+  auto it = own_names_.find(text);
+  if (it != own_names_.end()) return Name{.iid = it->second, .intern = {}, .new_name = false};
+  if (own_names_.size() >= kMaxInterned) return Name{.iid = 0, .intern = text, .new_name = false};
+  it = own_names_.emplace(text, 2 * own_names_.size() + 1).first;
+  return Name{.iid = it->second, .intern = it->first, .new_name = true};
 }
 
 uint64_t PerfettoTraceWriter::StringValueIid(std::string_view text) {
   auto it = string_values_.find(absl::string_view(text.data(), text.size()));
   if (it == string_values_.end()) {
+    if (string_values_.size() >= kMaxInterned) return 0;
     it = string_values_.emplace(std::string(text), string_values_.size() + 1).first;
     new_strings_.push_back(&*it);
   }
@@ -475,6 +483,7 @@ uint64_t PerfettoTraceWriter::StringValueIid(std::string_view text) {
 
 char* PerfettoTraceWriter::PutStringValue(char* p, uint64_t annotation, std::string_view text) {
   const uint64_t iid = StringValueIid(text);
+  if (iid == 0) return PutString(p, static_cast<Annotation>(annotation), text);
   return PutAnnotation(p, static_cast<Annotation>(annotation),
                        [iid](char* q) { return VarintField(q, field::kStringValueIid, iid); });
 }
@@ -487,7 +496,10 @@ char* PerfettoTraceWriter::PutDims(char* p, uint64_t annotation, int32_t x, int3
   DimsEntry& e = dims_cache_[key >> 58];  // 64 entries
   if (e.iid == 0 || e.x != x || e.y != y || e.z != z) {
     char text[72];
-    e = {x, y, z, StringValueIid(DimsText(text, x, y, z))};
+    const std::string_view dims = DimsText(text, x, y, z);
+    const uint64_t iid = StringValueIid(dims);
+    if (iid == 0) return PutString(p, static_cast<Annotation>(annotation), dims);
+    e = {x, y, z, iid};
   }
   const uint64_t iid = e.iid;
   return PutAnnotation(p, static_cast<Annotation>(annotation),
@@ -522,7 +534,8 @@ void PerfettoTraceWriter::WriteSlice(uint64_t track, uint64_t start, uint64_t en
   char* event = Open(p, field::kTrackEvent);
   p = VarintField(event, field::kType, kSliceBegin);
   p = VarintField(p, field::kTrackUuid, track);
-  p = VarintField(p, field::kNameIid, name.iid);
+  p = name.iid != 0 ? VarintField(p, field::kNameIid, name.iid)
+                    : BytesField(p, field::kEventName, name.intern);
   if (flow != 0) p = Fixed64Field(p, field::kFlowIds, flow);
   if (terminating_flow != 0) p = Fixed64Field(p, field::kTerminatingFlowIds, terminating_flow);
   p = annotate(p);
@@ -545,7 +558,8 @@ void PerfettoTraceWriter::WriteInstant(uint64_t track, uint64_t ns, const Name& 
   char* event = Open(p, field::kTrackEvent);
   p = VarintField(event, field::kType, kInstant);
   p = VarintField(p, field::kTrackUuid, track);
-  p = VarintField(p, field::kNameIid, name.iid);
+  p = name.iid != 0 ? VarintField(p, field::kNameIid, name.iid)
+                    : BytesField(p, field::kEventName, name.intern);
   EndPacket(packet, PutInterned(Close(event, annotate(p)), name));
 }
 

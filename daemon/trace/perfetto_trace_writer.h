@@ -78,7 +78,8 @@ class PerfettoTraceWriter : public TraceWriter {
   uint64_t NameIid(uint32_t name_id) const { return 2 * uint64_t{name_id} + 2; }
   char* PutInternedName(char* p, uint32_t name_id, const StringTable& names);
   uint64_t OwnNameIid(const std::string& name, std::string* intern);
-  // A name for an event: its interned id, and the text when this packet must intern it.
+  // A name for an event: its interned id, and the text when this packet must intern it; iid 0:
+  // the text is written in the event itself.
   struct Name {
     uint64_t iid = 0;
     std::string_view intern;  // empty: interned before
@@ -127,9 +128,12 @@ class PerfettoTraceWriter : public TraceWriter {
   uint64_t next_uuid_ = 1;
   uint64_t process_track_ = 0;
   static constexpr uint32_t kDenseIds = 1 << 16;
-  std::vector<bool> interned_dense_;                      // batch string ids < kDenseIds interned
-  absl::flat_hash_set<uint32_t> interned_ids_;            // the others
-  absl::flat_hash_map<std::string, uint64_t> own_names_;  // profd's names -> odd iids
+  std::vector<bool> interned_dense_;            // batch string ids < kDenseIds interned
+  absl::flat_hash_set<uint32_t> interned_ids_;  // the others
+  // What the sequence interns is bounded however many distinct values the agent sends (each
+  // table up to kMaxInterned entries); past that, names and values are written inline.
+  static constexpr size_t kMaxInterned = 1 << 16;
+  absl::node_hash_map<std::string, uint64_t> own_names_;      // profd's names -> odd iids
   absl::node_hash_map<std::string, uint64_t> string_values_;  // argument values -> iids
   std::vector<const std::pair<const std::string, uint64_t>*> new_strings_;  // not yet interned
   struct DimsEntry {

@@ -326,5 +326,35 @@ TEST(PerfettoTraceWriterTest, ACutTraceIsRepairedToItsWholePackets) {
   }
 }
 
+// What the sequence interns is bounded whatever the agent sends: past 65,536 distinct names or
+// argument values they are written inline, and the trace still reads as the JSON says.
+TEST(PerfettoTraceWriterTest, InterningIsBoundedAndWhatIsPastItIsWrittenInline) {
+  const uint64_t t0 = 1764520000000000000;
+  v1::EventBatch b;
+  for (uint32_t i = 0; i < 66'000; ++i) {
+    v1::Overhead* o = b.add_overheads();  // each its own name: "CUPTI overhead: kind <i>"
+    o->set_start_ns(t0 + 10 * i);
+    o->set_end_ns(t0 + 10 * i + 5);
+    o->set_kind(i);
+    o->set_tid(9);
+    v1::Kernel* k = b.add_kernels();  // each its own grid
+    k->set_start_ns(t0 + 10 * i);
+    k->set_end_ns(t0 + 10 * i + 5);
+    k->set_grid_x(static_cast<int32_t>(i));
+    k->set_name_id(100'000 + i);  // ids past the dense range, none defined: empty names
+  }
+  TraceProcess process;
+  process.pid = 5;
+  process.base_time_ns = static_cast<int64_t>(t0);
+  TempDir dir;
+  const std::string json = Write(TraceFormat::kChromeJson, dir, process, {b});
+  const std::string pb = Write(TraceFormat::kPerfetto, dir, process, {b});
+  PerfettoTraceContents trace = testing::ReadPerfettoTrace(pb);
+  EXPECT_TRUE(trace.problems.empty()) << absl::StrJoin(trace.problems, "\n");
+  Flows json_flows, perfetto_flows;
+  ExpectSameSlices(JsonSlices(json, process.pid, &json_flows),
+                   PerfettoSlices(trace, process.base_time_ns, &perfetto_flows));
+}
+
 }  // namespace
 }  // namespace profd

@@ -196,7 +196,10 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
     ev.order = static_cast<size_t>(i);
     ev.track = e.track_uuid();
     ev.event = &e;
-    if (e.type() == pp::TrackEvent::TYPE_SLICE_BEGIN || e.type() == pp::TrackEvent::TYPE_INSTANT) {
+    if (e.has_name()) {
+      ev.name = e.name();
+    } else if (e.type() == pp::TrackEvent::TYPE_SLICE_BEGIN ||
+               e.type() == pp::TrackEvent::TYPE_INSTANT) {
       if (!names.contains(e.name_iid())) {
         problem(absl::StrCat(where, ": name ", e.name_iid(), " not interned"));
       }
