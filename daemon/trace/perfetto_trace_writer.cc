@@ -526,13 +526,14 @@ char* PerfettoTraceWriter::PutInterned(char* p, const Name& name) {
 }
 
 template <typename Annotate>
-void PerfettoTraceWriter::WriteSlice(uint64_t track, uint64_t start, uint64_t end, const Name& name,
-                                     uint64_t flow, uint64_t terminating_flow,
-                                     size_t annotation_bytes, Annotate annotate) {
+void PerfettoTraceWriter::WriteNamedEvent(uint64_t type, uint64_t track, uint64_t ns,
+                                          const Name& name, uint64_t flow,
+                                          uint64_t terminating_flow, size_t annotation_bytes,
+                                          Annotate annotate) {
   char* packet = BeginPacket(kMaxPacketBytes + 2 * name.intern.size() + annotation_bytes);
-  char* p = PutEventPacketHeader(packet, start);
+  char* p = PutEventPacketHeader(packet, ns);
   char* event = Open(p, field::kTrackEvent);
-  p = VarintField(event, field::kType, kSliceBegin);
+  p = VarintField(event, field::kType, type);
   p = VarintField(p, field::kTrackUuid, track);
   p = name.iid != 0 ? VarintField(p, field::kNameIid, name.iid)
                     : BytesField(p, field::kEventName, name.intern);
@@ -540,27 +541,21 @@ void PerfettoTraceWriter::WriteSlice(uint64_t track, uint64_t start, uint64_t en
   if (terminating_flow != 0) p = Fixed64Field(p, field::kTerminatingFlowIds, terminating_flow);
   p = annotate(p);
   EndPacket(packet, PutInterned(Close(event, p), name));
+}
 
+template <typename Annotate>
+void PerfettoTraceWriter::WriteSlice(uint64_t track, uint64_t start, uint64_t end, const Name& name,
+                                     uint64_t flow, uint64_t terminating_flow,
+                                     size_t annotation_bytes, Annotate annotate) {
+  WriteNamedEvent(kSliceBegin, track, start, name, flow, terminating_flow, annotation_bytes,
+                  annotate);
   // An end before the start (clocks of a broken record) is a zero-length slice, as JSON's dur 0.
-  packet = BeginPacket(kMaxPacketBytes);
-  p = PutEventPacketHeader(packet, std::max(start, end), /*interned=*/false);
-  event = Open(p, field::kTrackEvent);
+  char* packet = BeginPacket(kMaxPacketBytes);
+  char* p = PutEventPacketHeader(packet, std::max(start, end), /*interned=*/false);
+  char* event = Open(p, field::kTrackEvent);
   p = VarintField(event, field::kType, kSliceEnd);
   p = VarintField(p, field::kTrackUuid, track);
   EndPacket(packet, Close(event, p));
-}
-
-void PerfettoTraceWriter::WriteInstant(uint64_t track, uint64_t ns, const Name& name,
-                                       size_t annotation_bytes,
-                                       const std::function<char*(char*)>& annotate) {
-  char* packet = BeginPacket(kMaxPacketBytes + 2 * name.intern.size() + annotation_bytes);
-  char* p = PutEventPacketHeader(packet, ns);
-  char* event = Open(p, field::kTrackEvent);
-  p = VarintField(event, field::kType, kInstant);
-  p = VarintField(p, field::kTrackUuid, track);
-  p = name.iid != 0 ? VarintField(p, field::kNameIid, name.iid)
-                    : BytesField(p, field::kEventName, name.intern);
-  EndPacket(packet, PutInterned(Close(event, annotate(p)), name));
 }
 
 void PerfettoTraceWriter::WriteKernel(const v1::Kernel& k, const StringTable& names) {
@@ -644,11 +639,12 @@ void PerfettoTraceWriter::WriteMarker(const v1::Marker& m, const StringTable& na
 void PerfettoTraceWriter::WriteMemoryOp(const v1::MemoryOp& m) {
   const uint64_t track = TrackOf(Track::kMemory, m.device());
   const int64_t bytes = static_cast<int64_t>(std::min<uint64_t>(m.bytes(), INT64_MAX));
-  WriteInstant(track, m.timestamp_ns(), OwnName("[memory]"), 3 * 32, [&](char* p) {
-    p = PutUint(p, kAddress, m.address());
-    p = PutInt(p, kBytes, m.is_free() ? -bytes : bytes);
-    return PutStringValue(p, kKind, analysis::CuptiMemoryKindName(m.memory_kind()));
-  });
+  WriteNamedEvent(kInstant, track, m.timestamp_ns(), OwnName("[memory]"), 0, 0, 3 * 32,
+                  [&](char* p) {
+                    p = PutUint(p, kAddress, m.address());
+                    p = PutInt(p, kBytes, m.is_free() ? -bytes : bytes);
+                    return PutStringValue(p, kKind, analysis::CuptiMemoryKindName(m.memory_kind()));
+                  });
 }
 
 void PerfettoTraceWriter::WriteOverhead(const v1::Overhead& o) {
@@ -689,43 +685,44 @@ absl::Status PerfettoTraceWriter::Finish(const Footer& footer) {
   const size_t text = t.capture_id.size() + t.hostname.size() + t.comm.size() +
                       t.command_line.size() + t.pod_name.size() + t.pod_namespace.size() +
                       footer.error.size();
-  WriteInstant(process_track_, last_ns_, OwnName("profd capture"), 24 * 32 + text, [&](char* p) {
-    p = PutString(p, kCaptureId, t.capture_id);
-    p = PutString(p, kHostname, t.hostname);
-    p = PutUint(p, kPid, t.pid);
-    p = PutString(p, kComm, t.comm);
-    p = PutString(p, kCommandLine, t.command_line);
-    p = PutString(p, kPod, t.pod_name);
-    p = PutString(p, kNamespace, t.pod_namespace);
-    if (t.distributed) {
-      p = PutUint(p, kRank, t.rank);
-      p = PutUint(p, kWorldSize, t.world_size);
-      p = PutUint(p, kLocalRank, t.local_rank);
-    }
-    p = PutUint(p, kEvents, events_);
-    p = PutUint(p, kInvalidEvents, invalid_events_);
-    p = PutUint(p, kDroppedRecords, footer.dropped_records);
-    p = PutBool(p, kTruncated, footer.truncated);
-    return PutString(p, kError, footer.error);
-  });
+  WriteNamedEvent(kInstant, process_track_, last_ns_, OwnName("profd capture"), 0, 0,
+                  24 * 32 + text, [&](char* p) {
+                    p = PutString(p, kCaptureId, t.capture_id);
+                    p = PutString(p, kHostname, t.hostname);
+                    p = PutUint(p, kPid, t.pid);
+                    p = PutString(p, kComm, t.comm);
+                    p = PutString(p, kCommandLine, t.command_line);
+                    p = PutString(p, kPod, t.pod_name);
+                    p = PutString(p, kNamespace, t.pod_namespace);
+                    if (t.distributed) {
+                      p = PutUint(p, kRank, t.rank);
+                      p = PutUint(p, kWorldSize, t.world_size);
+                      p = PutUint(p, kLocalRank, t.local_rank);
+                    }
+                    p = PutUint(p, kEvents, events_);
+                    p = PutUint(p, kInvalidEvents, invalid_events_);
+                    p = PutUint(p, kDroppedRecords, footer.dropped_records);
+                    p = PutBool(p, kTruncated, footer.truncated);
+                    return PutString(p, kError, footer.error);
+                  });
   for (const v1::DeviceInfo& d : footer.devices) {
     const uint64_t track = TrackOf(Track::kGpu, d.ordinal());
-    WriteInstant(track, last_ns_, OwnName("device properties"),
-                 16 * 32 + d.name().size() + d.uuid().size(), [&](char* p) {
-                   p = PutString(p, kDeviceName, d.name());
-                   p = PutString(p, kUuid, d.uuid());
-                   p = PutString(p, kComputeCapability,
-                                 absl::StrCat(d.compute_major(), ".", d.compute_minor()));
-                   p = PutUint(p, kGlobalMemory, d.global_memory_bytes());
-                   p = PutUint(p, kSms, d.multiprocessors());
-                   p = PutUint(p, kMaxThreadsPerSm, d.max_threads_per_multiprocessor());
-                   p = PutUint(p, kMaxBlocksPerSm, d.max_blocks_per_multiprocessor());
-                   p = PutUint(p, kRegistersPerSm, d.max_registers_per_multiprocessor());
-                   p = PutUint(p, kSharedMemoryPerSm, d.max_shared_memory_per_multiprocessor());
-                   p = PutUint(p, kWarpSize, d.warp_size());
-                   p = PutUint(p, kRegistersPerBlock, d.max_registers_per_block());
-                   return PutUint(p, kSharedMemoryPerBlock, d.max_shared_memory_per_block());
-                 });
+    WriteNamedEvent(kInstant, track, last_ns_, OwnName("device properties"), 0, 0,
+                    16 * 32 + d.name().size() + d.uuid().size(), [&](char* p) {
+                      p = PutString(p, kDeviceName, d.name());
+                      p = PutString(p, kUuid, d.uuid());
+                      p = PutString(p, kComputeCapability,
+                                    absl::StrCat(d.compute_major(), ".", d.compute_minor()));
+                      p = PutUint(p, kGlobalMemory, d.global_memory_bytes());
+                      p = PutUint(p, kSms, d.multiprocessors());
+                      p = PutUint(p, kMaxThreadsPerSm, d.max_threads_per_multiprocessor());
+                      p = PutUint(p, kMaxBlocksPerSm, d.max_blocks_per_multiprocessor());
+                      p = PutUint(p, kRegistersPerSm, d.max_registers_per_multiprocessor());
+                      p = PutUint(p, kSharedMemoryPerSm, d.max_shared_memory_per_multiprocessor());
+                      p = PutUint(p, kWarpSize, d.warp_size());
+                      p = PutUint(p, kRegistersPerBlock, d.max_registers_per_block());
+                      return PutUint(p, kSharedMemoryPerBlock, d.max_shared_memory_per_block());
+                    });
   }
   return file_->Close();
 }

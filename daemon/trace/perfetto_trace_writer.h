@@ -13,7 +13,6 @@
 
 #include <array>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -95,13 +94,15 @@ class PerfettoTraceWriter : public TraceWriter {
   char* PutDims(char* p, uint64_t annotation, int32_t x, int32_t y, int32_t z);
   // The packet's interned data: the event's name when new, and the new string values.
   char* PutInterned(char* p, const Name& name);
-  // A begin packet (name, flows, the annotations `annotate` writes, at most annotation_bytes)
-  // and an end packet on track.
+  // One packet of an event with a name (a slice's BEGIN, an instant): its flows and the
+  // annotations `annotate` writes (at most annotation_bytes).
+  template <typename Annotate>
+  void WriteNamedEvent(uint64_t type, uint64_t track, uint64_t ns, const Name& name, uint64_t flow,
+                       uint64_t terminating_flow, size_t annotation_bytes, Annotate annotate);
+  // The BEGIN packet, then the END packet, on track.
   template <typename Annotate>
   void WriteSlice(uint64_t track, uint64_t start, uint64_t end, const Name& name, uint64_t flow,
                   uint64_t terminating_flow, size_t annotation_bytes, Annotate annotate);
-  void WriteInstant(uint64_t track, uint64_t ns, const Name& name, size_t annotation_bytes,
-                    const std::function<char*(char*)>& annotate);
   void WriteKernel(const v1::Kernel& k, const StringTable& names) override;
   void WriteMemcpy(const v1::Memcpy& m) override;
   void WriteMemset(const v1::Memset& m) override;

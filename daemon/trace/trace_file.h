@@ -35,8 +35,6 @@ class TraceFile {
   char* Reserve(size_t bytes);
   void Commit(char* end) { size_ = static_cast<size_t>(end - buffer_.get()); }
   void Append(std::string_view bytes);
-  // Where the buffer ends now (what was written since may be moved with memmove, then Commit).
-  char* end() const { return buffer_.get() + size_; }
 
   // Compresses a full buffer into the file; call between events. After a failed write the
   // buffer's bytes have nowhere to go and are dropped: the error is kept for status().

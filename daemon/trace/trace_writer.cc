@@ -18,10 +18,6 @@ bool ParseTraceFormat(std::string_view text, TraceFormat* format) {
   return true;
 }
 
-const char* TraceFormatFlagName(TraceFormat format) {
-  return format == TraceFormat::kPerfetto ? "perfetto" : "json";
-}
-
 std::string TraceFileName(uint32_t pid, TraceFormat format) {
   return absl::StrCat("trace-", pid, format == TraceFormat::kPerfetto ? ".pftrace.gz" : ".json.gz");
 }

@@ -49,7 +49,6 @@ enum class TraceFormat {
 
 // "json" or "perfetto" (flags); false for anything else.
 bool ParseTraceFormat(std::string_view text, TraceFormat* format);
-const char* TraceFormatFlagName(TraceFormat format);
 // The name of a process's trace file in a capture folder, and the manifest's format for it.
 std::string TraceFileName(uint32_t pid, TraceFormat format);
 const char* TraceManifestFormat(TraceFormat format);
