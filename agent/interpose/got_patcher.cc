@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
@@ -214,12 +215,20 @@ class ObjectHandle {
 
 }  // namespace
 
-GotPatcher::GotPatcher(std::vector<ImportHook> hooks, std::vector<const void*> never_patch)
-    : hooks_(std::move(hooks)), never_patch_(std::move(never_patch)) {}
+GotPatcher::GotPatcher(std::vector<ImportHook> hooks, std::vector<const void*> never_patch,
+                       std::vector<std::string> never_patch_names)
+    : hooks_(std::move(hooks)),
+      never_patch_(std::move(never_patch)),
+      never_patch_names_(std::move(never_patch_names)) {}
 
 void GotPatcher::Scan() {
   std::lock_guard<std::mutex> lock(mutex_);
   ScanLocked(false);
+}
+
+void GotPatcher::TryScan() {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (lock.owns_lock()) ScanLocked(false);
 }
 
 void GotPatcher::ScanLocked(bool force_verify) {
@@ -284,6 +293,11 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
   if (!layout.found || layout.dynamic == 0) return;
   for (const void* address : never_patch_) {
     if (layout.Contains(reinterpret_cast<uintptr_t>(address), 1)) return;
+  }
+  const size_t slash = object->name.rfind('/');
+  const char* basename = object->name.c_str() + (slash == std::string::npos ? 0 : slash + 1);
+  for (const std::string& prefix : never_patch_names_) {
+    if (std::strncmp(basename, prefix.c_str(), prefix.size()) == 0) return;
   }
   const uintptr_t base = object->base;
 
@@ -460,7 +474,14 @@ std::vector<GotPatcher::ObjectReport> GotPatcher::Report() const {
   std::vector<ObjectReport> report;
   for (const Object& object : objects_) {
     if (!object.imports_hooks) continue;
-    report.push_back({object.path, static_cast<uint32_t>(object.slots.size()), object.problem});
+    ObjectReport r{object.path, static_cast<uint32_t>(object.slots.size()), object.problem, {}};
+    for (const Slot& slot : object.slots) {
+      const std::string name = hooks_[slot.hook].name;
+      if (std::find(r.hooked.begin(), r.hooked.end(), name) == r.hooked.end()) {
+        r.hooked.push_back(name);
+      }
+    }
+    report.push_back(std::move(r));
   }
   return report;
 }

@@ -35,17 +35,23 @@ class GotPatcher {
   // One line per object that imports a hooked symbol.
   struct ObjectReport {
     std::string path;
-    uint32_t slots = 0;   // slots pointing to our replacements
-    std::string problem;  // why some or all of its slots were left alone; "" when none
+    uint32_t slots = 0;               // slots pointing to our replacements
+    std::string problem;              // why some or all of its slots were left alone; "" when none
+    std::vector<std::string> hooked;  // the imports that go through a replacement, once each
   };
 
-  // never_patch: addresses inside objects that must keep their own GOT (any address of each).
-  GotPatcher(std::vector<ImportHook> hooks, std::vector<const void*> never_patch);
+  // never_patch: addresses inside objects that must keep their own GOT (any address of each);
+  // never_patch_names: basename prefixes of more such objects ("libcupti.so").
+  GotPatcher(std::vector<ImportHook> hooks, std::vector<const void*> never_patch,
+             std::vector<std::string> never_patch_names = {});
 
   // Patches the objects loaded since the last call (every object at the first call) and checks the
   // slots patched before (a lazy-binding resolver racing the first patch may have written the real
   // address back). Cheap when nothing was loaded or unloaded since the last call.
   void Scan();
+  // Scan, unless another thread is scanning now (then it returns at once: a caller that must
+  // never wait, like a hook on an application thread).
+  void TryScan();
 
   // Puts every patched slot back to what it held before (tests; a way out if something is wrong).
   void RestoreAll();
@@ -77,6 +83,7 @@ class GotPatcher {
 
   const std::vector<ImportHook> hooks_;
   const std::vector<const void*> never_patch_;
+  const std::vector<std::string> never_patch_names_;
   mutable std::mutex mutex_;
   std::vector<Object> objects_;  // every object seen, patched or not
   unsigned long long last_adds_ = ~0ull;

@@ -54,6 +54,20 @@ Labels ProcessLabels(const std::string& hostname, uint32_t pid, const v1::AgentI
           {"pid", std::to_string(pid)}, {"pod", agent->pod_name()}};
 }
 
+// How the process's agent counts launches: "entry-points", "cupti", "off", or for agents that
+// sampled, "sampled-1/N".
+std::string LaunchCountingLabel(const v1::AgentInfo& a) {
+  switch (a.launch_counting()) {
+    case v1::LAUNCH_COUNTING_ENTRY_POINTS:
+      return "entry-points";
+    case v1::LAUNCH_COUNTING_CUPTI:
+      return "cupti";
+    default:
+      if (a.launch_sample_every() > 1) return absl::StrCat("sampled-1/", a.launch_sample_every());
+      return a.launch_sample_every() == 1 ? "cupti" : "off";
+  }
+}
+
 }  // namespace
 
 MetricsCollector::MetricsCollector(Sources sources) : sources_(std::move(sources)) {}
@@ -307,6 +321,12 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   MetricFamily info =
       Family("profd_process_info", "One series per process with a connected agent; always 1",
              MetricType::Gauge);
+  MetricFamily counters_paused = Family(
+      "profd_process_counters_paused",
+      "1 while the process's own profiler (torch.profiler, Nsight) traces and the agent's CUPTI "
+      "counting callbacks step aside for it (launch_counting=\"cupti\" only): launches and "
+      "allocations meanwhile are not counted",
+      MetricType::Gauge);
   MetricFamily launches =
       Family("profd_process_kernel_launches_total",
              "Kernel launches since the agent started, CUDA graphs excluded", MetricType::Counter);
@@ -322,14 +342,13 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   for (const v1::AgentInfo& a : agents) {
     const Labels process = ProcessLabels(hostname, a.pid(), &a, "");
     Add(info,
-        With(process,
-             {{"agent_version", a.agent_version()},
-              {"injected", a.injected() ? "true" : "false"},
-              {"launch_counting", a.launch_sample_every() == 0 ? "off"
-                                  : a.launch_sample_every() == 1
-                                      ? "exact"
-                                      : absl::StrCat("sampled-1/", a.launch_sample_every())}}),
+        With(process, {{"agent_version", a.agent_version()},
+                       {"injected", a.injected() ? "true" : "false"},
+                       {"launch_counting", LaunchCountingLabel(a)}}),
         1);
+    if (a.launch_counting() == v1::LAUNCH_COUNTING_CUPTI) {
+      Add(counters_paused, process, a.counters_paused() ? 1 : 0);
+    }
     for (const v1::DeviceCounters& c : a.counters()) {
       // The agent counts by CUDA ordinal, which CUDA_VISIBLE_DEVICES renumbers; the uuid says
       // which physical GPU it is, and NVML's index for it is what `gpu` means everywhere. No
@@ -349,7 +368,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       Add(peak, std::move(labels), static_cast<double>(c.memory_peak_bytes()));
     }
   }
-  for (MetricFamily* f : {&info, &launches, &graphs, &allocated, &peak}) {
+  for (MetricFamily* f : {&info, &counters_paused, &launches, &graphs, &allocated, &peak}) {
     out.push_back(std::move(*f));
   }
 
