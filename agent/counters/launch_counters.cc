@@ -224,6 +224,7 @@ bool LaunchCounters::SetActive(bool active) {
   switch (route_.load()) {
     case wire::LaunchCounting::kEntryPoints:
       entry_points_on_.store(active);
+      CudaEntryPoints::Get().SetWithdrawn(!active);
       return true;
     case wire::LaunchCounting::kCupti: {
       if (!subscribed_.load()) return false;

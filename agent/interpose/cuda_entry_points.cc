@@ -717,7 +717,7 @@ bool CudaEntryPoints::SetUpLocked() {
 void CudaEntryPoints::Interpose() {
   if (!Enabled()) return;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (!SetUpLocked()) return;
+  if (withdrawn_ || !SetUpLocked()) return;
   LearnDeviceCountLocked();
   driver_patcher_->Scan();
   if (runtime_patcher_ == nullptr) {
@@ -761,9 +761,23 @@ void CudaEntryPoints::Interpose() {
 void CudaEntryPoints::InterposeIfIdle() {
   if (!Enabled()) return;
   std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
-  if (!lock.owns_lock() || !set_up_) return;
+  if (!lock.owns_lock() || !set_up_ || withdrawn_) return;
   driver_patcher_->TryScan();
   if (runtime_patcher_ != nullptr) runtime_patcher_->TryScan();
+}
+
+void CudaEntryPoints::SetWithdrawn(bool withdrawn) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    withdrawn_ = withdrawn;
+    if (withdrawn) {
+      for (GotPatcher* patcher : {driver_patcher_, runtime_patcher_}) {
+        if (patcher != nullptr) patcher->RestoreAll();
+      }
+      return;
+    }
+  }
+  Interpose();
 }
 
 CudaEntryPoints::Coverage CudaEntryPoints::Report() const {

@@ -50,6 +50,11 @@ class CudaEntryPoints {
   void Interpose();
   // Like Interpose, but only if no other thread is doing it now and something was loaded since.
   void InterposeIfIdle();
+  // withdrawn: every patched slot put back as it was and no more patching (counting stopped: the
+  // off windows of the A/B overhead measurement see the process as without the agent); not
+  // withdrawn: patched again. Functions that lookups already handed out stay wrapped, and count
+  // nothing meanwhile.
+  void SetWithdrawn(bool withdrawn);
   bool Enabled() const;
 
   // For the heartbeat log and tests: objects whose imports go through the wrappers, and those left
@@ -76,6 +81,7 @@ class CudaEntryPoints {
   GotPatcher* driver_patcher_ = nullptr;   // driver imports + the lookups (dlsym, cuGetProcAddress)
   GotPatcher* runtime_patcher_ = nullptr;  // runtime imports, once libcudart is in the process
   bool device_count_known_ = false;
+  bool withdrawn_ = false;
   uint64_t logged_generation_ = 0;
   std::vector<std::string> logged_;
 };

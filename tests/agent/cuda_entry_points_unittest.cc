@@ -178,6 +178,10 @@ TEST_F(CudaEntryPointsTest, CountingCanBeStoppedAndRestarted) {
   ASSERT_TRUE(counters.SetActive(false));
   app_runtime_launches(10, 1);
   EXPECT_EQ(Counters(0).kernel_launches, before);
+  // Withdrawn: the application's slots point at CUDA again, and stay so across heartbeats.
+  EXPECT_TRUE(CudaEntryPoints::Get().Report().interposed.empty());
+  CudaEntryPoints::Get().Interpose();
+  EXPECT_TRUE(CudaEntryPoints::Get().Report().interposed.empty());
   ASSERT_TRUE(counters.SetActive(true));
   app_runtime_launches(10, 1);
   EXPECT_EQ(Counters(0).kernel_launches - before, 10u);

@@ -72,7 +72,7 @@ class Worker:
         if mode in ("off", "cupti"):
             env["PROFD_AGENT_COUNTERS"] = mode
         self.mode = mode
-        self.err = open(os.path.join(out, "worker_%s.err" % mode), "w")
+        self.err = open(os.path.join(rt, "worker_%s.err" % mode), "w")
         self.p = subprocess.Popen([sys.executable, os.path.join(HERE, "regression_worker.py")],
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.err,
                                   text=True, env=env)
@@ -191,7 +191,7 @@ def phase_a(dist, rt, out, record):
                   "%d kernels, %d cuda_runtime, %d cuda_sync, External id on %.1f %%"
                   % (c["kernels"], c["runtime"], c["sync"], 100 * ext))
             if wl == "resnet50" and m == "default":
-                ops_check(live[m], box["capture"], out)
+                ops_check(live[m], box["capture"], rt)
 
         # profd's own capture (the agent, CUPTI) of the same steps, against torch.profiler's.
         for m in ("default", "off", "cupti"):
@@ -229,6 +229,7 @@ def kernels_without_launch(events):
 
 
 def ops_check(worker, capture, out):
+    """`out` is a scratch folder: the report, torch's key_averages, the comparison."""
     files = capture.get("files", [])
     if not files:
         return
@@ -299,6 +300,23 @@ def phase_b(dist, profd_pid, out, record):
     gemm.stdout.readline()
     rc, cap = profctl("capture", "--pid", str(gemm.pid), "--duration", "2s", "--gpu-metrics",
                       "--via", "cupti", timeout=120)
+    # Back to back, as an on-call engineer repeats them: each must cover its whole window, or say
+    # what it lost.
+    repeats = []
+    for _ in range(4):
+        r_rc, r = profctl("capture", "--pid", str(gemm.pid), "--duration", "1s", "--gpu-metrics",
+                          "--via", "cupti", timeout=60)
+        r_ev = trace_events(r) if r_rc == 0 else None
+        ks = [e for e in r_ev if e.get("cat") == "kernel"] if r_ev else []
+        span = ((max(e["ts"] + e.get("dur", 0) for e in ks) - min(e["ts"] for e in ks)) / 1e6
+                if ks else 0)
+        repeats.append({"exit": r_rc, "kernels": len(ks), "kernel_span_s": round(span, 3),
+                        "dropped": sum(int(p.get("dropped_records", 0))
+                                       for p in r.get("processes", [])),
+                        "summary": {k: v for k, v in r.get("summary", {}).items()
+                                    if k in ("events", "invalid_events", "dropped_records")},
+                        "message": r.get("message", "")[:200]})
+    record["gpu_metrics_back_to_back"] = repeats
     gemm.kill()
     ev = trace_events(cap) if rc == 0 else None
     counters = sum(1 for e in ev if e.get("ph") == "C") if ev else 0
