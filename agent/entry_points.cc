@@ -37,7 +37,7 @@ void ShareCupti() {
 // through the counters before the application's first launch.
 void CountCudaCalls() {
   try {
-    profagent::CudaEntryPoints::Get().Interpose();
+    profagent::CudaEntryPoints::Get().Interpose(/*tables=*/false);  // inside cuInit
   } catch (...) {
   }
 }

@@ -57,32 +57,43 @@ void QuietFrequentApis(const CuptiLibrary& cupti, const std::vector<CUpti_Activi
 }
 
 // Kernel launches made through the driver API (cuBLASLt's nvjet kernels, Triton, cuDNN's
-// runtime-compiled kernels, NCCL) have no runtime call: with the runtime API traced, their driver
-// launch calls are recorded too, and only those (a launch the runtime makes inside a runtime call
-// is not recorded twice by CUPTI), as torch.profiler records them.
-constexpr CUpti_CallbackId kDriverLaunchCbids[] = {
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel,
-    CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch,
-    CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz,
-};
+// runtime-compiled kernels, NCCL) have no runtime call. With the runtime API traced, the driver API
+// is traced too, but only its launch calls, as torch.profiler records them (a launch the runtime
+// makes inside a runtime call is not recorded twice by CUPTI). CUPTI 13.0 records a driver call
+// only with CUPTI_ACTIVITY_KIND_DRIVER on; the rest of the driver API is then switched off one
+// callback id at a time, as Kineto does for the few it drops.
+bool IsDriverLaunch(CUpti_CallbackId cbid) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+      return true;
+    default:
+      return false;
+  }
+}
 
-// Turns the recording of driver launch calls on or off, when `kinds` trace the runtime API but not
-// the whole driver API.
-void RecordDriverLaunches(const CuptiLibrary& cupti, const std::vector<CUpti_ActivityKind>& kinds,
-                          bool on) {
-  if (cupti.ActivityEnableDriverApi == nullptr) return;
+// With the runtime API asked for and not the whole driver API: the driver kind is added, to be cut
+// down to its launches once enabled (DriverLaunchesOnly).
+bool WantsDriverLaunchesOnly(const std::vector<CUpti_ActivityKind>& kinds) {
   bool runtime = false;
   for (CUpti_ActivityKind kind : kinds) {
-    if (kind == CUPTI_ACTIVITY_KIND_DRIVER) return;
+    if (kind == CUPTI_ACTIVITY_KIND_DRIVER) return false;
     runtime |= kind == CUPTI_ACTIVITY_KIND_RUNTIME;
   }
-  if (!runtime) return;
-  for (CUpti_CallbackId cbid : kDriverLaunchCbids) cupti.ActivityEnableDriverApi(cbid, on ? 1 : 0);
+  return runtime;
+}
+
+void DriverLaunchesOnly(const CuptiLibrary& cupti) {
+  if (cupti.ActivityEnableDriverApi == nullptr) return;
+  for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid) {
+    if (!IsDriverLaunch(cbid)) cupti.ActivityEnableDriverApi(cbid, 0);
+  }
 }
 
 std::atomic<CuptiBroker*> g_broker{nullptr};
@@ -887,8 +898,8 @@ void CuptiBroker::CutShortLocked(const std::string& by) {
   const CuptiLibrary& cupti = LoadCupti();
   requester_.store(kNobody);
   for (CUpti_ActivityKind kind : agent_kinds_) cupti.ActivityDisable(kind);
+  if (driver_added_) cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
   QuietFrequentApis(cupti, agent_kinds_, false);
-  RecordDriverLaunches(cupti, agent_kinds_, false);
   cut_short_at_ = RealtimeNs();
   // No lock of ours that a buffer callback takes is held: CUPTI calls them under its own lock.
   cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
@@ -938,6 +949,7 @@ CUptiResult CUPTIAPI CuptiBroker::ActivityDisable(CUpti_ActivityKind kind) {
       // A kind they never enabled is the capture's: as far as they can tell it is already off.
       if (k == kind) return CUPTI_SUCCESS;
     }
+    if (self->driver_added_ && kind == CUPTI_ACTIVITY_KIND_DRIVER) return CUPTI_SUCCESS;
   }
   if (in_range) self->other_kinds_[k >> 6].fetch_and(~(1ull << (k & 63)));
   CUptiResult r = LoadCupti().ActivityDisable(kind);
@@ -1136,8 +1148,13 @@ bool CuptiBroker::StartAgentTracing(const std::vector<CUpti_ActivityKind>& kinds
     }
   }
   agent_kinds_ = *enabled;
+  driver_added_ = false;
   QuietFrequentApis(cupti, agent_kinds_, true);
-  RecordDriverLaunches(cupti, agent_kinds_, true);
+  if (WantsDriverLaunchesOnly(agent_kinds_) && cupti.ActivityEnableDriverApi != nullptr &&
+      cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) == CUPTI_SUCCESS) {
+    DriverLaunchesOnly(cupti);
+    driver_added_ = true;
+  }
   agent_tracing_ = !enabled->empty();
   if (!agent_tracing_) requester_.store(other_fns_.load() != nullptr ? kOther : kNobody);
   return true;
@@ -1157,8 +1174,8 @@ CuptiBroker::StopResult CuptiBroker::StopAgentTracing() {
     return result;
   }
   for (CUpti_ActivityKind kind : agent_kinds_) cupti.ActivityDisable(kind);
+  if (driver_added_) cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
   QuietFrequentApis(cupti, agent_kinds_, false);
-  RecordDriverLaunches(cupti, agent_kinds_, false);
   result.disabled_realtime_ns = RealtimeNs();
   cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
   requester_.store(other_fns_.load() != nullptr ? kOther : kNobody);

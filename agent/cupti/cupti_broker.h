@@ -236,10 +236,11 @@ class CuptiBroker {
   std::atomic<uint8_t*> agent_buffers_[64] = {};  // the capture's buffers CUPTI holds now
   std::string other_activity_client_;             // activity_mutex_
   std::vector<CUpti_ActivityKind> agent_kinds_;   // activity_mutex_
-  bool agent_tracing_ = false;                    // activity_mutex_
-  bool cut_short_ = false;                        // activity_mutex_
-  std::string cut_short_by_;                      // activity_mutex_
-  uint64_t cut_short_at_ = 0;                     // activity_mutex_
+  bool driver_added_ = false;   // activity_mutex_: the driver kind on for launch records only
+  bool agent_tracing_ = false;  // activity_mutex_
+  bool cut_short_ = false;      // activity_mutex_
+  std::string cut_short_by_;    // activity_mutex_
+  uint64_t cut_short_at_ = 0;   // activity_mutex_
   std::atomic<uint32_t> captures_cut_short_{0};
   std::atomic<bool> unrouted_noted_{false};
   // activity_mutex_: the timestamp source another client registered, and the one CUPTI has now

@@ -342,7 +342,7 @@ struct CudaGetDriverEntryPointByVersion {
 // its slot: a lookup may hand back several real functions for one family (the _ptsz form, a
 // newer version), and each needs a wrapper of its own that knows where to go.
 
-constexpr int kSlots = 4;
+constexpr int kSlots = 8;
 template <typename F>
 std::atomic<void*> g_real[kSlots];
 // Real functions a family's exported names have in the process's libcuda (the only answers a
@@ -664,6 +664,37 @@ void AddHooks(const Family& f, void* library, std::vector<ImportHook>* hooks, bo
   }
 }
 
+// A CUDA runtime initialized before the agent (PyTorch's, or one linked statically into a
+// program) looked its driver entry points up with a cuGetProcAddress we could not interpose yet,
+// and keeps them in a table of its own: every value a lookup can have given it for a family we
+// count, to be found in that table and replaced by the family's wrapper.
+std::vector<DataHook> DriverTableHooks(void* driver) {
+  using GetProcAddressFn =
+      CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
+  auto lookup = reinterpret_cast<GetProcAddressFn>(dlsym(driver, "cuGetProcAddress_v2"));
+  std::vector<DataHook> hooks;
+  auto add = [&](const Family& f, void* real) {
+    if (real == nullptr) return;
+    for (const DataHook& h : hooks) {
+      if (h.original == real) return;
+    }
+    void* wrapper = Claim(f, real);
+    if (wrapper != real) hooks.push_back({real, wrapper});
+  };
+  for (const Family& f : kDriverFamilies) {
+    for (size_t i = 0; i < f.name_count; ++i) add(f, f.known[i].load());
+    if (f.driver_name == nullptr || lookup == nullptr) continue;
+    for (int version : {CUDA_VERSION, 12000}) {
+      for (cuuint64_t flags :
+           {CU_GET_PROC_ADDRESS_DEFAULT, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM}) {
+        void* fn = nullptr;
+        if (lookup(f.driver_name, &fn, version, flags, nullptr) == CUDA_SUCCESS) add(f, fn);
+      }
+    }
+  }
+  return hooks;
+}
+
 }  // namespace
 
 CudaEntryPoints& CudaEntryPoints::Get() {
@@ -714,12 +745,23 @@ bool CudaEntryPoints::SetUpLocked() {
   return true;
 }
 
-void CudaEntryPoints::Interpose() {
+void CudaEntryPoints::Interpose(bool tables) {
   if (!Enabled()) return;
   std::lock_guard<std::mutex> lock(mutex_);
   if (withdrawn_ || !SetUpLocked()) return;
   LearnDeviceCountLocked();
-  driver_patcher_->Scan();
+  if (tables && !table_hooks_set_) {
+    driver_patcher_->SetDataHooks(DriverTableHooks(driver_));
+    table_hooks_set_ = true;
+  }
+  driver_patcher_->Scan();  // new objects: their imports and their tables
+  if (table_hooks_set_) {
+    // A runtime fills its table lazily, as functions are first used: the pages around each table
+    // found are looked at again every time, everything now and then (seconds 0, 2, 5, 10, then
+    // every minute).
+    const uint64_t n = table_scans_++;
+    driver_patcher_->ScanData(n == 0 || n == 2 || n == 5 || n == 10 || n % 60 == 0);
+  }
   if (runtime_patcher_ == nullptr) {
     std::string path = FindLoadedRuntime();
     if (!path.empty()) runtime_ = dlopen(path.c_str(), RTLD_LAZY | RTLD_NOLOAD);
@@ -743,7 +785,8 @@ void CudaEntryPoints::Interpose() {
   for (GotPatcher* patcher : {driver_patcher_, runtime_patcher_}) {
     if (patcher == nullptr) continue;
     for (const GotPatcher::ObjectReport& o : patcher->Report()) {
-      std::string line = o.path + "|" + std::to_string(o.slots) + "|" + o.problem;
+      std::string line = o.path + "|" + std::to_string(o.slots) + "|" +
+                         std::to_string(o.data_slots) + "|" + o.problem;
       bool seen = false;
       for (const std::string& l : logged_) seen |= l == line;
       if (seen) continue;
@@ -751,8 +794,10 @@ void CudaEntryPoints::Interpose() {
       if (!o.problem.empty()) {
         Log(LogLevel::kWarning, "launch and memory counters cannot see calls from %s: %s",
             o.path.c_str(), o.problem.c_str());
-      } else if (o.slots > 0) {
-        Log(LogLevel::kInfo, "counting CUDA calls from %s (%u GOT slots)", o.path.c_str(), o.slots);
+      } else if (o.slots > 0 || o.data_slots > 0) {
+        Log(LogLevel::kInfo,
+            "counting CUDA calls from %s (%u GOT slots, %u driver entry points in its own tables)",
+            o.path.c_str(), o.slots, o.data_slots);
       }
     }
   }
@@ -786,7 +831,7 @@ CudaEntryPoints::Coverage CudaEntryPoints::Report() const {
   for (GotPatcher* patcher : {driver_patcher_, runtime_patcher_}) {
     if (patcher == nullptr) continue;
     for (const GotPatcher::ObjectReport& o : patcher->Report()) {
-      if (o.slots > 0) c.interposed.push_back(Basename(o.path));
+      if (o.slots > 0 || o.data_slots > 0) c.interposed.push_back(Basename(o.path));
       if (!o.problem.empty()) c.problems.push_back(Basename(o.path) + ": " + o.problem);
       for (const std::string& name : o.hooked) {
         const Family* f = ByExportedName(name.c_str());
@@ -794,7 +839,8 @@ CudaEntryPoints::Coverage CudaEntryPoints::Report() const {
       }
     }
   }
-  c.launch_routes += g_launch_lookups_wrapped.load();
+  if (driver_patcher_ != nullptr) c.table_slots = driver_patcher_->data_slots();
+  c.launch_routes += g_launch_lookups_wrapped.load() + c.table_slots;
   c.lookups_wrapped = g_lookups_wrapped.load();
   c.lookups_unwrapped = g_lookups_unwrapped.load();
   return c;

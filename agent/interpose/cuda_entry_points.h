@@ -45,9 +45,11 @@ class CudaEntryPoints {
   static CudaEntryPoints& Get();
 
   // Patches every loaded object that imports one of the entry points (a first call sets up from
-  // the CUDA libraries in the process; libcudart is looked for again until one appears). Does
-  // nothing when PROFD_AGENT_COUNTERS is "off" or "cupti" (Enabled() false).
-  void Interpose();
+  // the CUDA libraries in the process; libcudart is looked for again until one appears) and, with
+  // `tables`, the driver entry points that CUDA runtimes initialized before the agent keep in
+  // tables of their own (asking the driver for them: not from inside cuInit). Does nothing when
+  // PROFD_AGENT_COUNTERS is "off" or "cupti" (Enabled() false).
+  void Interpose(bool tables = true);
   // Like Interpose, but only if no other thread is doing it now and something was loaded since.
   void InterposeIfIdle();
   // withdrawn: every patched slot put back as it was and no more patching (counting stopped: the
@@ -64,7 +66,10 @@ class CudaEntryPoints {
     std::vector<std::string> problems;
     uint64_t lookups_wrapped = 0;    // cuGetProcAddress/cudaGetDriverEntryPoint/dlsym results
     uint64_t lookups_unwrapped = 0;  // a launch or memory function handed back as is (no slot)
-    // Ways a kernel launch can reach a wrapper: patched launch imports, wrapped launch lookups.
+    // Driver entry points found in CUDA runtimes' own tables and pointed at the wrappers.
+    uint64_t table_slots = 0;
+    // Ways a kernel launch can reach a wrapper: patched launch imports, wrapped launch lookups,
+    // runtime tables.
     uint64_t launch_routes = 0;
   };
   Coverage Report() const;
@@ -81,6 +86,8 @@ class CudaEntryPoints {
   GotPatcher* driver_patcher_ = nullptr;   // driver imports + the lookups (dlsym, cuGetProcAddress)
   GotPatcher* runtime_patcher_ = nullptr;  // runtime imports, once libcudart is in the process
   bool device_count_known_ = false;
+  bool table_hooks_set_ = false;
+  uint64_t table_scans_ = 0;
   bool withdrawn_ = false;
   uint64_t logged_generation_ = 0;
   std::vector<std::string> logged_;

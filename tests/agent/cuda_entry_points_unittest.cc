@@ -25,6 +25,7 @@ void app_free(void* p);
 unsigned long long app_mem_create(size_t bytes, int device);
 void app_mem_release(unsigned long long handle);
 void* app_load_module(const char* path, const char* entry);
+int early_launches(int n);
 }
 
 namespace profagent {
@@ -71,6 +72,20 @@ TEST_F(CudaEntryPointsTest, ARuntimeLaunchCountsOnceThoughItReachesAWrappedDrive
   ASSERT_EQ(app_runtime_launches(100, 1), 100);
   EXPECT_EQ(Counters(0).kernel_launches - before, 100u);
   EXPECT_GT(CudaEntryPoints::Get().Report().lookups_wrapped, 0u);  // the runtime's driver table
+}
+
+// A runtime that filled its table of driver entry points before the agent started (PyTorch's,
+// a statically linked one): the table's entries are found and point at the wrappers.
+TEST_F(CudaEntryPointsTest, ARuntimeInitializedBeforeTheAgentIsCountedThroughItsTable) {
+  const uint64_t before = Counters(0).kernel_launches;
+  ASSERT_EQ(early_launches(33), 33);
+  EXPECT_EQ(Counters(0).kernel_launches - before, 33u);
+  CudaEntryPoints::Coverage c = CudaEntryPoints::Get().Report();
+  EXPECT_GE(c.table_slots, 1u);
+  bool early = false;
+  for (const std::string& name : c.interposed)
+    early |= name.find("fake_early") != std::string::npos;
+  EXPECT_TRUE(early);
 }
 
 TEST_F(CudaEntryPointsTest, FailedLaunchesAreNotCounted) {
