@@ -332,7 +332,7 @@ int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
   auto analyze = [](const std::vector<std::string>& files,
                     const analysis::AnalysisOptions& o) -> absl::StatusOr<analysis::Report> {
     absl::StatusOr<analysis::Report> r = analysis::AnalyzeTraceFiles(files, o);
-    if (!r.ok()) std::cerr << "profctl: " << Printable(r.status().message()) << "\n";
+    if (!r.ok()) std::cerr << "profctl: " << Printable(std::string(r.status().message())) << "\n";
     return r;
   };
   auto exit_code = [](const absl::Status& s) {

@@ -723,7 +723,10 @@ int Main(int argc, char** argv) {
     unlink(grpc_socket.c_str());
     identity.grpc_addresses.push_back("unix:" + grpc_socket);
   }
+  // gRPC writes each selected port through its pointer at BuildAndStart: room for the TCP one too,
+  // so that pushing it moves nothing.
   std::vector<int> bound_ports(identity.grpc_addresses.size(), 0);
+  bound_ports.reserve(bound_ports.size() + 1);
   for (size_t i = 0; i < identity.grpc_addresses.size(); ++i) {
     builder.AddListeningPort(identity.grpc_addresses[i], grpc::InsecureServerCredentials(),
                              &bound_ports[i]);

@@ -198,7 +198,7 @@ void TcpListener::Run() {
           int dropped = accept4(fd, nullptr, nullptr, SOCK_CLOEXEC);
           if (dropped >= 0) close(dropped);
           spare = open("/dev/null", O_RDONLY | O_CLOEXEC);
-          closed_log_.Log("out of file descriptors: a TCP connection was closed at once");
+          evicted_log_.Log("out of file descriptors: a TCP connection was closed at once");
         }
       } else if (held_.count(fd) > 0) {
         OnReadable(fd);
@@ -206,12 +206,13 @@ void TcpListener::Run() {
     }
     while (!by_age_.empty() && held_.at(by_age_.begin()->second).deadline <= now) {
       const int fd = by_age_.begin()->second;
-      closed_log_.Log(absl::StrCat("closed a TCP connection that sent no TLS record within ",
+      timed_out_log_.Log(absl::StrCat("closed a TCP connection that sent no TLS record within ",
                                    absl::FormatDuration(options_.handshake_timeout),
                                    " (--grpc_handshake_timeout)"));
       Close(fd, &timed_out_);
     }
-    closed_log_.Summarize(now);
+    evicted_log_.Summarize(now);
+    timed_out_log_.Summarize(now);
   }
   if (spare >= 0) close(spare);
 }
@@ -230,7 +231,7 @@ bool TcpListener::Accept(int listen_fd, absl::Time now) {
     }
     accepted_.fetch_add(1);
     if (held_.size() >= max_pending_) {
-      closed_log_.Log(absl::StrCat(max_pending_,
+      evicted_log_.Log(absl::StrCat(max_pending_,
                                    " TCP connections wait for TLS (--grpc_max_pending_connections): "
                                    "closed the oldest"));
       Close(by_age_.begin()->second, &evicted_);

@@ -92,7 +92,10 @@ class TcpListener {
   std::map<int, Held> held_;
   std::map<uint64_t, int> by_age_;
   uint64_t next_order_ = 0;
-  LogBudget closed_log_{"grpc-tcp", "idle TCP connections closed", Severity::kWarning, 10};
+  // One budget per reason, so that a flood of one kind does not hide the other.
+  LogBudget evicted_log_{"grpc-tcp", "TCP connections closed for room", Severity::kWarning, 5};
+  LogBudget timed_out_log_{"grpc-tcp", "TCP connections closed at the handshake deadline",
+                           Severity::kWarning, 5};
 
   std::atomic<uint64_t> accepted_{0}, handed_{0}, timed_out_{0}, evicted_{0}, gone_{0};
   std::atomic<size_t> held_count_{0};

@@ -164,7 +164,7 @@ TEST(HostileTraceFileTest, ProfctlReportOfATraceFileEscapesItsNames) {
       << R"(forged\u2029","pid":0,"tid":7,"ts":10,"dur":30,)"
       << R"("args":{"device":0,"stream":7,"correlation":1,"External id":1}}]})";
   const std::string profctl = BuildPath("client/profctl");
-  RunResult text = Run({profctl, "report", trace, "--html", dir.File("report.html")});
+  RunResult text = profd::testing::Run({profctl, "report", trace, "--html", dir.File("report.html")});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   ExpectNothingRaw(text.out + text.err, "profctl report");
   EXPECT_THAT(text.out, HasSubstr("gemm\\x1b[2J\\u{202e}\\u{0085}\\u{009b}\\n")) << text.out;
@@ -172,7 +172,7 @@ TEST(HostileTraceFileTest, ProfctlReportOfATraceFileEscapesItsNames) {
   ExpectNothingRaw(html, "the HTML report");
   EXPECT_THAT(html, HasSubstr("gemm\\x1b[2J\\u{202e}"));
 
-  RunResult json = Run({profctl, "report", "--json", trace});
+  RunResult json = profd::testing::Run({profctl, "report", "--json", trace});
   ASSERT_EQ(json.exit_code, 0) << json.err;
   EXPECT_EQ(json.out.find("\xe2\x80\xa8"), std::string::npos) << "U+2028 raw in JSON";
   EXPECT_EQ(json.out.find("\xe2\x80\xa9"), std::string::npos) << "U+2029 raw in JSON";

@@ -440,10 +440,22 @@ TEST_F(KinetoIpcServerTest, ASocketOfAnotherUserAtTheSendersNameIsNotAnswered) {
 TEST_F(KinetoIpcServerTest, SendersInAFolderInsideTheFolderAreNeverAnswered) {
   const std::string sub = options_.socket_dir + "/sub";
   ASSERT_EQ(mkdir(sub.c_str(), 0777), 0);
-  FakeKineto nested(sub, "dynoconfigclientx");
-  ASSERT_TRUE(nested.Poll());
-  ASSERT_TRUE(WaitFor([&] { return server_->protocol_errors() >= 1; }, absl::Seconds(3)));
+  int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+  sockaddr_un from{};
+  from.sun_family = AF_UNIX;
+  const std::string path = sub + "/dynoconfigclientx";
+  std::memcpy(from.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+  sockaddr_un to{};
+  to.sun_family = AF_UNIX;
+  std::memcpy(to.sun_path, server_->socket_path().c_str(), server_->socket_path().size() + 1);
+  const std::string poll = EncodeKinetoRequest({3, 0, {7}});
+  ASSERT_GT(sendto(fd, poll.data(), poll.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+            0);
+  ASSERT_TRUE(WaitFor([&] { return server_->protocol_errors() >= 1; }, absl::Seconds(3)))
+      << "a poll from a sub-folder was taken";
   EXPECT_FALSE(server_->Find(getpid()).has_value());
+  close(fd);
 }
 
 // Many processes each sending one bad datagram (or polling from a link): profd's log gets a few
