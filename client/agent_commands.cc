@@ -133,9 +133,8 @@ int RunStatus(const GlobalOptions& g) {
     PrintJson(response);
     return kExitOk;
   }
-  std::cout << "profd " << Printable(response.version()) << " on "
-            << Printable(response.hostname()) << ", up since "
-            << Ago(response.started_unix_ns()) << "\n"
+  std::cout << "profd " << Printable(response.version()) << " on " << Printable(response.hostname())
+            << ", up since " << Ago(response.started_unix_ns()) << "\n"
             << "  agents connected:  " << response.agents_connected() << "\n"
             << "  agent socket:      " << Printable(response.agent_socket()) << "\n"
             << "  Kineto socket:     "

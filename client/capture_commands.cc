@@ -54,11 +54,11 @@ struct CaptureFlags {
 };
 
 using analysis::FormatBytes;
+using analysis::FormatCount;
+using analysis::FormatDuration;
 // What a capture's answer quotes from its processes (names, messages, paths) is shown through
 // Printable: a process names itself, and a kernel name is whatever its code says.
 using profd::Printable;
-using analysis::FormatCount;
-using analysis::FormatDuration;
 
 std::string PhaseName(profd::v1::CapturePhase phase) {
   switch (phase) {
@@ -123,8 +123,8 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
     std::cout << "  " << Printable(info.message()) << "\n";
   }
   for (const auto& p : info.processes()) {
-    std::cout << "  pid " << p.pid() << " (" << Printable(p.comm()) << "): " << FormatCount(p.events())
-              << " events";
+    std::cout << "  pid " << p.pid() << " (" << Printable(p.comm())
+              << "): " << FormatCount(p.events()) << " events";
     if (p.start_latency_ns() > 0) {
       // Through Kineto, profd knows when the process took the config; it starts tracing at its
       // own next ticks (docs/KINETO.md).

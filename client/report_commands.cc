@@ -207,8 +207,8 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
       // The name comes from profd: keep it inside our folder whatever it holds.
       if (want.count(name) == 0 || name.find('/') != std::string::npos) {
         ctx.TryCancel();
-        std::cerr << "profctl: the store sent a file that was not asked for: "
-                  << Printable(name) << "\n";
+        std::cerr << "profctl: the store sent a file that was not asked for: " << Printable(name)
+                  << "\n";
         return kExitError;
       }
       written.push_back((fs::path(dir) / name).string());

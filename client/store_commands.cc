@@ -265,9 +265,10 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
     // The manifest and summary as JSON objects, not strings (as stored: line separators escaped
     // here, whichever writer made them).
     std::cout << profd::EscapeJsonLineSeparators(absl::StrCat(
-        "{\n\"trace\": ", profd::ProtoToJson(response.trace()), ",\n\"manifest\": ",
-        response.manifest_json().empty() ? "null" : response.manifest_json(), ",\n\"summary\": ",
-        response.summary_json().empty() ? "null" : response.summary_json(), "\n}\n"));
+        "{\n\"trace\": ", profd::ProtoToJson(response.trace()),
+        ",\n\"manifest\": ", response.manifest_json().empty() ? "null" : response.manifest_json(),
+        ",\n\"summary\": ", response.summary_json().empty() ? "null" : response.summary_json(),
+        "\n}\n"));
     return kExitOk;
   }
   const auto& t = response.trace();

@@ -10,8 +10,8 @@
 #include "absl/strings/str_join.h"
 #include "daemon/analysis/findings.h"
 #include "daemon/analysis/format.h"
-#include "daemon/common/printable.h"
 #include "daemon/analysis/render.h"
+#include "daemon/common/printable.h"
 
 namespace profd::analysis {
 namespace {

@@ -219,8 +219,8 @@ void KinetoIpcServer::OnDatagram(std::string_view bytes, uint32_t pid, uint32_t 
     if (!datagram.ok()) {
       protocol_errors_.fetch_add(1);
       if (rate.count == 1) {
-        refused_log_.Log(absl::StrCat("dropped a datagram from pid ", pid, ": ",
-                                      datagram.status().message()));
+        refused_log_.Log(
+            absl::StrCat("dropped a datagram from pid ", pid, ": ", datagram.status().message()));
       }
       return;
     }

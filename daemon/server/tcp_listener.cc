@@ -60,9 +60,8 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(TcpListenerOpti
   addrinfo* found = nullptr;
   if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found);
       rc != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--grpc_address=", options.address,
-                                                   ": cannot resolve ", host, ": ",
-                                                   gai_strerror(rc)));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--grpc_address=", options.address, ": cannot resolve ", host, ": ", gai_strerror(rc)));
   }
   std::vector<addrinfo*> addresses;
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) addresses.push_back(a);
@@ -95,9 +94,9 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(TcpListenerOpti
     sockaddr_storage local{};
     socklen_t length = sizeof(local);
     getsockname(fd, reinterpret_cast<sockaddr*>(&local), &length);
-    bound_port = ntohs(local.ss_family == AF_INET6
-                           ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
-                           : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
+    bound_port =
+        ntohs(local.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&local)->sin6_port
+                                          : reinterpret_cast<sockaddr_in*>(&local)->sin_port);
     fds.push_back(fd);
   }
   freeaddrinfo(found);
@@ -182,8 +181,8 @@ void TcpListener::Run() {
     int timeout_ms = -1;
     if (!by_age_.empty()) {
       const absl::Duration left = held_.at(by_age_.begin()->second).deadline - absl::Now();
-      timeout_ms = static_cast<int>(
-          std::clamp<int64_t>(absl::ToInt64Milliseconds(left) + 1, 0, 60 * 1000));
+      timeout_ms =
+          static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(left) + 1, 0, 60 * 1000));
     }
     const int n = epoll_wait(epoll_fd_, events, 64, timeout_ms);
     const absl::Time now = absl::Now();
@@ -207,8 +206,8 @@ void TcpListener::Run() {
     while (!by_age_.empty() && held_.at(by_age_.begin()->second).deadline <= now) {
       const int fd = by_age_.begin()->second;
       timed_out_log_.Log(absl::StrCat("closed a TCP connection that sent no TLS record within ",
-                                   absl::FormatDuration(options_.handshake_timeout),
-                                   " (--grpc_handshake_timeout)"));
+                                      absl::FormatDuration(options_.handshake_timeout),
+                                      " (--grpc_handshake_timeout)"));
       Close(fd, &timed_out_);
     }
     evicted_log_.Summarize(now);
@@ -231,9 +230,10 @@ bool TcpListener::Accept(int listen_fd, absl::Time now) {
     }
     accepted_.fetch_add(1);
     if (held_.size() >= max_pending_) {
-      evicted_log_.Log(absl::StrCat(max_pending_,
-                                   " TCP connections wait for TLS (--grpc_max_pending_connections): "
-                                   "closed the oldest"));
+      evicted_log_.Log(
+          absl::StrCat(max_pending_,
+                       " TCP connections wait for TLS (--grpc_max_pending_connections): "
+                       "closed the oldest"));
       Close(by_age_.begin()->second, &evicted_);
     }
     // Edge-triggered: each new segment wakes the loop once, while the bytes stay unread (peeked)

@@ -31,13 +31,13 @@ TEST(LogEscapeTest, ControlCharactersAndBrokenUtf8AreEscaped) {
   EXPECT_EQ(Printable("cut \xe6\x9d"), "cut \\xe6\\x9d");
   // Characters that break or disguise a line: NEL, line separator, bidirectional override.
   EXPECT_EQ(Printable("a\xc2\x85"
-                         "b"),
+                      "b"),
             "a\\u{0085}b");
   EXPECT_EQ(Printable("a\xe2\x80\xa8"
-                         "b"),
+                      "b"),
             "a\\u{2028}b");
   EXPECT_EQ(Printable("\xe2\x80\xae"
-                         "txt.exe"),
+                      "txt.exe"),
             "\\u{202e}txt.exe");
 }
 
@@ -65,7 +65,9 @@ TEST(LogEscapeTest, EveryDirectionAndLineControlIsEscaped) {
 }
 
 TEST(LogEscapeTest, JsonLineSeparatorsAreEscapedAndNothingElseChanges) {
-  EXPECT_EQ(EscapeJsonLineSeparators("{\"k\":\"a\xe2\x80\xa8" "b\xe2\x80\xa9" "c\xe2\x80\xae\"}"),
+  EXPECT_EQ(EscapeJsonLineSeparators("{\"k\":\"a\xe2\x80\xa8"
+                                     "b\xe2\x80\xa9"
+                                     "c\xe2\x80\xae\"}"),
             "{\"k\":\"a\\u2028b\\u2029c\xe2\x80\xae\"}");
   EXPECT_EQ(EscapeJsonLineSeparators("{\"k\":\"caf\xc3\xa9\"}"), "{\"k\":\"caf\xc3\xa9\"}");
   EXPECT_EQ(EscapeJsonLineSeparators("\xe2\x80"), "\xe2\x80");  // cut short: left alone

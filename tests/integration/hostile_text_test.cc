@@ -24,13 +24,31 @@ namespace {
 using ::testing::HasSubstr;
 
 // Split literals: a hex escape would otherwise swallow the letters after it.
-const std::string kPod = "llm\xe2\x80\xae" "gnp.exe" "\xe2\x81\xa6" "x" "\xe2\x81\xa9" "\xe2\x80\x8f"
-                         "\xd8\x9c" "\xc2\x85" "\xe2\x80\xa8" "7f9c";
-const std::string kNamespace = "serving\xe2\x80\x8e" "\xe2\x81\xa7" "\xe2\x81\xa8";
-const std::string kContainer = "main\xe2\x80\xa9" "sidecar";
+const std::string kPod =
+    "llm\xe2\x80\xae"
+    "gnp.exe"
+    "\xe2\x81\xa6"
+    "x"
+    "\xe2\x81\xa9"
+    "\xe2\x80\x8f"
+    "\xd8\x9c"
+    "\xc2\x85"
+    "\xe2\x80\xa8"
+    "7f9c";
+const std::string kNamespace =
+    "serving\xe2\x80\x8e"
+    "\xe2\x81\xa7"
+    "\xe2\x81\xa8";
+const std::string kContainer =
+    "main\xe2\x80\xa9"
+    "sidecar";
 // Before every kernel's name: a colour, an override, a C1 CSI, a newline forging a report line.
-const std::string kKernelPrefix = "evil\x1b[31m\xe2\x80\xae" "\xc2\x9b" "2J\n  1. [CRITICAL] forged"
-                                  "\xe2\x80\xa8" "|";
+const std::string kKernelPrefix =
+    "evil\x1b[31m\xe2\x80\xae"
+    "\xc2\x9b"
+    "2J\n  1. [CRITICAL] forged"
+    "\xe2\x80\xa8"
+    "|";
 
 // Every control above, raw, and the line a newline would forge.
 const std::vector<std::pair<std::string, std::string>> kRaw = {
@@ -164,7 +182,8 @@ TEST(HostileTraceFileTest, ProfctlReportOfATraceFileEscapesItsNames) {
       << R"(forged\u2029","pid":0,"tid":7,"ts":10,"dur":30,)"
       << R"("args":{"device":0,"stream":7,"correlation":1,"External id":1}}]})";
   const std::string profctl = BuildPath("client/profctl");
-  RunResult text = profd::testing::Run({profctl, "report", trace, "--html", dir.File("report.html")});
+  RunResult text =
+      profd::testing::Run({profctl, "report", trace, "--html", dir.File("report.html")});
   ASSERT_EQ(text.exit_code, 0) << text.err;
   ExpectNothingRaw(text.out + text.err, "profctl report");
   EXPECT_THAT(text.out, HasSubstr("gemm\\x1b[2J\\u{202e}\\u{0085}\\u{009b}\\n")) << text.out;
