@@ -56,7 +56,8 @@ absl::StatusOr<std::unique_ptr<TcpListener>> TcpListener::Listen(TcpListenerOpti
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV | AI_ADDRCONFIG;
+  // No AI_ADDRCONFIG: it hides [::] on hosts whose only IPv6 address is ::1.
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
   addrinfo* found = nullptr;
   if (int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found);
       rc != 0) {
