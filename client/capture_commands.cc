@@ -23,6 +23,7 @@
 #include "client/commands.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/common/printable.h"
 #include "profd/v1/capture_limits.h"
 
 namespace profctl {
@@ -55,6 +56,9 @@ struct CaptureFlags {
 using analysis::FormatBytes;
 using analysis::FormatCount;
 using analysis::FormatDuration;
+// What a capture's answer quotes from its processes (names, messages, paths) is shown through
+// Printable: a process names itself, and a kernel name is whatever its code says.
+using profd::Printable;
 
 std::string PhaseName(profd::v1::CapturePhase phase) {
   switch (phase) {
@@ -116,11 +120,11 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
   std::cout << "\n";
   // A failed capture's message goes to stderr, once (RunCapture).
   if (!info.message().empty() && info.phase() != profd::v1::CAPTURE_PHASE_FAILED) {
-    std::cout << "  " << info.message() << "\n";
+    std::cout << "  " << Printable(info.message()) << "\n";
   }
   for (const auto& p : info.processes()) {
-    std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << FormatCount(p.events())
-              << " events";
+    std::cout << "  pid " << p.pid() << " (" << Printable(p.comm())
+              << "): " << FormatCount(p.events()) << " events";
     if (p.start_latency_ns() > 0) {
       // Through Kineto, profd knows when the process took the config; it starts tracing at its
       // own next ticks (docs/KINETO.md).
@@ -133,7 +137,7 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
     if (p.truncated()) std::cout << ", CUT at the event cap";
     // Another profiler in the process (torch.profiler) started: it came first.
     if (p.error() == profd::v1::CAPTURE_ERROR_CUT_SHORT)
-      std::cout << ", CUT SHORT: " << p.message();
+      std::cout << ", CUT SHORT: " << Printable(p.message());
     std::cout << "\n";
   }
   if (info.has_gpu_metrics()) {
@@ -144,7 +148,7 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
                 << " (the report's kernel table says what bounds each kernel)\n";
     } else {
       std::cout << "  GPU counters: none"
-                << (m.error().empty() ? "" : absl::StrCat(" (", m.error(), ")")) << "\n";
+                << (m.error().empty() ? "" : absl::StrCat(" (", Printable(m.error()), ")")) << "\n";
     }
   }
   if (s.gpus_size() > 0) {
@@ -173,7 +177,7 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
   }
   if (info.files_size() > 0) std::cout << "\n";
   for (const auto& f : info.files()) {
-    std::cout << "Trace: " << f.path() << " (" << FormatBytes(f.bytes()) << ")\n";
+    std::cout << "Trace: " << Printable(f.path()) << " (" << FormatBytes(f.bytes()) << ")\n";
   }
 }
 
@@ -475,7 +479,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
        status.error_code() == grpc::StatusCode::INTERNAL)) {
     // profd was there (it answered with the capture) and went away: not "is it running?".
     std::cerr << "profctl: profd stopped during capture " << last.capture_id() << " ("
-              << status.error_message()
+              << Printable(status.error_message())
               << "); a profd that restarts repairs its trace: see `profctl captures` then\n";
     return kExitError;
   }
@@ -491,7 +495,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     PrintSummary(last);
   }
   int rc = last.phase() == profd::v1::CAPTURE_PHASE_FAILED ? kExitCaptureFailed : kExitOk;
-  if (rc != kExitOk) std::cerr << "profctl: capture failed: " << last.message() << "\n";
+  if (rc != kExitOk) std::cerr << "profctl: capture failed: " << Printable(last.message()) << "\n";
   if (!f.output.empty() && last.files_size() > 0) {
     int copy_rc = CopyOut(last, f.output);
     if (rc == kExitOk) rc = copy_rc;

@@ -27,6 +27,7 @@
 #include "daemon/analysis/render.h"
 #include "daemon/analysis/report_diff.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/common/printable.h"
 #include "daemon/common/sha256.h"
 #include "profd/v1/store.grpc.pb.h"
 #include "rapidjson/document.h"
@@ -38,6 +39,8 @@ namespace {
 
 namespace analysis = profd::analysis;
 namespace fs = std::filesystem;
+using profd::EscapeJsonLineSeparators;
+using profd::Printable;
 
 // The two files of a capture folder that are not traces (docs/TRACE_FORMAT.md).
 constexpr char kManifestName[] = "manifest.json";
@@ -179,7 +182,7 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
     want[f.name()] = f.sha256();
   }
   if (want.empty()) {
-    std::cerr << "profctl: capture " << id << " in " << shown.trace().location()
+    std::cerr << "profctl: capture " << id << " in " << Printable(shown.trace().location())
               << " has no trace file to report on (profctl show " << id << " lists its files)\n";
     return kExitNotFound;
   }
@@ -204,8 +207,8 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
       // The name comes from profd: keep it inside our folder whatever it holds.
       if (want.count(name) == 0 || name.find('/') != std::string::npos) {
         ctx.TryCancel();
-        std::cerr << "profctl: the store sent a file that was not asked for: "
-                  << analysis::Printable(name) << "\n";
+        std::cerr << "profctl: the store sent a file that was not asked for: " << Printable(name)
+                  << "\n";
         return kExitError;
       }
       written.push_back((fs::path(dir) / name).string());
@@ -286,7 +289,7 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, FetchedTraces*
   }
   if (status.ok() && info.files_size() == 0) {
     std::cerr << "profctl: capture " << arg << " has no trace"
-              << (info.message().empty() ? "" : ": " + info.message()) << "\n";
+              << (info.message().empty() ? "" : ": " + Printable(info.message())) << "\n";
     return kExitNotFound;
   }
   // A recent capture whose traces are on this machine is read where profd wrote them.
@@ -329,7 +332,7 @@ int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
   auto analyze = [](const std::vector<std::string>& files,
                     const analysis::AnalysisOptions& o) -> absl::StatusOr<analysis::Report> {
     absl::StatusOr<analysis::Report> r = analysis::AnalyzeTraceFiles(files, o);
-    if (!r.ok()) std::cerr << "profctl: " << r.status().message() << "\n";
+    if (!r.ok()) std::cerr << "profctl: " << Printable(std::string(r.status().message())) << "\n";
     return r;
   };
   auto exit_code = [](const absl::Status& s) {
@@ -372,12 +375,13 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
           absl::StrCat("GPU ", gpu.device, " ", analysis::FormatPercent(gpu.busy_ratio)));
     }
     for (const analysis::Finding& f : r.findings) findings.push_back(f.id);
-    table.AddRow({analysis::Printable(p.path), pids.empty() ? "-" : absl::StrJoin(pids, ","),
+    // TextTable makes its cells printable.
+    table.AddRow({p.path, pids.empty() ? "-" : absl::StrJoin(pids, ","),
                   analysis::FormatDuration(static_cast<double>(r.window_ns)),
                   analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),
                   analysis::FormatDuration(static_cast<double>(r.kernel_time_ns)),
                   busy.empty() ? "-" : absl::StrJoin(busy, ", "),
-                  r.top_kernels.empty() ? "-" : analysis::Printable(r.top_kernels[0].name),
+                  r.top_kernels.empty() ? "-" : r.top_kernels[0].name,
                   findings.empty() ? "-" : absl::StrJoin(findings, ", ")});
   }
   return absl::StrCat("PER PROCESS (each trace analysed alone)\n", table.Render(), "\n");
@@ -405,7 +409,7 @@ std::string ReportJsonWithProcesses(const analysis::Report& report,
   rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buffer);
   w.SetIndent(' ', 1);
   doc.Accept(w);
-  return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
+  return EscapeJsonLineSeparators(std::string(buffer.GetString(), buffer.GetSize()) + "\n");
 }
 
 int RunReport(const GlobalOptions& g, const ReportFlags& f) {

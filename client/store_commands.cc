@@ -25,6 +25,7 @@
 #include "client/commands.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/common/printable.h"
 #include "daemon/common/proto_json.h"
 #include "daemon/common/sha256.h"
 #include "profd/v1/store.grpc.pb.h"
@@ -101,12 +102,12 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
     return kExitOk;
   }
   if (!response.store_error().empty()) {
-    std::cerr << "profctl: the store " << response.store_uri()
+    std::cerr << "profctl: the store " << profd::Printable(response.store_uri())
               << " could not be read, showing only traces waiting in profd's spool: "
-              << response.store_error() << "\n";
+              << profd::Printable(response.store_error()) << "\n";
   }
   if (response.traces().empty()) {
-    std::cout << "No traces in " << response.store_uri()
+    std::cout << "No traces in " << profd::Printable(response.store_uri())
               << (o.hostname.empty() && o.pod.empty() && o.since.empty() ? ""
                                                                          : " matching the filters")
               << ". Take one with `profctl capture`, or add one with `profctl import FILE`.\n";
@@ -161,7 +162,7 @@ std::string EnumWord(std::string value, const std::string& prefix) {
 
 void PrintField(const std::string& name, const std::string& value) {
   if (value.empty()) return;
-  std::cout << absl::StrFormat("%-10s %s\n", name, analysis::Printable(value));
+  std::cout << absl::StrFormat("%-10s %s\n", name, profd::Printable(value));
 }
 
 // The manifest: the capture's request, window and processes (captures: a CaptureInfo; imports:
@@ -247,7 +248,7 @@ void PrintSummary(const rapidjson::Value& doc) {
     std::cout << "\nFINDINGS\n";
     for (const auto& f : findings->value.GetArray()) {
       std::cout << "  [" << absl::AsciiStrToUpper(Text(f, "severity")) << "] "
-                << analysis::Printable(Text(f, "title")) << "\n";
+                << profd::Printable(Text(f, "title")) << "\n";
     }
   }
 }
@@ -261,11 +262,13 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
   grpc::Status status = StoreStub(client)->ShowTrace(WithDeadline(&ctx, g), request, &response);
   if (!status.ok()) return Fail(client, status);
   if (g.json) {
-    // The manifest and summary as JSON objects, not strings.
-    std::cout << "{\n\"trace\": " << profd::ProtoToJson(response.trace()) << ",\n\"manifest\": "
-              << (response.manifest_json().empty() ? "null" : response.manifest_json())
-              << ",\n\"summary\": "
-              << (response.summary_json().empty() ? "null" : response.summary_json()) << "\n}\n";
+    // The manifest and summary as JSON objects, not strings (as stored: line separators escaped
+    // here, whichever writer made them).
+    std::cout << profd::EscapeJsonLineSeparators(absl::StrCat(
+        "{\n\"trace\": ", profd::ProtoToJson(response.trace()),
+        ",\n\"manifest\": ", response.manifest_json().empty() ? "null" : response.manifest_json(),
+        ",\n\"summary\": ", response.summary_json().empty() ? "null" : response.summary_json(),
+        "\n}\n"));
     return kExitOk;
   }
   const auto& t = response.trace();
