@@ -11,6 +11,10 @@ nvmlValue_t, nvmlProcessUtilizationSample_t).
 
   python3 tests/gpu/record_nvml_samples.py --out $OUT/h200_nvml_samples.txt
       [--gpu 0] [--busy-ms 300] [--periods 1000,700,1300] [--seconds 8] [--poll-ms 200]
+      [--scrape http://127.0.0.1:9477/metrics]
+
+With --scrape, a profd running beside it is scraped every second as well, and the summary says
+what its profd_gpu_utilization_ratio and profd_gpu_busy_seconds_total read in each phase.
 
 Output: one line each, space separated, times in CLOCK_REALTIME microseconds (NVML's "CPU
 timestamp"), '#' lines are comments:
@@ -23,6 +27,8 @@ timestamp"), '#' lines are comments:
   proc <call_us> <pid> <timestamp_us> <sm_percent> <mem_percent>
                                                              nvmlDeviceGetProcessUtilization
   phase <period_ms> <busy_ms> <start_us> <end_us>            one load setting
+  scrape <call_us> <ratio> <busy_seconds_total>              profd's series for the GPU (nan:
+                                                             absent)
   busy <start_us> <end_us>                                   the GEMMs ran (launch of the first
                                                              to the end of the last, synchronized)
   setup <start_us> <end_us>                                  CUDA and cuBLAS start-up, warm-up
@@ -36,6 +42,7 @@ import os
 import statistics
 import threading
 import time
+import urllib.request
 
 NVML_SUCCESS = 0
 NVML_ERROR_NOT_FOUND = 6
@@ -139,6 +146,7 @@ class Poller(threading.Thread):
         self.lock = threading.Lock()
         self.samples = {GPU_SAMPLES: {}, MEMORY_SAMPLES: {}}  # type -> {timestamp: value}
         self.rates = []  # (call_us, gpu percent)
+        self.phases = []  # (period_ms, start_us, end_us)
 
     def write(self, line):
         with self.lock:
@@ -173,6 +181,54 @@ class Poller(threading.Thread):
         self.poll(last_seen)
 
 
+class Scraper(threading.Thread):
+    """profd's GPU series every second: (call_us, ratio, busy_seconds_total)."""
+
+    def __init__(self, url, gpu, poller):
+        super().__init__(daemon=True)
+        self.url, self.gpu, self.poller = url, gpu, poller
+        self.stop = threading.Event()
+        self.readings = []
+
+    def run(self):
+        label = f'gpu="{self.gpu}"'
+        while not self.stop.wait(1.0):
+            call = now_us()
+            try:
+                text = urllib.request.urlopen(self.url, timeout=5).read().decode()
+            except OSError as e:
+                self.poller.write(f"# scrape failed: {e}")
+                continue
+            values = {}
+            for line in text.splitlines():
+                name = line.split("{", 1)[0]
+                if label in line and name in ("profd_gpu_utilization_ratio",
+                                              "profd_gpu_busy_seconds_total"):
+                    values[name] = float(line.rsplit(" ", 1)[1])
+            ratio = values.get("profd_gpu_utilization_ratio", float("nan"))
+            busy = values.get("profd_gpu_busy_seconds_total", float("nan"))
+            self.readings.append((call, ratio, busy))
+            self.poller.write(f"scrape {call} {ratio} {busy}")
+
+
+def summarize_profd(readings, busy, phases):
+    for period_ms, start, end in phases:
+        inside = [r for r in readings if start + 1_000_000 <= r[0] <= end]
+        if len(inside) < 2:
+            continue
+        ratios = sorted(r[1] for r in inside)
+        truth = [busy_fraction(busy, r[0] - 1_000_000, r[0]) for r in inside]
+        (t0, _, b0), (t1, _, b1) = inside[0], inside[-1]
+        print(f"profd, {period_ms} ms period: {len(inside)} scrapes, ratio min {ratios[0]:.3f} "
+              f"median {statistics.median(ratios):.3f} max {ratios[-1]:.3f} (truth of the second "
+              f"before each: {min(truth):.3f}..{max(truth):.3f}); busy_seconds_total rate "
+              f"{(b1 - b0) / ((t1 - t0) / 1e6):.3f}, truth {busy_fraction(busy, t0, t1):.3f}")
+
+
+def busy_fraction(busy, lo, hi):
+    return sum(max(0, min(e, hi) - max(s, lo)) for s, e in busy) / (hi - lo)
+
+
 def run_load(args, poller):
     setup = now_us()
     import torch
@@ -202,7 +258,9 @@ def run_load(args, poller):
             poller.write(f"busy {start} {end}")
             next_start += period_ms / 1000
             time.sleep(max(0.0, next_start - time.monotonic()))
-        poller.write(f"phase {period_ms} {args.busy_ms} {phase_start} {now_us()}")
+        phase_end = now_us()
+        poller.write(f"phase {period_ms} {args.busy_ms} {phase_start} {phase_end}")
+        poller.phases.append((period_ms, phase_start, phase_end))
         time.sleep(args.idle_ms / 1000)
     return busy
 
@@ -219,7 +277,7 @@ def summarize(poller, busy, window_us=1_000_000):
     t = gpu[0][0]
     while t + window_us <= gpu[-1][0]:
         lo, hi = t, t + window_us
-        truth = sum(max(0, min(e, hi) - max(s, lo)) for s, e in busy) / window_us
+        truth = busy_fraction(busy, lo, hi)
         weighted = covered = 0.0
         for (t0, _), (t1, v) in zip(gpu, gpu[1:]):
             overlap = max(0, min(t1, hi) - max(t0, lo))
@@ -241,6 +299,7 @@ def main():
     p.add_argument("--seconds", type=float, default=8)
     p.add_argument("--idle-ms", type=int, default=2000)
     p.add_argument("--poll-ms", type=int, default=200)
+    p.add_argument("--scrape", help="profd's /metrics URL, scraped every second")
     args = p.parse_args()
     nvml = Nvml(args.gpu)
     with open(args.out, "w") as out:
@@ -249,12 +308,20 @@ def main():
         out.write(f"gpu {args.gpu} {nvml.driver} {nvml.name}\n")
         poller = Poller(nvml, args.poll_ms / 1000, out)
         poller.start()
+        scraper = Scraper(args.scrape, args.gpu, poller) if args.scrape else None
+        if scraper:
+            scraper.start()
         try:
             busy = run_load(args, poller)
         finally:
             poller.stop.set()
             poller.join()
+            if scraper:
+                scraper.stop.set()
+                scraper.join()
     summarize(poller, busy)
+    if scraper:
+        summarize_profd(scraper.readings, busy, poller.phases)
     print(f"wrote {args.out}")
 
 
