@@ -71,7 +71,7 @@ class NvmlLibrary {
   absl::StatusOr<std::string> Uuid(NvmlDevice device);
   absl::StatusOr<NvmlUtilization> Utilization(NvmlDevice device);
   // nvmlDeviceGetSamples: the samples of one buffer newer than since_us, oldest first (0: the
-  // whole buffer, which NVML keeps for a few seconds). None newer is an empty vector.
+  // whole buffer: 71 samples, ~14 s, on an H200). None newer is an empty vector.
   absl::StatusOr<std::vector<NvmlUtilizationSample>> UtilizationSamples(NvmlDevice device,
                                                                         NvmlSampling type,
                                                                         uint64_t since_us);

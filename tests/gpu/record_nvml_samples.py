@@ -13,7 +13,7 @@ nvmlValue_t, nvmlProcessUtilizationSample_t).
       [--gpu 0] [--busy-ms 300] [--periods 1000,700,1300] [--seconds 8] [--poll-ms 200]
       [--scrape http://127.0.0.1:9477/metrics]
 
-With --scrape, a profd running beside it is scraped every second as well, and the summary says
+With --scrape, a profd running beside it is scraped every 200 ms as well, and the summary says
 what its profd_gpu_utilization_ratio and profd_gpu_busy_seconds_total read in each phase.
 
 Output: one line each, space separated, times in CLOCK_REALTIME microseconds (NVML's "CPU
@@ -182,7 +182,8 @@ class Poller(threading.Thread):
 
 
 class Scraper(threading.Thread):
-    """profd's GPU series every second: (call_us, ratio, busy_seconds_total)."""
+    """profd's GPU series every 200 ms: (call_us, ratio, busy_seconds_total). Scraped five times
+    faster than profd samples, so the scrape that first shows a new value dates profd's read."""
 
     def __init__(self, url, gpu, poller):
         super().__init__(daemon=True)
@@ -192,7 +193,7 @@ class Scraper(threading.Thread):
 
     def run(self):
         label = f'gpu="{self.gpu}"'
-        while not self.stop.wait(1.0):
+        while not self.stop.wait(0.2):
             call = now_us()
             try:
                 text = urllib.request.urlopen(self.url, timeout=5).read().decode()
@@ -212,16 +213,20 @@ class Scraper(threading.Thread):
 
 
 def summarize_profd(readings, busy, phases):
+    """Per phase: each of profd's reads (a new value, dated by the scrape that first showed it)
+    against what ran since its previous read, and its busy-seconds counter over the phase."""
+    reads = [r for i, r in enumerate(readings)
+             if i == 0 or (r[1], r[2]) != (readings[i - 1][1], readings[i - 1][2])]
     for period_ms, start, end in phases:
-        inside = [r for r in readings if start + 1_000_000 <= r[0] <= end]
-        if len(inside) < 2:
+        pairs = [(a, b) for a, b in zip(reads, reads[1:]) if start <= a[0] and b[0] <= end]
+        if len(pairs) < 2:
             continue
-        ratios = sorted(r[1] for r in inside)
-        truth = [busy_fraction(busy, r[0] - 1_000_000, r[0]) for r in inside]
-        (t0, _, b0), (t1, _, b1) = inside[0], inside[-1]
-        print(f"profd, {period_ms} ms period: {len(inside)} scrapes, ratio min {ratios[0]:.3f} "
-              f"median {statistics.median(ratios):.3f} max {ratios[-1]:.3f} (truth of the second "
-              f"before each: {min(truth):.3f}..{max(truth):.3f}); busy_seconds_total rate "
+        errors = [b[1] - busy_fraction(busy, a[0], b[0]) for a, b in pairs]
+        ratios = sorted(b[1] for _, b in pairs)
+        (t0, _, b0), (t1, _, b1) = pairs[0][0], pairs[-1][1]
+        print(f"profd, {period_ms} ms period: {len(pairs)} reads, ratio min {ratios[0]:.3f} "
+              f"median {statistics.median(ratios):.3f} max {ratios[-1]:.3f}, minus what ran "
+              f"between reads {min(errors):+.3f}..{max(errors):+.3f}; busy_seconds_total rate "
               f"{(b1 - b0) / ((t1 - t0) / 1e6):.3f}, truth {busy_fraction(busy, t0, t1):.3f}")
 
 
