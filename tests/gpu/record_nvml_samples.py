@@ -37,6 +37,7 @@ Then a summary on stdout: NVML's sample spacing, and per 1 s window the busy fra
 run, the duration-weighted mean of NVML's samples and what nvmlDeviceGetUtilizationRates said.
 """
 import argparse
+import bisect
 import ctypes
 import os
 import statistics
@@ -212,22 +213,43 @@ class Scraper(threading.Thread):
             self.poller.write(f"scrape {call} {ratio} {busy}")
 
 
-def summarize_profd(readings, busy, phases):
-    """Per phase: each of profd's reads (a new value, dated by the scrape that first showed it)
-    against what ran since its previous read, and its busy-seconds counter over the phase."""
+def summarize_profd(readings, samples, busy, phases):
+    """Per phase: each of profd's reads (a new value in the scrapes) matched to the window of
+    NVML's samples it averaged (the one, ending at most 0.6 s before the scrape that first showed
+    it and about 1 s long, whose duration-weighted mean is closest to it), and set against what
+    ran in that window; then its busy-seconds counter over the phase."""
+    ts = sorted(samples)
+
+    def mean(a, b):  # samples ts[a+1..b], each weighted by its period
+        num = sum((ts[i] - ts[i - 1]) * samples[ts[i]] for i in range(a + 1, b + 1))
+        return num / (ts[b] - ts[a]) / 100
+
     reads = [r for i, r in enumerate(readings)
-             if i == 0 or (r[1], r[2]) != (readings[i - 1][1], readings[i - 1][2])]
+             if i > 0 and (r[1], r[2]) != (readings[i - 1][1], readings[i - 1][2])]
     for period_ms, start, end in phases:
-        pairs = [(a, b) for a, b in zip(reads, reads[1:]) if start <= a[0] and b[0] <= end]
-        if len(pairs) < 2:
+        matched = []  # (read minus its samples' mean, read minus what ran, busy total, window end)
+        for t, ratio, busy_total in reads:
+            if not start + 1_000_000 <= t <= end:
+                continue
+            last = bisect.bisect_right(ts, t) - 1
+            candidates = [(abs(mean(a, b) - ratio), abs(ts[b] - ts[a] - 1_000_000), a, b)
+                          for b in range(last - 3, last + 1)
+                          for a in range(b - 9, b)
+                          if a >= 0 and 500_000 <= ts[b] - ts[a] <= 1_700_000]
+            if candidates:
+                err, _, a, b = min(candidates)
+                matched.append((err, ratio - busy_fraction(busy, ts[a], ts[b]), busy_total, ts[b]))
+        if len(matched) < 2:
             continue
-        errors = [b[1] - busy_fraction(busy, a[0], b[0]) for a, b in pairs]
-        ratios = sorted(b[1] for _, b in pairs)
-        (t0, _, b0), (t1, _, b1) = pairs[0][0], pairs[-1][1]
-        print(f"profd, {period_ms} ms period: {len(pairs)} reads, ratio min {ratios[0]:.3f} "
-              f"median {statistics.median(ratios):.3f} max {ratios[-1]:.3f}, minus what ran "
-              f"between reads {min(errors):+.3f}..{max(errors):+.3f}; busy_seconds_total rate "
-              f"{(b1 - b0) / ((t1 - t0) / 1e6):.3f}, truth {busy_fraction(busy, t0, t1):.3f}")
+        ratios = sorted(r[1] for r in reads if start + 1_000_000 <= r[0] <= end)
+        to_truth = [m[1] for m in matched]
+        (_, _, b0, e0), (_, _, b1, e1) = matched[0], matched[-1]
+        print(f"profd, {period_ms} ms period: {len(matched)} reads, ratio min {ratios[0]:.3f} "
+              f"median {statistics.median(ratios):.3f} max {ratios[-1]:.3f}; each read minus the "
+              f"weighted mean of NVML's samples in its window: at most "
+              f"{max(m[0] for m in matched):.4f}; minus what ran in it: {min(to_truth):+.3f}.."
+              f"{max(to_truth):+.3f}; busy_seconds_total over those windows "
+              f"{(b1 - b0) / ((e1 - e0) / 1e6):.3f}, truth {busy_fraction(busy, e0, e1):.3f}")
 
 
 def busy_fraction(busy, lo, hi):
@@ -326,7 +348,7 @@ def main():
                 scraper.join()
     summarize(poller, busy)
     if scraper:
-        summarize_profd(scraper.readings, busy, poller.phases)
+        summarize_profd(scraper.readings, poller.samples[GPU_SAMPLES], busy, poller.phases)
     print(f"wrote {args.out}")
 
 
