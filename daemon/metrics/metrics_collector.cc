@@ -245,13 +245,22 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   out.push_back(std::move(nvml_errors));
 
   // GPUs, from NVML.
-  MetricFamily gpu_util =
-      Family("profd_gpu_utilization_ratio",
-             "Fraction of the last sample period in which a kernel ran (NVML)", MetricType::Gauge);
-  MetricFamily gpu_bw =
-      Family("profd_gpu_memory_bandwidth_utilization_ratio",
-             "Fraction of the last sample period in which device memory was read or written (NVML)",
-             MetricType::Gauge);
+  MetricFamily gpu_util = Family("profd_gpu_utilization_ratio",
+                                 "Fraction of the last sampler interval (--nvml_sample_interval) "
+                                 "in which a kernel ran: the mean of NVML's samples",
+                                 MetricType::Gauge);
+  MetricFamily gpu_bw = Family("profd_gpu_memory_bandwidth_utilization_ratio",
+                               "Fraction of the last sampler interval in which device memory was "
+                               "read or written: the mean of NVML's samples",
+                               MetricType::Gauge);
+  MetricFamily gpu_busy = Family("profd_gpu_busy_seconds_total",
+                                 "Seconds in which a kernel ran, from NVML's samples: rate() is "
+                                 "the utilization over any range",
+                                 MetricType::Counter);
+  MetricFamily gpu_bw_busy = Family("profd_gpu_memory_bandwidth_busy_seconds_total",
+                                    "Seconds in which device memory was read or written, from "
+                                    "NVML's samples",
+                                    MetricType::Counter);
   MetricFamily gpu_used =
       Family("profd_gpu_memory_used_bytes", "Device memory in use (NVML)", MetricType::Gauge);
   MetricFamily gpu_total =
@@ -271,6 +280,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
         {"gpu", index}, {"hostname", hostname}, {"model", g.model}, {"uuid", g.uuid}};
     if (g.utilization) Add(gpu_util, device, *g.utilization);
     if (g.memory_bandwidth_utilization) Add(gpu_bw, device, *g.memory_bandwidth_utilization);
+    if (g.busy_seconds_total) Add(gpu_busy, device, *g.busy_seconds_total);
+    if (g.memory_bandwidth_busy_seconds_total) {
+      Add(gpu_bw_busy, device, *g.memory_bandwidth_busy_seconds_total);
+    }
     if (g.memory_used_bytes) Add(gpu_used, device, static_cast<double>(*g.memory_used_bytes));
     if (g.memory_total_bytes) Add(gpu_total, device, static_cast<double>(*g.memory_total_bytes));
     for (const GpuProcessSample& p : g.processes) {
@@ -283,7 +296,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       if (p.sm_utilization) Add(proc_sm, std::move(labels), *p.sm_utilization);
     }
   }
-  for (MetricFamily* f : {&gpu_util, &gpu_bw, &gpu_used, &gpu_total, &proc_used, &proc_sm}) {
+  for (MetricFamily* f :
+       {&gpu_util, &gpu_bw, &gpu_busy, &gpu_bw_busy, &gpu_used, &gpu_total, &proc_used, &proc_sm}) {
     out.push_back(std::move(*f));
   }
 
