@@ -563,15 +563,11 @@ absl::Status TraceStore::Read(const v1::StoredTrace& trace, const std::string& f
                               const ChunkSink& sink, absl::Time deadline) {
   // The row may come from anyone (spool, index, a caller): checked again where it becomes a key.
   if (absl::Status s = ValidateStoredTrace(trace, uri_); !s.ok()) return s;
-  if (absl::Status s = ValidatePlainFileName(file); !s.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("capture ", trace.capture_id(), ": the file name ", s.message()));
-  }
   bool known = false;
   for (const v1::StoredFile& f : trace.files()) known |= f.name() == file;
   if (!known) {
     return absl::NotFoundError(
-        absl::StrCat("capture ", trace.capture_id(), " has no file named ", file));
+        absl::StrCat("capture ", trace.capture_id(), " has no file named ", EscapedName(file)));
   }
   return bucket_->Read(FolderKey(trace) + file, sink, deadline);
 }
