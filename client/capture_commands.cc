@@ -11,6 +11,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -107,6 +108,20 @@ bool ParseKinds(const std::string& text, profd::v1::CaptureRequest* request, std
     }
   }
   return true;
+}
+
+// Captures the spool could not take yet (profctl spool's list), best effort: an older profd, or
+// one without a store, has none to tell.
+std::vector<profd::v1::StoredTrace> WaitingForRoom(const ProfdClient& client,
+                                                   const GlobalOptions& g) {
+  grpc::ClientContext ctx;
+  profd::v1::SpoolStatus spool;
+  if (!StoreStub(client)
+           ->GetSpoolStatus(WithDeadline(&ctx, g), profd::v1::GetSpoolStatusRequest(), &spool)
+           .ok()) {
+    return {};
+  }
+  return {spool.waiting().begin(), spool.waiting().end()};
 }
 
 void PrintSummary(const profd::v1::CaptureInfo& info) {
@@ -496,6 +511,17 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   }
   int rc = last.phase() == profd::v1::CAPTURE_PHASE_FAILED ? kExitCaptureFailed : kExitOk;
   if (rc != kExitOk) std::cerr << "profctl: capture failed: " << Printable(last.message()) << "\n";
+  // Done, but the spool could not take the trace (its disk full, say): not silent, not exit 0.
+  if (rc == kExitOk && last.phase() == profd::v1::CAPTURE_PHASE_DONE) {
+    for (const profd::v1::StoredTrace& t : WaitingForRoom(client, g)) {
+      if (t.capture_id() != last.capture_id()) continue;
+      std::cerr << "profctl: capture " << last.capture_id()
+                << " is done but NOT STORED: " << Printable(t.upload_error()) << ". The trace is kept in "
+                << Printable(t.location())
+                << "; profd puts it in the spool when room returns (`profctl spool`)\n";
+      rc = kExitError;
+    }
+  }
   if (!f.output.empty() && last.files_size() > 0) {
     int copy_rc = CopyOut(last, f.output);
     if (rc == kExitOk) rc = copy_rc;
@@ -515,6 +541,10 @@ int RunCaptures(const GlobalOptions& g, uint32_t limit) {
     PrintJson(response);
     return kExitOk;
   }
+  std::set<std::string> not_spooled;
+  for (const profd::v1::StoredTrace& t : WaitingForRoom(client, g)) {
+    not_spooled.insert(t.capture_id());
+  }
   analysis::TextTable table(
       {"ID", "STATE", "REQUESTED", "DURATION>", "PIDS", "EVENTS>", "LOCATION"}, 70);
   for (const auto& c : response.captures()) {
@@ -524,11 +554,20 @@ int RunCaptures(const GlobalOptions& g, uint32_t limit) {
       absl::StrAppend(&pids, pids.empty() ? "" : ",", p.pid());
       events += p.events();
     }
-    table.AddRow({c.capture_id(), PhaseName(c.phase()), Ago(c.requested_unix_ns()),
+    table.AddRow({c.capture_id(),
+                  not_spooled.count(c.capture_id()) ? PhaseName(c.phase()) + ", NOT STORED"
+                                                    : PhaseName(c.phase()),
+                  Ago(c.requested_unix_ns()),
                   absl::FormatDuration(absl::Milliseconds(c.duration_ms())), pids,
                   FormatCount(events), c.location()});
   }
   std::cout << (table.empty() ? "No captures yet on this profd.\n" : table.Render(""));
+  if (!not_spooled.empty()) {
+    std::cout << "\n"
+              << not_spooled.size()
+              << " finished capture(s) NOT STORED: profd's spool could not take them (`profctl "
+                 "spool` says why); they are kept in their capture folder and retried\n";
+  }
   if (response.omitted() > 0) {
     std::cerr << "profctl: " << response.omitted()
               << " more captures not shown: profd's answer is capped at 16 MiB (ask for fewer "

@@ -190,6 +190,9 @@ ABSL_FLAG(bool, s3_path_style, false,
           "<bucket>.<endpoint>/key");
 ABSL_FLAG(std::string, s3_part_size, "8MiB",
           "Traces larger than this go up as multipart uploads in parts of this size (>= 5MiB)");
+ABSL_FLAG(absl::Duration, s3_timeout, absl::Seconds(30),
+          "A store request that moves no byte for this long fails (and is retried): an endpoint "
+          "that takes connections and never answers holds no thread for ever");
 ABSL_FLAG(std::string, spool_dir, profd::store::kDefaultSpoolDir,
           "Local folder finished captures wait in until they are uploaded");
 ABSL_FLAG(std::string, spool_max_bytes, "10GiB",
@@ -244,6 +247,11 @@ std::string OpenStore(const std::string& hostname, const AccessGroup& access,
   absl::StatusOr<uint64_t> part_size = store::ParseByteSize(absl::GetFlag(FLAGS_s3_part_size));
   if (!part_size.ok()) return absl::StrCat("--s3_part_size: ", part_size.status().message());
   s3.part_size = *part_size;
+  s3.stall_timeout = absl::GetFlag(FLAGS_s3_timeout);
+  if (s3.stall_timeout < absl::Seconds(1)) {
+    return absl::StrCat("--s3_timeout=", absl::FormatDuration(s3.stall_timeout),
+                        ": give at least 1s (libcurl counts stalls in whole seconds)");
+  }
   absl::StatusOr<std::unique_ptr<store::TraceStore>> opened = store::TraceStore::Open(uri, s3);
   if (!opened.ok()) return std::string(opened.status().message());
   store::SpoolOptions options;
@@ -254,6 +262,8 @@ std::string OpenStore(const std::string& hostname, const AccessGroup& access,
   options.retry_initial = absl::GetFlag(FLAGS_upload_retry_initial);
   options.retry_max = absl::GetFlag(FLAGS_upload_retry_max);
   options.hostname = hostname;
+  // Captures the spool could not take wait in --capture_dir, marked; a restart retries them.
+  options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
   absl::StatusOr<std::unique_ptr<store::Spool>> s = store::Spool::Open(options, opened->get());
   if (!s.ok()) return std::string(s.status().message());
   *trace_store = *std::move(opened);
@@ -597,7 +607,8 @@ int Main(int argc, char** argv) {
     daemon_metrics.SetUploadSource([&spool] {
       const store::SpoolStats s = spool->stats();
       return DaemonMetrics::Uploads{s.uploaded_total, s.upload_failures_total,
-                                    s.uploaded_bytes_total};
+                                    s.uploaded_bytes_total, s.write_failures_total,
+                                    s.waiting_for_room};
     });
   }
   store::RetentionOptions retention_options;
@@ -806,6 +817,9 @@ int Main(int argc, char** argv) {
   int received = 0;
   sigwait(&signals, &received);
   LogInfo(kComponent, "signal %d: shutting down", received);
+  // No store request may hold the shutdown: those in flight end now (an upload resumes from the
+  // spool at the next start), so gRPC handlers, retention and the uploader return at once.
+  if (trace_store) trace_store->Cancel();
   // Running captures end first, saying why, while their profctl streams can still be told.
   captures.Shutdown();
   if (tcp_listener != nullptr) tcp_listener->Stop();  // nothing new handed to a stopping server

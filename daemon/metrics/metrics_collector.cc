@@ -208,6 +208,17 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       static_cast<double>(daemon.uploads_succeeded));
   Add(uploads, With(host, {{"result", "failed"}}), static_cast<double>(daemon.uploads_failed));
   out.push_back(std::move(uploads));
+  daemon_counter("profd_spool_write_failures_total",
+                 "Attempts to put a finished capture into the spool that failed (disk full, write "
+                 "error, over --spool_max_bytes); each retry counts",
+                 daemon.spool_write_failures);
+  MetricFamily waiting =
+      Family("profd_spool_captures_waiting_for_room",
+             "Finished captures the spool could not take yet, kept in --capture_dir and retried: "
+             "not in the store until this is 0",
+             MetricType::Gauge);
+  Add(waiting, host, static_cast<double>(daemon.spool_waiting_for_room));
+  out.push_back(std::move(waiting));
 
   // Retention, per place (capture_dir; store for a local store with a cap): only where it runs.
   MetricFamily kept = Family("profd_retention_kept_bytes",

@@ -223,7 +223,7 @@ TEST_F(MetricsCollectorTest, CaptureAndUploadHealth) {
   daemon_.OnCaptureFinished(CaptureResult::kSucceeded, absl::Seconds(2), 1000, 3, 5000);
   daemon_.OnCaptureFinished(CaptureResult::kFailed, absl::Milliseconds(50), 0, 0, 0);
   // The spool's own counts, read on each scrape.
-  daemon_.SetUploadSource([] { return DaemonMetrics::Uploads{1, 1, 4000}; });
+  daemon_.SetUploadSource([] { return DaemonMetrics::Uploads{1, 1, 4000, 3, 2}; });
   daemon_.OnTraceBytesWritten(100);
   const std::string text = Scrape();
   const std::string h = "hostname=\"node-a\"";
@@ -243,6 +243,9 @@ TEST_F(MetricsCollectorTest, CaptureAndUploadHealth) {
   EXPECT_THAT(text, Line("profd_trace_uploaded_bytes_total{" + h + "} 4000"));
   EXPECT_THAT(text, Line("profd_uploads_total{" + h + ",result=\"succeeded\"} 1"));
   EXPECT_THAT(text, Line("profd_uploads_total{" + h + ",result=\"failed\"} 1"));
+  // Captures the spool could not take: each failed attempt, and those still waiting.
+  EXPECT_THAT(text, Line("profd_spool_write_failures_total{" + h + "} 3"));
+  EXPECT_THAT(text, Line("profd_spool_captures_waiting_for_room{" + h + "} 2"));
 }
 
 // Retention's counts, read on each scrape, one series per place where it runs.
