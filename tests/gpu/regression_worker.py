@@ -13,7 +13,8 @@ Commands:
   torch cuda|cpu_cuda W S   S steps of W under torch.profiler; answers the trace's counts
                             (kernels, copies, memsets, launch calls by name) or the error raised
   steps W S                 S steps of W now (another profiler captures meanwhile), then sync
-  ops W S DIR               S steps under torch.profiler CPU+CUDA; key_averages to DIR
+  ops W S DIR               S steps under torch.profiler CPU+CUDA; its trace and key_averages
+                            to DIR
   quit
 """
 import json
@@ -145,14 +146,15 @@ class Workloads:
         torch.cuda.synchronize()
 
 
-def profile_steps(w, name, steps, activities):
-    path = tempfile.mktemp(suffix=".json")
+def profile_steps(w, name, steps, activities, keep=None):
+    path = keep or tempfile.mktemp(suffix=".json")
     with profile(activities=activities) as prof:
         w.run(name, steps)
     prof.export_chrome_trace(path)
     with open(path) as f:
         events = json.load(f)["traceEvents"]
-    os.unlink(path)
+    if keep is None:
+        os.unlink(path)
     return prof, trace_counts(events)
 
 
@@ -178,8 +180,9 @@ def main():
                 w.run(parts[1], int(parts[2]))
                 answer({"cmd": line.strip(), "start_ns": start, "end_ns": time.time_ns()})
             elif cmd == "ops":
-                prof, counts = profile_steps(w, parts[1], int(parts[2]),
-                                             [ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                prof, counts = profile_steps(
+                    w, parts[1], int(parts[2]), [ProfilerActivity.CPU, ProfilerActivity.CUDA],
+                    keep=os.path.join(parts[3], "torch_trace_%s.json" % parts[1]))
                 ops = [{"key": e.key, "count": e.count,
                         "device_time_total_us": e.device_time_total,
                         "device_type": e.device_type.name} for e in prof.key_averages()]
