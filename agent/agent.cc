@@ -107,6 +107,11 @@ void Agent::RequestStop() {
   Wake();
 }
 
+void Agent::HeartbeatNow() {
+  heartbeat_now_.store(true);
+  Wake();
+}
+
 void Agent::Wake() {
   uint64_t one = 1;
   ssize_t ignored = write(wake_fd_, &one, sizeof(one));
@@ -335,6 +340,7 @@ void Agent::Run() {
     pending = pending || out_offset_ < out_frame_.size();
     pollfd fds[2] = {{socket_fd_, static_cast<short>(POLLIN | (pending ? POLLOUT : 0)), 0},
                      {wake_fd_, POLLIN, 0}};
+    if (heartbeat_now_.exchange(false)) next_heartbeat_ns_ = now;
     int timeout_ms = now >= next_heartbeat_ns_
                          ? 0
                          : static_cast<int>((next_heartbeat_ns_ - now) / 1000000ull) + 1;
@@ -347,6 +353,7 @@ void Agent::Run() {
       uint64_t drained;
       while (read(wake_fd_, &drained, sizeof(drained)) > 0) {
       }
+      if (heartbeat_now_.exchange(false)) next_heartbeat_ns_ = 0;
     }
     if (fds[0].revents & (POLLIN | POLLHUP | POLLERR)) {
       if (!ReadFrames()) continue;

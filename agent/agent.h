@@ -47,6 +47,9 @@ class Agent {
 
   // Any thread; returns at once. The thread exits at its next wake-up.
   void RequestStop();
+  // Any thread, lock-free: the next heartbeat goes now (something profd decides on changed, e.g.
+  // the process's own profiler started or stopped tracing).
+  void HeartbeatNow();
 
   bool connected() const { return connected_.load(std::memory_order_relaxed); }
   const AgentOptions& options() const { return options_; }
@@ -71,6 +74,7 @@ class Agent {
   const AgentOptions options_;
   std::thread thread_;
   std::atomic<bool> stop_{false};
+  std::atomic<bool> heartbeat_now_{false};
   std::atomic<bool> connected_{false};
   std::atomic<CaptureHandler*> capture_handler_{nullptr};
   std::atomic<CountersFn> counters_fn_{nullptr};

@@ -69,6 +69,11 @@ int Start(const char* socket_path, bool injected) {
       hb->has_cupti_sharing = true;
     });
   };
+  // profd refuses a capture through Kineto while torch.profiler traces: it hears of a session's
+  // start and end at once, not at the next heartbeat.
+  profagent::CuptiBroker::Get().SetTracingListener([] {
+    if (profagent::Agent* agent = profagent::Agent::Get()) agent->HeartbeatNow();
+  });
   options.on_tick = [](profagent::Agent*) {
     profagent::CuptiBroker::Get().Tick();
     profagent::CudaEntryPoints::Get().Interpose();  // libraries loaded since the last tick

@@ -544,6 +544,7 @@ void CuptiBroker::PauseAgentCallbacks(bool pause) {
             : "the other profiler stopped tracing: the agent's CUPTI counters resume");
   dirty_.store(true);
   WithSubscriberLock([&] { ReconcileLocked(); });
+  if (void (*listener)() = tracing_listener_.load()) listener();
 }
 
 CuptiBroker::Participant* CuptiBroker::VirtualParticipant(CUpti_SubscriberHandle handle) {

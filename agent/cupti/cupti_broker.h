@@ -74,6 +74,9 @@ class CuptiBroker {
   // stop calling them before the other client's first activity kind is enabled, and to resume
   // after its last one is disabled. Its session then runs as it would without the agent.
   bool AgentCallbacksPaused() const { return agent_paused_.load(); }
+  // Called (on the other client's thread, no lock of the broker's held) when another client
+  // starts or stops tracing: what Report() says changed, and profd decides on it.
+  void SetTracingListener(void (*fn)()) { tracing_listener_.store(fn); }
 
   // --- The agent's activity tracing (a capture). Capture thread.
   // Takes CUPTI for a capture: holds a real subscriber for its duration (which also finds a tool
@@ -218,6 +221,7 @@ class CuptiBroker {
   std::atomic<Registration*> retired_registrations_{nullptr};
   std::atomic<bool> finalize_noted_{false};
   std::atomic<bool> agent_paused_{false};  // AgentCallbacksPaused
+  std::atomic<void (*)()> tracing_listener_{nullptr};
   // Any thread, no lock of ours held: pauses or resumes the agent's callbacks and applies it.
   void PauseAgentCallbacks(bool pause);
   uint32_t ReconcileMask() const;

@@ -180,13 +180,18 @@ TEST_F(CuptiBrokerTest, KinetoGetsASubscriberOfItsOwnBesideTheCounters) {
 // The counters' CUPTI callbacks step aside while torch.profiler traces: CUPTI stops calling them
 // before Kineto's first activity kind is on, and calls them again after its last one is off, so
 // Kineto's session runs exactly as it would without the agent.
+std::atomic<int> g_tracing_changes{0};
+
 TEST_F(CuptiBrokerTest, CounterCallbacksStepAsideWhileKinetoTraces) {
+  g_tracing_changes = 0;
+  broker().SetTracingListener([] { ++g_tracing_changes; });  // the agent's heartbeat, at once
   SubscribeAgentCounters();
   ASSERT_EQ(fakekineto_init(), CUPTI_SUCCESS);
   ASSERT_EQ(fakecupti_callback_enabled(kDriver, kLaunch), 1);
   fakecupti_clear_log();
   ASSERT_EQ(fakekineto_start(kRuntime), CUPTI_SUCCESS);
   EXPECT_TRUE(broker().AgentCallbacksPaused());
+  EXPECT_EQ(g_tracing_changes.load(), 1);
   EXPECT_EQ(fakecupti_callback_enabled(kDriver, kLaunch), 0);
   const std::string log = fakecupti_log();
   EXPECT_LT(log.find("callback:" + std::to_string(kDriver) + ":" + std::to_string(kLaunch) + "=0"),
@@ -200,7 +205,9 @@ TEST_F(CuptiBrokerTest, CounterCallbacksStepAsideWhileKinetoTraces) {
 
   ASSERT_EQ(fakekineto_stop(kRuntime), CUPTI_SUCCESS);
   EXPECT_FALSE(broker().AgentCallbacksPaused());
+  EXPECT_EQ(g_tracing_changes.load(), 2);
   EXPECT_EQ(fakecupti_callback_enabled(kDriver, kLaunch), 1);
+  broker().SetTracingListener(nullptr);
   EXPECT_EQ(fakecupti_fire(kDriver, kLaunch), 1);
   EXPECT_EQ(g_agent_calls[kDriver][kLaunch].load(), 1);
 }
