@@ -17,4 +17,9 @@ std::string FormatRate(double per_s);     // "12.3k/s"
 // a line of the report.
 std::string Printable(std::string_view text);
 
+struct Report;
+// ", 1,234 in [other names]" when the report folded kernels past its caps on distinct names;
+// "" otherwise. The text and HTML headers' kernel count.
+std::string FoldedText(const Report& report);
+
 }  // namespace profd::analysis

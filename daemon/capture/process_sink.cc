@@ -23,7 +23,10 @@ ProcessSink::ProcessSink(TraceProcess process, std::vector<v1::DeviceInfo> devic
       folder_(folder),
       analysis_(analysis),
       options_(options),
-      devices_(std::move(devices)) {}
+      devices_(std::move(devices)),
+      // ChargeStrings stops the trace at its estimate of the names; the table holds itself to
+      // the same bound as malloc counts it (demangling may lengthen a name 4-fold).
+      names_(options.max_string_bytes) {}
 
 std::string ProcessSink::ChargeStrings(const v1::EventBatch& batch) {
   uint32_t top = 0;

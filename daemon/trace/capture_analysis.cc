@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "daemon/analysis/analysis.h"
 #include "daemon/trace/event_limits.h"
 #include "daemon/trace/event_names.h"
+#include "daemon/trace/perfetto_trace_reader.h"
 
 namespace profd {
 namespace {
@@ -217,5 +219,21 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
 }
 
 analysis::Report CaptureAnalysis::Finish() { return analysis_.Finish(); }
+
+absl::StatusOr<analysis::Report> AnalyzeWrittenTraces(
+    const std::vector<std::pair<std::string, TraceFormat>>& files,
+    const analysis::AnalysisOptions& options, const analysis::StreamLimits& limits) {
+  return analysis::AnalyzeStream(
+      [&](analysis::Trace* tables, analysis::TraceEventSink* sink) {
+        for (const auto& [path, format] : files) {
+          absl::Status s = format == TraceFormat::kPerfetto
+                               ? StreamPerfettoTrace(path, tables, sink)
+                               : analysis::StreamTraceFile(path, tables, sink);
+          if (!s.ok()) return s;
+        }
+        return absl::OkStatus();
+      },
+      options, limits);
+}
 
 }  // namespace profd
