@@ -34,6 +34,8 @@ size_t CaptureAnalysis::AddProcess(uint32_t pid, const std::string& trace_path) 
   f.path = trace_path;
   f.format = "profd";
   f.gzip = true;
+  // Its GPU work is the process's, also what comes before its first CUDA call.
+  f.host_pid = pid <= INT32_MAX ? static_cast<int32_t>(pid) : -1;
   tables_.files.push_back(f);
   Process p;
   p.pid = pid;
@@ -142,7 +144,6 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     c.file = file;
     c.type =
         a.domain() == v1::API_DOMAIN_DRIVER ? HostCall::Type::kDriver : HostCall::Type::kRuntime;
-    tables_.files[process].host_pid = static_cast<int32_t>(p.pid);
     analysis_.Add(c);
   }
   for (const v1::Synchronization& s : batch.syncs()) {

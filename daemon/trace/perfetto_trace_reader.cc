@@ -197,6 +197,10 @@ class PerfettoReader {
     uint64_t flow = 0, terminating_flow = 0;
     std::optional<uint64_t> correlation, bytes, registers, shared_memory, cbid;
     std::optional<std::string> grid, block, copy_kind, src_kind, dst_kind;
+    // The footer's "device properties" instant (DeviceInfo, as the JSON's deviceProperties).
+    std::optional<std::string> device_name, compute_capability;
+    std::optional<uint64_t> sms, threads_per_sm, blocks_per_sm, registers_per_sm, shared_per_sm,
+        warp_size;
   };
   enum class Arg : uint8_t {
     kOther,
@@ -209,7 +213,15 @@ class PerfettoReader {
     kBytes,
     kCopyKind,
     kSrcKind,
-    kDstKind
+    kDstKind,
+    kDeviceName,
+    kComputeCapability,
+    kSms,
+    kThreadsPerSm,
+    kBlocksPerSm,
+    kRegistersPerSm,
+    kSharedPerSm,
+    kWarpSize,
   };
 
   void ClearInterned() {
@@ -265,6 +277,9 @@ class PerfettoReader {
       while (p.Next(&f)) {
         if (f.number == kPid) pid_ = static_cast<int64_t>(f.value);
       }
+      // The trace is this process's: its GPU work is the process's even before (or without) a
+      // CUDA call naming it, as CaptureAnalysis has it.
+      if (pid_ <= INT32_MAX) t_->files[file_].host_pid = static_cast<int32_t>(pid_);
     } else if (!thread.empty()) {
       t.kind = Kind::kThread;
       Fields p(thread);
@@ -339,6 +354,14 @@ class PerfettoReader {
     if (name == "copy kind") return Arg::kCopyKind;
     if (name == "src kind") return Arg::kSrcKind;
     if (name == "dst kind") return Arg::kDstKind;
+    if (name == "name") return Arg::kDeviceName;
+    if (name == "compute capability") return Arg::kComputeCapability;
+    if (name == "numSms") return Arg::kSms;
+    if (name == "maxThreadsPerMultiprocessor") return Arg::kThreadsPerSm;
+    if (name == "maxBlocksPerMultiprocessor") return Arg::kBlocksPerSm;
+    if (name == "regsPerMultiprocessor") return Arg::kRegistersPerSm;
+    if (name == "sharedMemPerMultiprocessor") return Arg::kSharedPerSm;
+    if (name == "warpSize") return Arg::kWarpSize;
     return Arg::kOther;
   }
 
@@ -392,6 +415,30 @@ class PerfettoReader {
       case Arg::kDstKind:
         s->dst_kind = text;
         break;
+      case Arg::kDeviceName:
+        s->device_name = text;
+        break;
+      case Arg::kComputeCapability:
+        s->compute_capability = text;
+        break;
+      case Arg::kSms:
+        s->sms = number;
+        break;
+      case Arg::kThreadsPerSm:
+        s->threads_per_sm = number;
+        break;
+      case Arg::kBlocksPerSm:
+        s->blocks_per_sm = number;
+        break;
+      case Arg::kRegistersPerSm:
+        s->registers_per_sm = number;
+        break;
+      case Arg::kSharedPerSm:
+        s->shared_per_sm = number;
+        break;
+      case Arg::kWarpSize:
+        s->warp_size = number;
+        break;
       case Arg::kOther:
         break;
     }
@@ -443,8 +490,10 @@ class PerfettoReader {
       return true;
     }
     if (type == kInstant) {
-      // Memory operations are records (counted, not analysed); the footer's instants are not.
+      // Memory operations are records (counted, not analysed); the footer's instants are not,
+      // but its device properties are the occupancy estimate's.
       if (where != nullptr && where->kind == Kind::kMemory) ++t_->files[file_].events;
+      if (where != nullptr && where->kind == Kind::kGpu && s.device_name) Device(*where, s);
       return true;
     }
     if (type != kSliceBegin) return true;  // counter values: not read back
@@ -460,6 +509,36 @@ class PerfettoReader {
     }
     open_ = std::move(s);  // a BEGIN whose END never came (the cut) is not an event
     return true;
+  }
+
+  // As CaptureAnalysis takes a batch's DeviceInfo.
+  void Device(const Track& gpu, const Slice& s) {
+    if (gpu.a > INT32_MAX || t_->devices.size() >= 1024) return;
+    analysis::DeviceProperties d;
+    d.id = static_cast<int32_t>(gpu.a);
+    d.name = *s.device_name;
+    auto u32 = [](const std::optional<uint64_t>& v) {
+      return static_cast<uint32_t>(std::min<uint64_t>(v.value_or(0), UINT32_MAX));
+    };
+    d.num_sms = u32(s.sms);
+    d.max_threads_per_sm = u32(s.threads_per_sm);
+    d.regs_per_sm = u32(s.registers_per_sm);
+    d.shared_memory_per_sm = u32(s.shared_per_sm);
+    d.max_blocks_per_sm = u32(s.blocks_per_sm);
+    d.warp_size = u32(s.warp_size);
+    const std::string cc = s.compute_capability.value_or("");
+    const size_t dot = cc.find('.');
+    if (dot != std::string::npos) {
+      std::from_chars(cc.data(), cc.data() + dot, d.compute_major);
+      std::from_chars(cc.data() + dot + 1, cc.data() + cc.size(), d.compute_minor);
+    }
+    for (analysis::DeviceProperties& known : t_->devices) {
+      if (known.id == d.id) {
+        known = std::move(d);
+        return;
+      }
+    }
+    t_->devices.push_back(std::move(d));
   }
 
   int64_t Correlation(const Slice& s, uint64_t flow) const {
@@ -543,7 +622,6 @@ class PerfettoReader {
           // The trace keeps no domain: runtime calls are the cuda* ones (cudaLaunchKernel),
           // driver calls cu* (cuLaunchKernel).
           c.type = s.text.starts_with("cuda") ? HostCall::Type::kRuntime : HostCall::Type::kDriver;
-          if (file.host_pid < 0) file.host_pid = pid;
           sink_->Add(c);
           return;
         }
