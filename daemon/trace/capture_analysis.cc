@@ -46,9 +46,12 @@ size_t CaptureAnalysis::AddProcess(uint32_t pid, const std::string& trace_path) 
 }
 
 uint32_t CaptureAnalysis::NameOf(Process& p, uint32_t string_id, const StringTable& names) {
-  auto [it, inserted] = p.names.try_emplace(string_id, 0);
-  if (inserted) it->second = tables_.names.Intern(names.Text(string_id));
-  return it->second;
+  if (auto it = p.names.find(string_id); it != p.names.end()) return it->second;
+  const uint32_t id = tables_.names.Intern(names.Text(string_id));
+  // Ids past the NameTable's limits all name its one "other" row: not remembered, so that this
+  // map stays as bounded as the table however many ids the agent uses.
+  if (!tables_.names.IsOther(id)) p.names.emplace(string_id, id);
+  return id;
 }
 
 bool CaptureAnalysis::Interval(size_t process, uint64_t start, uint64_t end, bool impossible,

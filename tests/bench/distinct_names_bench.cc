@@ -146,10 +146,9 @@ Measure AgentCapture(int names) {
       k->set_block_y(1);
       k->set_block_z(1);
     }
-    if (!agent.SendMessage(m, absl::Seconds(120))) {
-      std::fprintf(stderr, "profd stopped reading\n%s\n", profd.log().c_str());
-      std::exit(1);
-    }
+    // Past its string budget the process's capture ends, and profd closes a connection that
+    // goes on sending capture-sized frames: the rest is not sent.
+    if (!agent.SendMessage(m, absl::Seconds(120))) break;
   }
   v1::AgentMessage done = Status(id, v1::CAPTURE_STATE_FINISHED);
   done.mutable_capture_status()->set_events(static_cast<uint64_t>(names));

@@ -113,8 +113,7 @@ TEST(CaptureAnalysisTest, ThePerfettoTraceReadBackGivesTheSameReport) {
     }
     ASSERT_TRUE((*writer)->Finish(footer).ok());
     analysis::Report streamed = Streamed(c.batches, c.base_time_ns, path);
-    absl::StatusOr<analysis::Report> read =
-        AnalyzeWrittenTraces({{path, TraceFormat::kPerfetto}});
+    absl::StatusOr<analysis::Report> read = AnalyzeWrittenTraces({{path, TraceFormat::kPerfetto}});
     ASSERT_TRUE(read.ok()) << read.status();
     EXPECT_GT(read->events, 0u);
     EXPECT_EQ(read->events, streamed.events);

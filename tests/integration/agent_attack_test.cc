@@ -217,7 +217,7 @@ TEST_F(AgentAttackTest, StringIdsPastTheLimitCloseTheAgentNotProfd) {
 
 // An id within the protocol's range still may not make one process's string table large: the
 // capture's pipeline charges each table for its slots and texts, and stops that process's trace
-// (not the connection, not profd) past 64 MiB.
+// (not the connection, not profd) past 12 MiB.
 TEST_F(AgentAttackTest, AStringTableCannotGrowPastItsBudget) {
   StartProfd();
   StartWellBehavedAgent();
@@ -234,7 +234,7 @@ TEST_F(AgentAttackTest, AStringTableCannotGrowPastItsBudget) {
   ASSERT_TRUE(attacker.SendMessage(Status(capture_id, v1::CAPTURE_STATE_FINISHED)));
   capturing.join();
   EXPECT_EQ(capture.exit_code, 5) << capture.out << capture.err;
-  EXPECT_THAT(capture.err, HasSubstr("the agent's kernel and API names need more than 64 MiB"));
+  EXPECT_THAT(capture.err, HasSubstr("the agent's kernel and API names need more than 12 MiB"));
   EXPECT_FALSE(attacker.closed());
   EXPECT_EQ(profd_->Profctl({"status"}).exit_code, 0);
   ExpectEveryoneStillServed(32);
