@@ -9,6 +9,7 @@
 #include "agent/counters/launch_counters.h"
 #include "agent/cupti/cupti_broker.h"
 #include "agent/include/profagent.h"
+#include "agent/interpose/cuda_entry_points.h"
 #include "agent/log.h"
 #include "profd/v1/agent_frame.h"
 
@@ -28,6 +29,15 @@ std::atomic<bool> g_counters_on{false};
 void ShareCupti() {
   try {
     profagent::CuptiBroker::Get().Interpose();
+  } catch (...) {
+  }
+}
+
+// Right away too: the launch and allocation entry points of the libraries already loaded go
+// through the counters before the application's first launch.
+void CountCudaCalls() {
+  try {
+    profagent::CudaEntryPoints::Get().Interpose(/*tables=*/false);  // inside cuInit
   } catch (...) {
   }
 }
@@ -59,7 +69,10 @@ int Start(const char* socket_path, bool injected) {
       hb->has_cupti_sharing = true;
     });
   };
-  options.on_tick = [](profagent::Agent*) { profagent::CuptiBroker::Get().Tick(); };
+  options.on_tick = [](profagent::Agent*) {
+    profagent::CuptiBroker::Get().Tick();
+    profagent::CudaEntryPoints::Get().Interpose();  // libraries loaded since the last tick
+  };
   profagent::Agent::StartOnce(options, &profagent::CreateCaptureHandler);
   return 0;
 }
@@ -67,6 +80,7 @@ int Start(const char* socket_path, bool injected) {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) {
+  CountCudaCalls();
   ShareCupti();
   try {
     Start(nullptr, /*injected=*/true);
@@ -77,6 +91,7 @@ extern "C" __attribute__((visibility("default"))) int InitializeInjection(void) 
 }
 
 extern "C" __attribute__((visibility("default"))) int profagent_start(const char* socket_path) {
+  CountCudaCalls();
   ShareCupti();
   try {
     return Start(socket_path, /*injected=*/false);

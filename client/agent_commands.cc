@@ -7,10 +7,12 @@
 #include "client/commands.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/common/printable.h"
 
 namespace profctl {
 
 namespace analysis = profd::analysis;
+using profd::Printable;
 namespace {
 
 std::string PodOf(const profd::v1::AgentInfo& a) {
@@ -75,7 +77,7 @@ int RunAgents(const GlobalOptions& g) {
               << " more agents not shown: profd's answer is capped at 16 MiB\n";
   }
   if (response.agents().empty() && response.omitted() == 0) {
-    std::cout << "No agents connected to profd on " << response.hostname()
+    std::cout << "No agents connected to profd on " << Printable(response.hostname())
               << ".\nStart the process with CUDA_INJECTION64_PATH=/usr/lib/profd/libprofagent.so "
                  "(and PROFD_AGENT_SOCKET if profd uses another agent socket).\n";
     return kExitOk;
@@ -99,7 +101,11 @@ int RunAgents(const GlobalOptions& g) {
     }
   }
   std::cout << table.Render("");
-  if (!notes.empty()) std::cout << "\n" << absl::StrJoin(notes, "\n") << "\n";
+  // The notes quote what each agent reported (the tool holding CUPTI, libraries it saw).
+  if (!notes.empty()) {
+    std::cout << "\n";
+    for (const std::string& n : notes) std::cout << Printable(n) << "\n";
+  }
   return kExitOk;
 }
 
@@ -113,7 +119,7 @@ std::string CountersLine(const profd::v1::GpuCountersStatus& c) {
             std::to_string(c.gpus()) + " GPU(s)";
   }
   if (!c.error().empty()) line += (c.interval_ns() > 0 ? "; " : "; unavailable: ") + c.error();
-  return line;
+  return Printable(line);
 }
 
 int RunStatus(const GlobalOptions& g) {
@@ -127,29 +133,31 @@ int RunStatus(const GlobalOptions& g) {
     PrintJson(response);
     return kExitOk;
   }
-  std::cout << "profd " << response.version() << " on " << response.hostname() << ", up since "
-            << Ago(response.started_unix_ns()) << "\n"
+  std::cout << "profd " << Printable(response.version()) << " on " << Printable(response.hostname())
+            << ", up since " << Ago(response.started_unix_ns()) << "\n"
             << "  agents connected:  " << response.agents_connected() << "\n"
-            << "  agent socket:      " << response.agent_socket() << "\n"
+            << "  agent socket:      " << Printable(response.agent_socket()) << "\n"
             << "  Kineto socket:     "
             << (response.kineto_socket().empty() ? std::string("off")
-                                                 : response.kineto_socket() + " (" +
+                                                 : Printable(response.kineto_socket()) + " (" +
                                                        std::to_string(response.kineto_processes()) +
                                                        " PyTorch processes polling)")
             << "\n"
-            << "  gRPC:              " << absl::StrJoin(response.grpc_addresses(), ", ") << "\n";
+            << "  gRPC:              " << Printable(absl::StrJoin(response.grpc_addresses(), ", "))
+            << "\n";
   if (!response.metrics_address().empty()) {
-    std::cout << "  metrics:           http://" << response.metrics_address() << "/metrics\n";
+    std::cout << "  metrics:           http://" << Printable(response.metrics_address())
+              << "/metrics\n";
   }
   std::cout << "  GPU metrics:       "
             << (response.nvml_available()
                     ? std::string("NVML")
                     : "off: " + (response.nvml_error().empty() ? std::string("NVML not loaded")
-                                                               : response.nvml_error()))
+                                                               : Printable(response.nvml_error())))
             << "\n"
             << "  GPU counters:      " << CountersLine(response.gpu_counters()) << "\n";
   if (!response.store_uri().empty()) {
-    std::cout << "  store:             " << response.store_uri() << "\n";
+    std::cout << "  store:             " << Printable(response.store_uri()) << "\n";
     // What waits for the store, and why: an on-call engineer's first question.
     grpc::ClientContext spool_ctx;
     profd::v1::SpoolStatus spool;
@@ -161,7 +169,7 @@ int RunStatus(const GlobalOptions& g) {
                 << spool.pending() << " waiting";
       if (!spool.last_error().empty()) {
         std::cout << "; FAILING (" << spool.upload_failures_total()
-                  << " failed attempts): " << spool.last_error();
+                  << " failed attempts): " << Printable(spool.last_error());
       }
       std::cout << "\n";
     }

@@ -11,6 +11,7 @@
 #include <iostream>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,6 +24,7 @@
 #include "client/commands.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/common/printable.h"
 #include "profd/v1/capture_limits.h"
 
 namespace profctl {
@@ -55,6 +57,9 @@ struct CaptureFlags {
 using analysis::FormatBytes;
 using analysis::FormatCount;
 using analysis::FormatDuration;
+// What a capture's answer quotes from its processes (names, messages, paths) is shown through
+// Printable: a process names itself, and a kernel name is whatever its code says.
+using profd::Printable;
 
 std::string PhaseName(profd::v1::CapturePhase phase) {
   switch (phase) {
@@ -105,6 +110,20 @@ bool ParseKinds(const std::string& text, profd::v1::CaptureRequest* request, std
   return true;
 }
 
+// Captures the spool could not take yet (profctl spool's list), best effort: an older profd, or
+// one without a store, has none to tell.
+std::vector<profd::v1::StoredTrace> WaitingForRoom(const ProfdClient& client,
+                                                   const GlobalOptions& g) {
+  grpc::ClientContext ctx;
+  profd::v1::SpoolStatus spool;
+  if (!StoreStub(client)
+           ->GetSpoolStatus(WithDeadline(&ctx, g), profd::v1::GetSpoolStatusRequest(), &spool)
+           .ok()) {
+    return {};
+  }
+  return {spool.waiting().begin(), spool.waiting().end()};
+}
+
 void PrintSummary(const profd::v1::CaptureInfo& info) {
   const profd::v1::CaptureSummary& s = info.summary();
   std::cout << "Capture " << info.capture_id() << ": " << PhaseName(info.phase());
@@ -116,11 +135,11 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
   std::cout << "\n";
   // A failed capture's message goes to stderr, once (RunCapture).
   if (!info.message().empty() && info.phase() != profd::v1::CAPTURE_PHASE_FAILED) {
-    std::cout << "  " << info.message() << "\n";
+    std::cout << "  " << Printable(info.message()) << "\n";
   }
   for (const auto& p : info.processes()) {
-    std::cout << "  pid " << p.pid() << " (" << p.comm() << "): " << FormatCount(p.events())
-              << " events";
+    std::cout << "  pid " << p.pid() << " (" << Printable(p.comm())
+              << "): " << FormatCount(p.events()) << " events";
     if (p.start_latency_ns() > 0) {
       // Through Kineto, profd knows when the process took the config; it starts tracing at its
       // own next ticks (docs/KINETO.md).
@@ -133,7 +152,7 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
     if (p.truncated()) std::cout << ", CUT at the event cap";
     // Another profiler in the process (torch.profiler) started: it came first.
     if (p.error() == profd::v1::CAPTURE_ERROR_CUT_SHORT)
-      std::cout << ", CUT SHORT: " << p.message();
+      std::cout << ", CUT SHORT: " << Printable(p.message());
     std::cout << "\n";
   }
   if (info.has_gpu_metrics()) {
@@ -144,7 +163,7 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
                 << " (the report's kernel table says what bounds each kernel)\n";
     } else {
       std::cout << "  GPU counters: none"
-                << (m.error().empty() ? "" : absl::StrCat(" (", m.error(), ")")) << "\n";
+                << (m.error().empty() ? "" : absl::StrCat(" (", Printable(m.error()), ")")) << "\n";
     }
   }
   if (s.gpus_size() > 0) {
@@ -173,7 +192,7 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
   }
   if (info.files_size() > 0) std::cout << "\n";
   for (const auto& f : info.files()) {
-    std::cout << "Trace: " << f.path() << " (" << FormatBytes(f.bytes()) << ")\n";
+    std::cout << "Trace: " << Printable(f.path()) << " (" << FormatBytes(f.bytes()) << ")\n";
   }
 }
 
@@ -475,7 +494,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
        status.error_code() == grpc::StatusCode::INTERNAL)) {
     // profd was there (it answered with the capture) and went away: not "is it running?".
     std::cerr << "profctl: profd stopped during capture " << last.capture_id() << " ("
-              << status.error_message()
+              << Printable(status.error_message())
               << "); a profd that restarts repairs its trace: see `profctl captures` then\n";
     return kExitError;
   }
@@ -491,7 +510,18 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     PrintSummary(last);
   }
   int rc = last.phase() == profd::v1::CAPTURE_PHASE_FAILED ? kExitCaptureFailed : kExitOk;
-  if (rc != kExitOk) std::cerr << "profctl: capture failed: " << last.message() << "\n";
+  if (rc != kExitOk) std::cerr << "profctl: capture failed: " << Printable(last.message()) << "\n";
+  // Done, but the spool could not take the trace (its disk full, say): not silent, not exit 0.
+  if (rc == kExitOk && last.phase() == profd::v1::CAPTURE_PHASE_DONE) {
+    for (const profd::v1::StoredTrace& t : WaitingForRoom(client, g)) {
+      if (t.capture_id() != last.capture_id()) continue;
+      std::cerr << "profctl: capture " << last.capture_id()
+                << " is done but NOT STORED: " << Printable(t.upload_error()) << ". The trace is kept in "
+                << Printable(t.location())
+                << "; profd puts it in the spool when room returns (`profctl spool`)\n";
+      rc = kExitError;
+    }
+  }
   if (!f.output.empty() && last.files_size() > 0) {
     int copy_rc = CopyOut(last, f.output);
     if (rc == kExitOk) rc = copy_rc;
@@ -511,6 +541,10 @@ int RunCaptures(const GlobalOptions& g, uint32_t limit) {
     PrintJson(response);
     return kExitOk;
   }
+  std::set<std::string> not_spooled;
+  for (const profd::v1::StoredTrace& t : WaitingForRoom(client, g)) {
+    not_spooled.insert(t.capture_id());
+  }
   analysis::TextTable table(
       {"ID", "STATE", "REQUESTED", "DURATION>", "PIDS", "EVENTS>", "LOCATION"}, 70);
   for (const auto& c : response.captures()) {
@@ -520,11 +554,20 @@ int RunCaptures(const GlobalOptions& g, uint32_t limit) {
       absl::StrAppend(&pids, pids.empty() ? "" : ",", p.pid());
       events += p.events();
     }
-    table.AddRow({c.capture_id(), PhaseName(c.phase()), Ago(c.requested_unix_ns()),
+    table.AddRow({c.capture_id(),
+                  not_spooled.count(c.capture_id()) ? PhaseName(c.phase()) + ", NOT STORED"
+                                                    : PhaseName(c.phase()),
+                  Ago(c.requested_unix_ns()),
                   absl::FormatDuration(absl::Milliseconds(c.duration_ms())), pids,
                   FormatCount(events), c.location()});
   }
   std::cout << (table.empty() ? "No captures yet on this profd.\n" : table.Render(""));
+  if (!not_spooled.empty()) {
+    std::cout << "\n"
+              << not_spooled.size()
+              << " finished capture(s) NOT STORED: profd's spool could not take them (`profctl "
+                 "spool` says why); they are kept in their capture folder and retried\n";
+  }
   if (response.omitted() > 0) {
     std::cerr << "profctl: " << response.omitted()
               << " more captures not shown: profd's answer is capped at 16 MiB (ask for fewer "

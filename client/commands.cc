@@ -6,12 +6,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "daemon/common/printable.h"
 #include "daemon/common/proto_json.h"
 
 namespace profctl {
 
 void PrintJson(const google::protobuf::Message& message) {
-  const std::string out = profd::ProtoToJson(message);
+  // protobuf escapes U+2028/U+2029 itself today; this keeps it so whatever its version does.
+  const std::string out = profd::EscapeJsonLineSeparators(profd::ProtoToJson(message));
   std::cout << out;
   if (out.empty() || out.back() != '\n') std::cout << '\n';
 }
@@ -54,7 +56,8 @@ grpc::ClientContext* WithDeadline(grpc::ClientContext* ctx, const GlobalOptions&
 }
 
 int Fail(const ProfdClient& client, const grpc::Status& status) {
-  std::cerr << "profctl: " << client.Explain(status) << "\n";
+  // profd's messages quote what peers chose (process and pod names, paths, a store's answer).
+  std::cerr << "profctl: " << profd::Printable(client.Explain(status)) << "\n";
   return client.ExitCode(status);
 }
 

@@ -22,11 +22,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/commands.h"
+#include "client/output_folder.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/render.h"
 #include "daemon/analysis/report_diff.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/common/printable.h"
+#include "daemon/common/file_name.h"
 #include "daemon/common/sha256.h"
 #include "profd/v1/store.grpc.pb.h"
 #include "rapidjson/document.h"
@@ -38,6 +41,8 @@ namespace {
 
 namespace analysis = profd::analysis;
 namespace fs = std::filesystem;
+using profd::EscapeJsonLineSeparators;
+using profd::Printable;
 
 // The two files of a capture folder that are not traces (docs/TRACE_FORMAT.md).
 constexpr char kManifestName[] = "manifest.json";
@@ -174,12 +179,21 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
   request.set_capture_id(id);
   std::map<std::string, std::string> want;  // name -> sha256 the store recorded
   for (const profd::v1::StoredFile& f : shown.trace().files()) {
+    // Names come from a store anyone with its credentials can write: one plain name each, or
+    // nothing of the capture is fetched.
+    if (absl::Status s = profd::ValidatePlainFileName(f.name()); !s.ok()) {
+      std::cerr << "profctl: capture " << id << ": the store names a file " << s.message()
+                << ". Refusing it: a capture's files are plain names in one folder, so this "
+                   "entry was written by hand or the store was tampered with. Nothing was "
+                   "fetched.\n";
+      return kExitError;
+    }
     if (!IsTraceName(f.name())) continue;
     request.add_files(f.name());
     want[f.name()] = f.sha256();
   }
   if (want.empty()) {
-    std::cerr << "profctl: capture " << id << " in " << shown.trace().location()
+    std::cerr << "profctl: capture " << id << " in " << Printable(shown.trace().location())
               << " has no trace file to report on (profctl show " << id << " lists its files)\n";
     return kExitNotFound;
   }
@@ -189,41 +203,63 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
     std::cerr << "profctl: " << error << "\n";
     return kExitError;
   }
+  // Every file is created in the folder by name: none can leave it, no link in it is followed.
+  absl::StatusOr<OutputFolder> folder = OutputFolder::Open(dir, /*create=*/false);
+  if (!folder.ok()) {
+    std::cerr << "profctl: " << folder.status().message() << "\n";
+    return kExitError;
+  }
   grpc::ClientContext ctx;
   // Big traces from a slow store: an hour, not --timeout, as `profctl get`.
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
   auto reader = store->GetTrace(&ctx, request);
   profd::v1::TraceChunk chunk;
-  std::ofstream file;
+  struct CloseFile {
+    int fd = -1;
+    ~CloseFile() {
+      if (fd >= 0) close(fd);
+    }
+  } file;
   std::unique_ptr<profd::Sha256> hash;
   std::string name;
   std::vector<std::string> written;
   while (reader->Read(&chunk)) {
     if (chunk.has_file()) {
       name = chunk.file().name();
-      // The name comes from profd: keep it inside our folder whatever it holds.
-      if (want.count(name) == 0 || name.find('/') != std::string::npos) {
+      // The name comes from profd: only a file asked for, by a plain name.
+      if (want.count(name) == 0) {
         ctx.TryCancel();
-        std::cerr << "profctl: the store sent a file that was not asked for: "
-                  << analysis::Printable(name) << "\n";
+        std::cerr << "profctl: the store sent a file that was not asked for: " << Printable(name)
+                  << "\n";
         return kExitError;
       }
-      written.push_back((fs::path(dir) / name).string());
+      if (file.fd >= 0) close(file.fd);
+      absl::StatusOr<int> fd = folder->Create(name, /*replace_stale=*/false);
+      file.fd = fd.ok() ? *fd : -1;
+      if (!fd.ok()) {
+        ctx.TryCancel();
+        std::cerr << "profctl: capture " << id << ": " << fd.status().message() << "\n";
+        return kExitError;
+      }
+      written.push_back(folder->PathOf(name));
       fetched->Name(written.back(), absl::StrCat(id, "/", name));
-      file = std::ofstream(written.back(), std::ios::binary | std::ios::trunc);
       hash = std::make_unique<profd::Sha256>();
     }
     if (!hash) continue;
-    file.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    absl::Status w = WriteAll(file.fd, chunk.data(), written.back());
     hash->Update(chunk.data());
+    if (w.ok() && chunk.end_of_file()) {
+      const int fd = file.fd;
+      file.fd = -1;
+      if (close(fd) != 0) w = absl::InternalError(std::strerror(errno));
+    }
+    if (!w.ok()) {
+      ctx.TryCancel();
+      std::cerr << "profctl: cannot write " << written.back() << " (" << w.message() << "; is "
+                << dir << "'s disk full? set TMPDIR elsewhere)\n";
+      return kExitError;
+    }
     if (chunk.end_of_file()) {
-      file.close();
-      if (!file) {
-        ctx.TryCancel();
-        std::cerr << "profctl: cannot write " << written.back() << " (is " << dir
-                  << "'s disk full? set TMPDIR elsewhere)\n";
-        return kExitError;
-      }
       if (const std::string& sha = want[name]; !sha.empty() && sha != hash->HexDigest()) {
         ctx.TryCancel();
         std::cerr << "profctl: checksum mismatch for " << name << " of capture " << id
@@ -286,7 +322,7 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, FetchedTraces*
   }
   if (status.ok() && info.files_size() == 0) {
     std::cerr << "profctl: capture " << arg << " has no trace"
-              << (info.message().empty() ? "" : ": " + info.message()) << "\n";
+              << (info.message().empty() ? "" : ": " + Printable(info.message())) << "\n";
     return kExitNotFound;
   }
   // A recent capture whose traces are on this machine is read where profd wrote them.
@@ -329,7 +365,7 @@ int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
   auto analyze = [](const std::vector<std::string>& files,
                     const analysis::AnalysisOptions& o) -> absl::StatusOr<analysis::Report> {
     absl::StatusOr<analysis::Report> r = analysis::AnalyzeTraceFiles(files, o);
-    if (!r.ok()) std::cerr << "profctl: " << r.status().message() << "\n";
+    if (!r.ok()) std::cerr << "profctl: " << Printable(std::string(r.status().message())) << "\n";
     return r;
   };
   auto exit_code = [](const absl::Status& s) {
@@ -372,12 +408,13 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
           absl::StrCat("GPU ", gpu.device, " ", analysis::FormatPercent(gpu.busy_ratio)));
     }
     for (const analysis::Finding& f : r.findings) findings.push_back(f.id);
-    table.AddRow({analysis::Printable(p.path), pids.empty() ? "-" : absl::StrJoin(pids, ","),
+    // TextTable makes its cells printable.
+    table.AddRow({p.path, pids.empty() ? "-" : absl::StrJoin(pids, ","),
                   analysis::FormatDuration(static_cast<double>(r.window_ns)),
                   analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),
                   analysis::FormatDuration(static_cast<double>(r.kernel_time_ns)),
                   busy.empty() ? "-" : absl::StrJoin(busy, ", "),
-                  r.top_kernels.empty() ? "-" : analysis::Printable(r.top_kernels[0].name),
+                  r.top_kernels.empty() ? "-" : r.top_kernels[0].name,
                   findings.empty() ? "-" : absl::StrJoin(findings, ", ")});
   }
   return absl::StrCat("PER PROCESS (each trace analysed alone)\n", table.Render(), "\n");
@@ -405,7 +442,7 @@ std::string ReportJsonWithProcesses(const analysis::Report& report,
   rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buffer);
   w.SetIndent(' ', 1);
   doc.Accept(w);
-  return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
+  return EscapeJsonLineSeparators(std::string(buffer.GetString(), buffer.GetSize()) + "\n");
 }
 
 int RunReport(const GlobalOptions& g, const ReportFlags& f) {

@@ -1,7 +1,9 @@
 // profctl list, show, get, import, spool: the captures in profd's trace store (local folder or
 // S3) and in its spool, through the profd.v1.TraceStore service.
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,8 +26,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
+#include "client/output_folder.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/common/printable.h"
+#include "daemon/common/file_name.h"
 #include "daemon/common/proto_json.h"
 #include "daemon/common/sha256.h"
 #include "profd/v1/store.grpc.pb.h"
@@ -59,7 +65,14 @@ grpc::ClientContext* WithStreamDeadline(grpc::ClientContext* ctx) {
 }
 
 std::string State(const profd::v1::StoredTrace& t) {
-  return t.state() == profd::v1::TRACE_STATE_SPOOLED ? "spooled" : "stored";
+  switch (t.state()) {
+    case profd::v1::TRACE_STATE_SPOOLED:
+      return "spooled";
+    case profd::v1::TRACE_STATE_WAITING_FOR_ROOM:
+      return "not spooled";
+    default:
+      return "stored";
+  }
 }
 
 bool ParseSince(const std::string& text, int64_t* unix_ns) {
@@ -101,12 +114,12 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
     return kExitOk;
   }
   if (!response.store_error().empty()) {
-    std::cerr << "profctl: the store " << response.store_uri()
+    std::cerr << "profctl: the store " << profd::Printable(response.store_uri())
               << " could not be read, showing only traces waiting in profd's spool: "
-              << response.store_error() << "\n";
+              << profd::Printable(response.store_error()) << "\n";
   }
   if (response.traces().empty()) {
-    std::cout << "No traces in " << response.store_uri()
+    std::cout << "No traces in " << profd::Printable(response.store_uri())
               << (o.hostname.empty() && o.pod.empty() && o.since.empty() ? ""
                                                                          : " matching the filters")
               << ". Take one with `profctl capture`, or add one with `profctl import FILE`.\n";
@@ -161,7 +174,7 @@ std::string EnumWord(std::string value, const std::string& prefix) {
 
 void PrintField(const std::string& name, const std::string& value) {
   if (value.empty()) return;
-  std::cout << absl::StrFormat("%-10s %s\n", name, analysis::Printable(value));
+  std::cout << absl::StrFormat("%-10s %s\n", name, profd::Printable(value));
 }
 
 // The manifest: the capture's request, window and processes (captures: a CaptureInfo; imports:
@@ -247,7 +260,7 @@ void PrintSummary(const rapidjson::Value& doc) {
     std::cout << "\nFINDINGS\n";
     for (const auto& f : findings->value.GetArray()) {
       std::cout << "  [" << absl::AsciiStrToUpper(Text(f, "severity")) << "] "
-                << analysis::Printable(Text(f, "title")) << "\n";
+                << profd::Printable(Text(f, "title")) << "\n";
     }
   }
 }
@@ -261,11 +274,13 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
   grpc::Status status = StoreStub(client)->ShowTrace(WithDeadline(&ctx, g), request, &response);
   if (!status.ok()) return Fail(client, status);
   if (g.json) {
-    // The manifest and summary as JSON objects, not strings.
-    std::cout << "{\n\"trace\": " << profd::ProtoToJson(response.trace()) << ",\n\"manifest\": "
-              << (response.manifest_json().empty() ? "null" : response.manifest_json())
-              << ",\n\"summary\": "
-              << (response.summary_json().empty() ? "null" : response.summary_json()) << "\n}\n";
+    // The manifest and summary as JSON objects, not strings (as stored: line separators escaped
+    // here, whichever writer made them).
+    std::cout << profd::EscapeJsonLineSeparators(absl::StrCat(
+        "{\n\"trace\": ", profd::ProtoToJson(response.trace()),
+        ",\n\"manifest\": ", response.manifest_json().empty() ? "null" : response.manifest_json(),
+        ",\n\"summary\": ", response.summary_json().empty() ? "null" : response.summary_json(),
+        "\n}\n"));
     return kExitOk;
   }
   const auto& t = response.trace();
@@ -282,8 +297,9 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
   PrintField("label", t.label());
   PrintField("started", When(t.started_unix_ns()));
   PrintField("pods", absl::StrJoin(t.pods(), ", "));
-  PrintField("state", State(t) + (t.upload_error().empty()
-                                      ? ""
+  PrintField("state", State(t) + (t.upload_error().empty() ? ""
+                                  : t.state() == profd::v1::TRACE_STATE_WAITING_FOR_ROOM
+                                      ? " (the spool could not take it: " + t.upload_error() + ")"
                                       : " (last upload attempt: " + t.upload_error() + ")"));
   PrintField("location", t.location());
   if (have_manifest) {
@@ -306,10 +322,8 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
 }
 
 // sha256 per file name from the manifest's files[] (docs/TRACE_FORMAT.md).
-std::map<std::string, std::string> ManifestChecksums(const std::string& path) {
+std::map<std::string, std::string> ManifestChecksums(const std::string& text) {
   std::map<std::string, std::string> out;
-  std::ifstream in(path);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   rapidjson::Document doc;
   doc.Parse(text.c_str());
   if (doc.HasParseError() || !doc.IsObject()) return out;
@@ -327,21 +341,26 @@ std::map<std::string, std::string> ManifestChecksums(const std::string& path) {
   return out;
 }
 
+// A file name profd sent (read from a store anyone with its credentials can write) that is not
+// one plain file name: said with the capture and the name, and nothing is written for it.
+int RefuseName(const std::string& id, const absl::Status& why, const std::string& dir) {
+  std::cerr << "profctl: capture " << id << ": the store names a file " << why.message()
+            << ". Refusing it: a capture's files are plain names in one folder, so this entry was "
+               "written by hand or the store was tampered with. Nothing was written outside "
+            << dir << ".\n";
+  return kExitError;
+}
+
 int RunGet(const GlobalOptions& g, const GetOptions& o) {
   ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
   profd::v1::GetTraceRequest request;
   request.set_capture_id(o.id);
   const std::string dir = o.out_dir.empty() ? o.id : o.out_dir;
-  // Made when the first file arrives, not before: a capture that is not there leaves nothing.
-  bool have_dir = false;
-  auto make_dir = [&] {
-    std::error_code ec;
-    fs::create_directories(dir, ec);
-    if (ec) std::cerr << "profctl: cannot create " << dir << ": " << ec.message() << "\n";
-    have_dir = !ec;
-    return have_dir;
-  };
+  // Opened when the first file arrives, not before: a capture that is not there leaves nothing.
+  // Every file is then created in it by name (OutputFolder): no name leaves it, no link in it is
+  // followed.
+  std::optional<OutputFolder> folder;
   auto reader = StoreStub(client)->GetTrace(WithStreamDeadline(&ctx), request);
   profd::v1::TraceChunk chunk;
   profd::v1::StoredTrace trace;
@@ -351,48 +370,92 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
     uint64_t bytes = 0;
   };
   std::vector<Received> received;
-  std::ofstream out;
+  int out = -1;
   std::unique_ptr<profd::Sha256> hash;
-  std::string part_path;
+  // On any way out before the end: nothing half-written stays looking like a download.
+  auto abandon = [&](int rc) {
+    ctx.TryCancel();
+    if (out >= 0) close(out);
+    out = -1;
+    if (folder && !received.empty() && hash) folder->RemovePart(received.back().info.name());
+    return rc;
+  };
   while (reader->Read(&chunk)) {
-    if (chunk.has_trace()) trace = chunk.trace();
-    if (chunk.has_file()) {
-      if (!have_dir && !make_dir()) {
-        ctx.TryCancel();
-        return kExitError;
+    if (chunk.has_trace()) {
+      trace = chunk.trace();
+      // Every name is checked before anything is written.
+      for (const profd::v1::StoredFile& f : trace.files()) {
+        if (absl::Status s = profd::ValidatePlainFileName(f.name()); !s.ok()) {
+          return abandon(RefuseName(o.id, s, dir));
+        }
       }
+    }
+    if (chunk.has_file()) {
+      const std::string& name = chunk.file().name();
+      if (absl::Status s = profd::ValidatePlainFileName(name); !s.ok()) {
+        return abandon(RefuseName(o.id, s, dir));
+      }
+      if (std::none_of(trace.files().begin(), trace.files().end(),
+                       [&](const profd::v1::StoredFile& f) { return f.name() == name; })) {
+        std::cerr << "profctl: capture " << o.id << ": profd sent " << name
+                  << ", a file the capture does not list; refusing it\n";
+        return abandon(kExitError);
+      }
+      if (!folder) {
+        absl::StatusOr<OutputFolder> opened = OutputFolder::Open(dir, /*create=*/true);
+        if (!opened.ok()) {
+          std::cerr << "profctl: " << opened.status().message() << "\n";
+          return abandon(kExitError);
+        }
+        folder = *std::move(opened);
+      }
+      if (out >= 0) close(out);
+      absl::StatusOr<int> fd = folder->CreatePart(name);
+      if (!fd.ok()) {
+        std::cerr << "profctl: " << fd.status().message() << "\n";
+        out = -1;
+        return abandon(kExitError);
+      }
+      out = *fd;
       received.push_back({chunk.file(), "", 0});
-      part_path = (fs::path(dir) / ("." + chunk.file().name() + ".part")).string();
-      out = std::ofstream(part_path, std::ios::binary | std::ios::trunc);
       hash = std::make_unique<profd::Sha256>();
     }
     if (received.empty() || !hash) continue;
-    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    if (absl::Status w = WriteAll(out, chunk.data(), folder->PathOf(received.back().info.name()));
+        !w.ok()) {
+      std::cerr << "profctl: " << w.message() << "\n";
+      return abandon(kExitError);
+    }
     hash->Update(chunk.data());
     received.back().bytes += chunk.data().size();
     if (chunk.end_of_file()) {
-      out.close();
-      if (!out) {
-        std::cerr << "profctl: cannot write " << part_path << "\n";
-        return kExitError;
+      const std::string& name = received.back().info.name();
+      if (close(out) != 0) {
+        out = -1;
+        std::cerr << "profctl: cannot write " << folder->PathOf(name) << ": "
+                  << std::strerror(errno) << "\n";
+        return abandon(kExitError);
       }
+      out = -1;
       received.back().sha256 = hash->HexDigest();
       hash.reset();
-      std::error_code ec;
-      fs::rename(part_path, fs::path(dir) / received.back().info.name(), ec);
+      if (absl::Status c = folder->Commit(name); !c.ok()) {
+        std::cerr << "profctl: " << c.message() << "\n";
+        return abandon(kExitError);
+      }
     }
   }
   grpc::Status status = reader->Finish();
   if (!status.ok()) {
     // A file cut off mid-stream is not left behind looking like a download.
-    std::error_code ec;
-    if (!part_path.empty()) fs::remove(part_path, ec);
+    abandon(kExitError);
     return Fail(client, status);
   }
 
   // Each file must match the manifest's checksum and the one the store recorded.
   std::map<std::string, std::string> manifest =
-      ManifestChecksums((fs::path(dir) / "manifest.json").string());
+      folder ? ManifestChecksums(folder->ReadSmall("manifest.json"))
+             : std::map<std::string, std::string>{};
   int bad = 0;
   uint64_t total = 0;
   for (const Received& r : received) {
@@ -409,8 +472,7 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
                      "`profctl show "
                   << o.id << "`. It was removed from " << dir << ".\n";
         // No file that failed its check stays in the output folder to be mistaken for the trace.
-        std::error_code ec;
-        fs::remove(fs::path(dir) / r.info.name(), ec);
+        folder->Remove(r.info.name());
         ++bad;
         break;
       }
@@ -508,6 +570,19 @@ int RunSpool(const GlobalOptions& g) {
             << response.refused_total() << "\n";
   if (!response.last_error().empty()) {
     std::cout << "last upload error: " << response.last_error() << "\n";
+  }
+  if (response.waiting_for_room() > 0 || response.write_failures_total() > 0) {
+    std::cout << "not spooled " << response.waiting_for_room()
+              << " finished captures the spool could not take yet (kept in their capture "
+                 "folder, retried), failed attempts "
+              << response.write_failures_total() << "\n";
+  }
+  for (const profd::v1::StoredTrace& t : response.waiting()) {
+    std::cout << "  " << t.capture_id() << " in " << t.location() << ": " << t.upload_error()
+              << "\n";
+  }
+  if (!response.last_write_error().empty() && response.waiting().empty()) {
+    std::cout << "last spool write error: " << response.last_write_error() << "\n";
   }
   return kExitOk;
 }

@@ -46,6 +46,7 @@
 #include "daemon/server/process_limits.h"
 #include "daemon/server/profd_service.h"
 #include "daemon/server/runtime_lock.h"
+#include "daemon/server/tcp_listener.h"
 #include "daemon/store/byte_size.h"
 #include "daemon/store/retention.h"
 #include "daemon/store/spool.h"
@@ -91,6 +92,14 @@ ABSL_FLAG(bool, grpc_insecure_tcp, false,
           "every local user, can list processes, start captures and download traces");
 ABSL_FLAG(bool, grpc_insecure_remote, false,
           "Deprecated: the old name of --grpc_insecure_tcp (which now also covers loopback)");
+// Before a TCP client has a certificate checked it is anyone on the network: what it may hold
+// is bounded (daemon/server/tcp_listener.h).
+ABSL_FLAG(absl::Duration, grpc_handshake_timeout, absl::Seconds(5),
+          "A --grpc_address connection that has not sent its TLS ClientHello by then is closed, "
+          "and gRPC gives the TLS handshake that follows as long again");
+ABSL_FLAG(uint32_t, grpc_max_pending_connections, 64,
+          "--grpc_address connections that have not sent their ClientHello yet, at most; a new "
+          "one past it closes the oldest (lowered to RLIMIT_NOFILE/8)");
 // All interfaces by default: Prometheus scrapes the node (or the DaemonSet pod IP) from another
 // host. /metrics is read-only and carries no trace data; the control plane is not on it.
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9477",
@@ -182,6 +191,9 @@ ABSL_FLAG(bool, s3_path_style, false,
           "<bucket>.<endpoint>/key");
 ABSL_FLAG(std::string, s3_part_size, "8MiB",
           "Traces larger than this go up as multipart uploads in parts of this size (>= 5MiB)");
+ABSL_FLAG(absl::Duration, s3_timeout, absl::Seconds(30),
+          "A store request that moves no byte for this long fails (and is retried): an endpoint "
+          "that takes connections and never answers holds no thread for ever");
 ABSL_FLAG(std::string, spool_dir, profd::store::kDefaultSpoolDir,
           "Local folder finished captures wait in until they are uploaded");
 ABSL_FLAG(std::string, spool_max_bytes, "10GiB",
@@ -236,6 +248,11 @@ std::string OpenStore(const std::string& hostname, const AccessGroup& access,
   absl::StatusOr<uint64_t> part_size = store::ParseByteSize(absl::GetFlag(FLAGS_s3_part_size));
   if (!part_size.ok()) return absl::StrCat("--s3_part_size: ", part_size.status().message());
   s3.part_size = *part_size;
+  s3.stall_timeout = absl::GetFlag(FLAGS_s3_timeout);
+  if (s3.stall_timeout < absl::Seconds(1)) {
+    return absl::StrCat("--s3_timeout=", absl::FormatDuration(s3.stall_timeout),
+                        ": give at least 1s (libcurl counts stalls in whole seconds)");
+  }
   absl::StatusOr<std::unique_ptr<store::TraceStore>> opened = store::TraceStore::Open(uri, s3);
   if (!opened.ok()) return std::string(opened.status().message());
   store::SpoolOptions options;
@@ -246,6 +263,8 @@ std::string OpenStore(const std::string& hostname, const AccessGroup& access,
   options.retry_initial = absl::GetFlag(FLAGS_upload_retry_initial);
   options.retry_max = absl::GetFlag(FLAGS_upload_retry_max);
   options.hostname = hostname;
+  // Captures the spool could not take wait in --capture_dir, marked; a restart retries them.
+  options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
   absl::StatusOr<std::unique_ptr<store::Spool>> s = store::Spool::Open(options, opened->get());
   if (!s.ok()) return std::string(s.status().message());
   *trace_store = *std::move(opened);
@@ -600,7 +619,8 @@ int Main(int argc, char** argv) {
     daemon_metrics.SetUploadSource([&spool] {
       const store::SpoolStats s = spool->stats();
       return DaemonMetrics::Uploads{s.uploaded_total, s.upload_failures_total,
-                                    s.uploaded_bytes_total};
+                                    s.uploaded_bytes_total, s.write_failures_total,
+                                    s.waiting_for_room};
     });
   }
   store::RetentionOptions retention_options;
@@ -717,18 +737,45 @@ int Main(int argc, char** argv) {
   // profd never sends more than profctl takes (profd/v1/control_limits.h).
   builder.SetMaxSendMessageSize(static_cast<int>(v1::kMaxControlMessageBytes));
   builder.SetMaxReceiveMessageSize(static_cast<int>(v1::kMaxControlRequestBytes));
+  // gRPC's own deadline for the TLS handshake and the HTTP/2 preface (its default is 120 s).
+  const absl::Duration handshake_timeout = absl::GetFlag(FLAGS_grpc_handshake_timeout);
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::clamp<int64_t>(
+                                 absl::ToInt64Milliseconds(handshake_timeout), 1, INT32_MAX)));
   if (grpc_socket != "none") {
     unlink(grpc_socket.c_str());
     identity.grpc_addresses.push_back("unix:" + grpc_socket);
   }
-  if (serve_tcp) identity.grpc_addresses.push_back(grpc_address);
+  // gRPC writes each selected port through its pointer at BuildAndStart: room for the TCP one too,
+  // so that pushing it moves nothing.
   std::vector<int> bound_ports(identity.grpc_addresses.size(), 0);
+  bound_ports.reserve(bound_ports.size() + 1);
   for (size_t i = 0; i < identity.grpc_addresses.size(); ++i) {
-    // Only the TCP address (the last one) may carry TLS; the unix socket is plaintext.
-    const bool tcp = serve_tcp && i + 1 == identity.grpc_addresses.size();
-    builder.AddListeningPort(identity.grpc_addresses[i],
-                             tcp ? tcp_credentials : grpc::InsecureServerCredentials(),
+    builder.AddListeningPort(identity.grpc_addresses[i], grpc::InsecureServerCredentials(),
                              &bound_ports[i]);
+  }
+  // TCP: profd accepts, and gRPC gets a connection once its client has spoken (TLS or not).
+  std::unique_ptr<TcpListener> tcp_listener;
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor;
+  if (serve_tcp) {
+    if (handshake_timeout <= absl::ZeroDuration()) {
+      LogError(kComponent, "--grpc_handshake_timeout=%s: give a duration above 0, such as 5s",
+               absl::FormatDuration(handshake_timeout));
+      channel.Stop();
+      return 1;
+    }
+    absl::StatusOr<std::unique_ptr<TcpListener>> listening = TcpListener::Listen(
+        {grpc_address, handshake_timeout, absl::GetFlag(FLAGS_grpc_max_pending_connections)});
+    if (!listening.ok()) {
+      LogError(kComponent, "%s", listening.status().message());
+      channel.Stop();
+      return 1;
+    }
+    tcp_listener = *std::move(listening);
+    tcp_acceptor = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, tcp_credentials);
+    identity.grpc_addresses.push_back(grpc_address);
+    bound_ports.push_back(tcp_listener->port());
   }
   store::TraceStoreService store_service(trace_store.get(), spool.get(), identity.hostname,
                                          store_error);
@@ -753,6 +800,13 @@ int Main(int argc, char** argv) {
       return 1;
     }
   }
+  if (tcp_listener != nullptr) {
+    tcp_listener->Start(std::move(tcp_acceptor));
+    LogInfo(kComponent,
+            "TCP %s: a connection must send its TLS ClientHello within %s; at most %u wait "
+            "(--grpc_handshake_timeout, --grpc_max_pending_connections)",
+            grpc_address, absl::FormatDuration(handshake_timeout), tcp_listener->max_pending());
+  }
   if (grpc_socket != "none") {
     // Until here the socket had the umask's 0750: nobody but root could connect.
     if (absl::Status s = SecureControlSocket(grpc_socket, *access); !s.ok()) {
@@ -775,8 +829,12 @@ int Main(int argc, char** argv) {
   int received = 0;
   sigwait(&signals, &received);
   LogInfo(kComponent, "signal %d: shutting down", received);
+  // No store request may hold the shutdown: those in flight end now (an upload resumes from the
+  // spool at the next start), so gRPC handlers, retention and the uploader return at once.
+  if (trace_store) trace_store->Cancel();
   // Running captures end first, saying why, while their profctl streams can still be told.
   captures.Shutdown();
+  if (tcp_listener != nullptr) tcp_listener->Stop();  // nothing new handed to a stopping server
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics_server.reset();
   gpu_sampler.Stop();

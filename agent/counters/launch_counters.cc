@@ -1,20 +1,15 @@
 #include "agent/counters/launch_counters.h"
 
 #include <cuda.h>
-#include <pthread.h>
-#include <time.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <mutex>
-#include <new>
-#include <thread>
+#include <iterator>
 
 #include "agent/cuda_devices.h"
 #include "agent/cupti/cupti_broker.h"
 #include "agent/cupti/cupti_library.h"
+#include "agent/interpose/cuda_entry_points.h"
 #include "agent/log.h"
 
 namespace profagent {
@@ -62,25 +57,25 @@ uint32_t DeviceOf(CUcontext context) {
   return device;
 }
 
-// Sampled mode: one window per 10 ms period (launch_sampler.h).
-constexpr uint64_t kSamplePeriodNs = 10'000'000;
-
-std::mutex g_toggle_mutex;  // EnableLaunchCallbacks: the sampler thread and SetActive
-
-uint64_t MonotonicNs() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
-
-void SleepUntil(uint64_t ns) {
-  timespec ts{static_cast<time_t>(ns / 1000000000ull), static_cast<long>(ns % 1000000000ull)};
-  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, nullptr) == EINTR) {
+LaunchCounters::Mode ModeFromEnvironment() {
+  const char* mode = std::getenv("PROFD_AGENT_COUNTERS");
+  if (mode == nullptr || mode[0] == '\0' || std::strcmp(mode, "auto") == 0 ||
+      std::strcmp(mode, "on") == 0) {
+    return LaunchCounters::Mode::kAuto;
   }
+  if (std::strcmp(mode, "off") == 0 || std::strcmp(mode, "0") == 0) {
+    return LaunchCounters::Mode::kOff;
+  }
+  if (std::strcmp(mode, "entry-points") == 0) return LaunchCounters::Mode::kEntryPoints;
+  if (std::strcmp(mode, "cupti") == 0 || std::strcmp(mode, "exact") == 0) {
+    return LaunchCounters::Mode::kCupti;
+  }
+  // "sampled" and "memory" were modes of older agents: every launch is counted now.
+  Log(LogLevel::kWarning,
+      "PROFD_AGENT_COUNTERS=%s is not a mode (auto, entry-points, cupti, off): counting as auto",
+      mode);
+  return LaunchCounters::Mode::kAuto;
 }
-
-// A forked child has only the forking thread: a mutex the sampler held stays locked for good.
-void ResetToggleMutexInChild() { new (&g_toggle_mutex) std::mutex; }
 
 }  // namespace
 
@@ -89,6 +84,8 @@ LaunchCounters& LaunchCounters::Get() {
   return *counters;
 }
 
+LaunchCounters::LaunchCounters() : mode_(ModeFromEnvironment()) {}
+
 void LaunchCounters::OnLaunch(uint32_t device, bool graph) {
   if (device >= kMaxDevices) return;
   Device& d = devices_[device];
@@ -96,9 +93,15 @@ void LaunchCounters::OnLaunch(uint32_t device, bool graph) {
   if (!d.seen.load(std::memory_order_relaxed)) d.seen.store(true, std::memory_order_relaxed);
 }
 
+// The table keeps the device with the size (top byte): a free is often made with another device
+// current than the allocation's (cuMemRelease of memory created for any device, a cudaFree on a
+// thread that switched devices), and must come off the device that got it.
+constexpr int kDeviceShift = 56;
+
 void LaunchCounters::OnAlloc(uint32_t device, uint64_t key, uint64_t bytes) {
-  if (device >= kMaxDevices || bytes == 0) return;
-  if (!pointers_.Insert(key, bytes)) return;  // table full: leave this one out entirely
+  if (device >= kMaxDevices || bytes == 0 || bytes >> kDeviceShift != 0) return;
+  // Table full: leave this one out entirely.
+  if (!pointers_.Insert(key, bytes | static_cast<uint64_t>(device) << kDeviceShift)) return;
   Device& d = devices_[device];
   d.seen.store(true, std::memory_order_relaxed);
   uint64_t now = d.allocated.fetch_add(bytes, std::memory_order_relaxed) + bytes;
@@ -107,10 +110,11 @@ void LaunchCounters::OnAlloc(uint32_t device, uint64_t key, uint64_t bytes) {
   }
 }
 
-void LaunchCounters::OnFree(uint32_t device, uint64_t key) {
-  uint64_t bytes = pointers_.Remove(key);
-  if (bytes == 0 || device >= kMaxDevices) return;
-  devices_[device].allocated.fetch_sub(bytes, std::memory_order_relaxed);
+void LaunchCounters::OnFree(uint64_t key) {
+  const uint64_t entry = pointers_.Remove(key);
+  if (entry == 0) return;
+  devices_[entry >> kDeviceShift].allocated.fetch_sub(entry & ((1ull << kDeviceShift) - 1),
+                                                      std::memory_order_relaxed);
 }
 
 void CUPTIAPI LaunchCounters::Callback(void* userdata, CUpti_CallbackDomain domain,
@@ -156,11 +160,11 @@ void CUPTIAPI LaunchCounters::Callback(void* userdata, CUpti_CallbackDomain doma
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemFree_v2:
-      self->OnFree(DeviceOf(cb->context), static_cast<const cuMemFree_v2_params*>(p)->dptr);
+      self->OnFree(static_cast<const cuMemFree_v2_params*>(p)->dptr);
       return;
     case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync:
     case CUPTI_DRIVER_TRACE_CBID_cuMemFreeAsync_ptsz:
-      self->OnFree(DeviceOf(cb->context), static_cast<const cuMemFreeAsync_params*>(p)->dptr);
+      self->OnFree(static_cast<const cuMemFreeAsync_params*>(p)->dptr);
       return;
     case CUPTI_DRIVER_TRACE_CBID_cuMemCreate: {
       // Physical memory of the VMM API; a handle, not an address. The top bit keeps handles and
@@ -172,8 +176,7 @@ void CUPTIAPI LaunchCounters::Callback(void* userdata, CUpti_CallbackDomain doma
       return;
     }
     case CUPTI_DRIVER_TRACE_CBID_cuMemRelease:
-      self->OnFree(DeviceOf(cb->context),
-                   static_cast<const cuMemRelease_params*>(p)->handle | (1ull << 63));
+      self->OnFree(static_cast<const cuMemRelease_params*>(p)->handle | (1ull << 63));
       return;
     default:
       self->OnLaunch(DeviceOf(cb->context), /*graph=*/false);
@@ -182,19 +185,25 @@ void CUPTIAPI LaunchCounters::Callback(void* userdata, CUpti_CallbackDomain doma
 }
 
 std::string LaunchCounters::Enable() {
-  const char* mode = std::getenv("PROFD_AGENT_COUNTERS");
-  if (mode && (std::strcmp(mode, "off") == 0 || std::strcmp(mode, "0") == 0)) {
-    return "turned off by PROFD_AGENT_COUNTERS=off";
-  }
-  if (mode && std::strcmp(mode, "exact") == 0) {
-    sample_every_ = 1;
-  } else if (mode && std::strcmp(mode, "memory") == 0) {
-    sample_every_ = 0;  // memory only: no launch callbacks at all
-  } else {
-    const char* every = std::getenv("PROFD_AGENT_LAUNCH_SAMPLE_EVERY");
-    sample_every_ = every && std::atoi(every) > 0 ? static_cast<uint32_t>(std::atoi(every)) : 10;
-  }
+  if (mode_ == Mode::kOff) return "turned off by PROFD_AGENT_COUNTERS=off";
   if (!QueryCudaDevices().driver_loaded) return "the process has no CUDA driver loaded";
+  if (mode_ != Mode::kCupti) {
+    CudaEntryPoints& entry_points = CudaEntryPoints::Get();
+    entry_points.Interpose();  // libraries loaded since InitializeInjection
+    CudaEntryPoints::Coverage coverage = entry_points.Report();
+    if (coverage.launch_routes > 0 || mode_ == Mode::kEntryPoints) {
+      route_.store(wire::LaunchCounting::kEntryPoints);
+      entry_points_on_.store(true);
+      return "";
+    }
+    Log(LogLevel::kInfo,
+        "no library of this process launches kernels through a CUDA entry point the agent can "
+        "interpose (a static CUDA runtime?): counting through CUPTI callbacks instead");
+  }
+  return EnableCupti();
+}
+
+std::string LaunchCounters::EnableCupti() {
   const CuptiLibrary& cupti = LoadCupti();
   if (!cupti.loaded) return "cannot load CUPTI: " + cupti.error;
   // Through the broker: it holds CUPTI's one subscriber and shares it with the other CUPTI
@@ -206,85 +215,45 @@ std::string LaunchCounters::Enable() {
            (holder.empty() ? std::string() : " (held by " + holder + ")");
   }
   subscribed_.store(true);
+  route_.store(wire::LaunchCounting::kCupti);
   if (!SetActive(true)) return "cannot enable CUPTI callbacks";
-  if (sample_every_ > 1) {
-    pthread_atfork(nullptr, nullptr, &ResetToggleMutexInChild);
-    std::thread([this] { SampleLoop(); }).detach();  // sleeps; never holds up the exit
-  }
   return "";
 }
 
 bool LaunchCounters::SetActive(bool active) {
-  if (!subscribed_.load()) return false;
-  CuptiBroker::Get().EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kMemory,
-                                          sizeof(kMemory) / sizeof(kMemory[0]), active);
-  active_.store(active);
-  // Exact counting; sampled windows are the sampler thread's.
-  EnableLaunchCallbacks(active && sample_every_ == 1);
-  return true;
-}
-
-void LaunchCounters::EnableLaunchCallbacks(bool on) {
-  std::lock_guard<std::mutex> lock(g_toggle_mutex);
-  if (!subscribed_.load() || launches_on_.load() == on) return;
-  CuptiBroker& broker = CuptiBroker::Get();
-  broker.EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kLaunches,
-                              sizeof(kLaunches) / sizeof(kLaunches[0]), on);
-  broker.EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kGraphLaunches,
-                              sizeof(kGraphLaunches) / sizeof(kGraphLaunches[0]), on);
-  launches_on_.store(on);
-}
-
-void LaunchCounters::SampleLoop() {
-  pthread_setname_np(pthread_self(), "profagent-smpl");
-  WindowSchedule schedule(kSamplePeriodNs, kSamplePeriodNs / sample_every_,
-                          MonotonicNs() ^ (static_cast<uint64_t>(getpid()) << 32));
-  const uint64_t period = schedule.period_ns();
-  uint64_t period_start = MonotonicNs();
-  for (;;) {
-    SleepUntil(period_start + schedule.NextOffset());
-    if (active_.load()) {
-      // The callbacks start and stop somewhere inside each toggle: count from the middles.
-      uint64_t before = MonotonicNs();
-      EnableLaunchCallbacks(true);
-      uint64_t on = before + (MonotonicNs() - before) / 2;
-      SleepUntil(on + schedule.window_ns());
-      before = MonotonicNs();
-      EnableLaunchCallbacks(false);
-      uint64_t off = before + (MonotonicNs() - before) / 2;
-      FoldWindow(period, off - on);
+  switch (route_.load()) {
+    case wire::LaunchCounting::kEntryPoints:
+      entry_points_on_.store(active);
+      CudaEntryPoints::Get().SetWithdrawn(!active);
+      return true;
+    case wire::LaunchCounting::kCupti: {
+      if (!subscribed_.load()) return false;
+      CuptiBroker& broker = CuptiBroker::Get();
+      broker.EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kMemory, std::size(kMemory), active);
+      broker.EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kLaunches, std::size(kLaunches),
+                                  active);
+      broker.EnableAgentCallbacks(CUPTI_CB_DOMAIN_DRIVER_API, kGraphLaunches,
+                                  std::size(kGraphLaunches), active);
+      return true;
     }
-    period_start += period;
-    uint64_t now = MonotonicNs();
-    if (now >= period_start + period) period_start = now - (now - period_start) % period;
-    SleepUntil(period_start);
-  }
-}
-
-void LaunchCounters::FoldWindow(uint64_t period_ns, uint64_t watched_ns) {
-  for (Device& d : devices_) {
-    if (!d.seen.load(std::memory_order_relaxed)) continue;
-    d.launches_estimate.Fold(d.launches.load(std::memory_order_relaxed), period_ns, watched_ns);
-    d.graph_launches_estimate.Fold(d.graph_launches.load(std::memory_order_relaxed), period_ns,
-                                   watched_ns);
-    d.launches_reported.store(d.launches_estimate.estimate(), std::memory_order_relaxed);
-    d.graph_launches_reported.store(d.graph_launches_estimate.estimate(),
-                                    std::memory_order_relaxed);
+    default:
+      return false;
   }
 }
 
 void LaunchCounters::FillHeartbeat(wire::Heartbeat* heartbeat) const {
-  heartbeat->launch_sample_every = sample_every_;
-  const bool sampled = sample_every_ > 1;
+  const wire::LaunchCounting route = route_.load();
+  heartbeat->launch_counting = route;
+  heartbeat->launch_sample_every = route == wire::LaunchCounting::kOff ? 0 : 1;
+  heartbeat->counters_paused =
+      route == wire::LaunchCounting::kCupti && CuptiBroker::Get().AgentCallbacksPaused();
   for (uint32_t i = 0; i < kMaxDevices; ++i) {
     const Device& d = devices_[i];
     if (!d.seen.load(std::memory_order_relaxed)) continue;
     wire::DeviceCounters c;
     c.device = i;
-    c.kernel_launches =
-        (sampled ? d.launches_reported : d.launches).load(std::memory_order_relaxed);
-    c.graph_launches =
-        (sampled ? d.graph_launches_reported : d.graph_launches).load(std::memory_order_relaxed);
+    c.kernel_launches = d.launches.load(std::memory_order_relaxed);
+    c.graph_launches = d.graph_launches.load(std::memory_order_relaxed);
     c.memory_allocated_bytes = d.allocated.load(std::memory_order_relaxed);
     c.memory_peak_bytes = d.peak.load(std::memory_order_relaxed);
     heartbeat->devices.push_back(c);

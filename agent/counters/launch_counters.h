@@ -1,22 +1,22 @@
 // The agent's always-on counters, per device: kernel launches and CUDA graph launches (monotonic,
 // for Prometheus rate()), device memory allocated now and its peak since the process started.
+// Every call is counted (no sampling); the peak is updated on every allocation, so a peak between
+// two heartbeats is never missed.
 //
-// Fed by CUPTI driver-API callbacks on the application threads that make the calls, counted once
-// (runtime launches reach the driver; only the driver layer is counted) and only when the call
-// succeeded. The callback path is lock-free: atomics, a per-thread context->device cache and the
-// AddressTable. The peak is updated on every allocation, so a peak between two heartbeats is
-// never missed.
+// Two routes feed them, chosen once when the agent starts (PROFD_AGENT_COUNTERS):
+//  - entry points (the default): the CUDA launch and allocation entry points that the process's
+//    libraries call are interposed (interpose/cuda_entry_points.h). No CUPTI at all: a few
+//    nanoseconds per call, and torch.profiler, Kineto and Nsight see the process exactly as
+//    without the agent.
+//  - CUPTI callbacks on the driver API (PROFD_AGENT_COUNTERS=cupti, and the fall-back when no
+//    library of the process launches through an entry point the agent can interpose, e.g. a
+//    program linked with the static CUDA runtime): exact too, 3-9 % of a launch-bound loop. The
+//    callbacks go through the CUPTI broker and step aside while another profiler in the process
+//    traces CUDA activity (the counters then miss that time, and the heartbeat says so).
+// PROFD_AGENT_COUNTERS=off counts nothing.
 //
-// What it costs decides how launches are counted (docs/OVERHEAD.md): a CUPTI launch callback
-// costs 3-9 % of a launch-bound loop, so by default (PROFD_AGENT_COUNTERS=sampled) launches are
-// counted in short windows at random offsets, a tenth of the time, and scaled up by a sampler
-// thread (launch_sampler.h). Memory calls are rare and always counted exactly.
-// PROFD_AGENT_COUNTERS=exact counts every launch, =memory counts no launches, =off holds no
-// CUPTI at all.
-//
-// The callbacks come through the CUPTI broker (cupti/cupti_broker.h), which holds CUPTI's one
-// subscriber and shares it with torch.profiler's Kineto and other CUPTI clients of the process.
-// PROFD_AGENT_COUNTERS=off keeps CUPTI out of an idle agent altogether.
+// The counting path is lock-free: atomics, a per-thread context->device cache and the
+// AddressTable.
 #pragma once
 
 #include <cupti.h>
@@ -26,7 +26,6 @@
 #include <string>
 
 #include "agent/counters/address_table.h"
-#include "agent/counters/launch_sampler.h"
 #include "agent/wire/agent_messages.h"
 #include "profd/v1/agent_frame.h"
 
@@ -39,53 +38,49 @@ class LaunchCounters {
 
   static LaunchCounters& Get();
 
-  // Agent thread, once: loads CUPTI and subscribes. Returns "" or why counters are off.
-  std::string Enable();
-  // Turns the callbacks off and on again without giving up the subscription (A/B overhead
-  // measurement, profagent_set_counters). False when counters are not enabled.
-  bool SetActive(bool active);
-  // 1 exact, N sampled a time share of 1/N, 0 no launch counting.
-  uint32_t launch_sample_every() const { return sample_every_; }
+  // What PROFD_AGENT_COUNTERS asks for (read once, at the first Get()).
+  enum class Mode { kAuto, kEntryPoints, kCupti, kOff };
+  Mode mode() const { return mode_; }
+  // The entry points are to be interposed (before Enable decides the route).
+  bool wants_entry_points() const { return mode_ == Mode::kAuto || mode_ == Mode::kEntryPoints; }
 
-  // Agent thread: the counters of every device seen so far (launches estimated when sampled).
+  // Agent thread, once: picks the route and starts counting. Returns "" or why counters are off.
+  std::string Enable();
+  // Stops and restarts counting (A/B overhead measurement, profagent_set_counters). False when
+  // counters are not enabled.
+  bool SetActive(bool active);
+  wire::LaunchCounting route() const { return route_.load(std::memory_order_relaxed); }
+  // The wrappers' question, on every call: is the entry-point route counting now?
+  bool counting_entry_points() const { return entry_points_on_.load(std::memory_order_relaxed); }
+
+  // Agent thread: the counters of every device seen so far.
   void FillHeartbeat(wire::Heartbeat* heartbeat) const;
 
-  // The sampler's step, exposed for tests: one window of `watched_ns` has just closed; fold what
-  // it saw into the estimates.
-  void FoldWindow(uint64_t period_ns, uint64_t watched_ns);
-
-  // The callback path, exposed for tests: one successful driver call.
+  // The counting path (either route), exposed for tests: one successful call.
   void OnLaunch(uint32_t device, bool graph);
   void OnAlloc(uint32_t device, uint64_t key, uint64_t bytes);
-  void OnFree(uint32_t device, uint64_t key);
+  void OnFree(uint64_t key);  // from the device the allocation was counted on
 
  private:
-  LaunchCounters() = default;
+  LaunchCounters();
   static void CUPTIAPI Callback(void* userdata, CUpti_CallbackDomain domain, CUpti_CallbackId cbid,
                                 const void* data);
+  std::string EnableCupti();
 
   struct Device {
-    std::atomic<uint64_t> launches{0};  // seen by the callbacks
+    std::atomic<uint64_t> launches{0};
     std::atomic<uint64_t> graph_launches{0};
     std::atomic<uint64_t> allocated{0};
     std::atomic<uint64_t> peak{0};
     std::atomic<bool> seen{false};
-    // Sampled mode: the sampler thread's estimates, published for the heartbeat.
-    SampledCount launches_estimate;
-    SampledCount graph_launches_estimate;
-    std::atomic<uint64_t> launches_reported{0};
-    std::atomic<uint64_t> graph_launches_reported{0};
   };
-  void EnableLaunchCallbacks(bool on);
-  // The sampler thread: one window per period while active.
-  void SampleLoop();
 
   Device devices_[kMaxDevices];
-  uint32_t sample_every_ = 0;             // set by Enable, before any callback
-  std::atomic<bool> active_{false};       // SetActive
-  std::atomic<bool> launches_on_{false};  // launch callbacks enabled now
+  const Mode mode_;
+  std::atomic<wire::LaunchCounting> route_{wire::LaunchCounting::kOff};
+  std::atomic<bool> entry_points_on_{false};
   AddressTable pointers_;  // device pointers, and cuMemCreate handles with the top bit set
-  std::atomic<bool> subscribed_{false};
+  std::atomic<bool> subscribed_{false};  // the CUPTI route holds its callbacks
 };
 
 }  // namespace profagent

@@ -56,6 +56,46 @@ void QuietFrequentApis(const CuptiLibrary& cupti, const std::vector<CUpti_Activi
   }
 }
 
+// Kernel launches made through the driver API (cuBLASLt's nvjet kernels, Triton, cuDNN's
+// runtime-compiled kernels, NCCL) have no runtime call. With the runtime API traced, the driver API
+// is traced too, but only its launch calls, as torch.profiler records them (a launch the runtime
+// makes inside a runtime call is not recorded twice by CUPTI). CUPTI 13.0 records a driver call
+// only with CUPTI_ACTIVITY_KIND_DRIVER on; the rest of the driver API is then switched off one
+// callback id at a time, as Kineto does for the few it drops.
+bool IsDriverLaunch(CUpti_CallbackId cbid) {
+  switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel:
+    case CUPTI_DRIVER_TRACE_CBID_cuLaunchCooperativeKernel_ptsz:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch:
+    case CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch_ptsz:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// With the runtime API asked for and not the whole driver API: the driver kind is added, to be cut
+// down to its launches once enabled (DriverLaunchesOnly).
+bool WantsDriverLaunchesOnly(const std::vector<CUpti_ActivityKind>& kinds) {
+  bool runtime = false;
+  for (CUpti_ActivityKind kind : kinds) {
+    if (kind == CUPTI_ACTIVITY_KIND_DRIVER) return false;
+    runtime |= kind == CUPTI_ACTIVITY_KIND_RUNTIME;
+  }
+  return runtime;
+}
+
+void DriverLaunchesOnly(const CuptiLibrary& cupti) {
+  if (cupti.ActivityEnableDriverApi == nullptr) return;
+  for (uint32_t cbid = 1; cbid < CUPTI_DRIVER_TRACE_CBID_SIZE; ++cbid) {
+    if (!IsDriverLaunch(cbid)) cupti.ActivityEnableDriverApi(cbid, 0);
+  }
+}
+
 std::atomic<CuptiBroker*> g_broker{nullptr};
 
 // > 0 while another client's callback runs on this thread: calls it makes into the broker must
@@ -387,7 +427,7 @@ void CuptiBroker::ReleaseRealLocked() {
 void CuptiBroker::ReconcileLocked() {
   if (real_ == nullptr) return;
   const CuptiLibrary& cupti = LoadCupti();
-  uint32_t mask = active_mask_.load();
+  uint32_t mask = ReconcileMask();
   for (int d = 1; d < kDomains; ++d) {
     bool whole = false;
     for (uint32_t m = mask; m != 0; m &= m - 1) {
@@ -422,7 +462,7 @@ CUptiResult CuptiBroker::ReconcileOneLocked(uint32_t domain, uint32_t cbid) {
   if (real_ == nullptr || real_domain_[domain]) return CUPTI_SUCCESS;
   uint64_t bit = 1ull << (cbid & 63);
   bool want = false;
-  for (uint32_t m = active_mask_.load(); m != 0; m &= m - 1) {
+  for (uint32_t m = ReconcileMask(); m != 0; m &= m - 1) {
     want |= participants_[__builtin_ctz(m)].Wants(domain, cbid);
   }
   bool have = real_bits_[domain][cbid >> 6] & bit;
@@ -444,7 +484,9 @@ void CUPTIAPI CuptiBroker::Dispatch(void* userdata, CUpti_CallbackDomain domain,
     const Registration* registration = p.registration.load(std::memory_order_acquire);
     if (registration == nullptr || registration->callback == nullptr) continue;
     if (i == 0) {  // the agent's counters: the hot path, nothing more
-      registration->callback(registration->userdata, domain, cbid, data);
+      if (!self->agent_paused_.load(std::memory_order_relaxed)) {
+        registration->callback(registration->userdata, domain, cbid, data);
+      }
       continue;
     }
     DispatchScope scope;
@@ -488,6 +530,20 @@ void CuptiBroker::EnableAgentCallbacks(CUpti_CallbackDomain domain, const CUpti_
       if (cbids[i] < static_cast<uint32_t>(kCbidWords * 64)) ReconcileOneLocked(domain, cbids[i]);
     }
   });
+}
+
+uint32_t CuptiBroker::ReconcileMask() const {
+  uint32_t mask = active_mask_.load();
+  return agent_paused_.load() ? mask & ~1u : mask;
+}
+
+void CuptiBroker::PauseAgentCallbacks(bool pause) {
+  if (agent_paused_.exchange(pause) == pause) return;
+  Log(LogLevel::kInfo,
+      pause ? "another profiler traces CUDA activity: the agent's CUPTI counters step aside"
+            : "the other profiler stopped tracing: the agent's CUPTI counters resume");
+  dirty_.store(true);
+  WithSubscriberLock([&] { ReconcileLocked(); });
 }
 
 CuptiBroker::Participant* CuptiBroker::VirtualParticipant(CUpti_SubscriberHandle handle) {
@@ -842,6 +898,7 @@ void CuptiBroker::CutShortLocked(const std::string& by) {
   const CuptiLibrary& cupti = LoadCupti();
   requester_.store(kNobody);
   for (CUpti_ActivityKind kind : agent_kinds_) cupti.ActivityDisable(kind);
+  if (driver_added_) cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
   QuietFrequentApis(cupti, agent_kinds_, false);
   cut_short_at_ = RealtimeNs();
   // No lock of ours that a buffer callback takes is held: CUPTI calls them under its own lock.
@@ -860,6 +917,7 @@ __attribute__((noinline)) CUptiResult CUPTIAPI
 CuptiBroker::ActivityEnable(CUpti_ActivityKind kind) {
   CuptiBroker* self = Current();
   std::string caller = self->CallerName(__builtin_return_address(0));
+  self->PauseAgentCallbacks(true);
   std::lock_guard<std::mutex> lock(self->activity_mutex_);
   self->other_activity_client_ = caller;
   if (self->agent_tracing_ && !self->cut_short_) self->CutShortLocked(DescribeClient(caller));
@@ -882,7 +940,7 @@ CuptiBroker::ActivityEnable(CUpti_ActivityKind kind) {
 
 CUptiResult CUPTIAPI CuptiBroker::ActivityDisable(CUpti_ActivityKind kind) {
   CuptiBroker* self = Current();
-  std::lock_guard<std::mutex> lock(self->activity_mutex_);
+  std::unique_lock<std::mutex> lock(self->activity_mutex_);
   int k = static_cast<int>(kind);
   bool in_range = k >= 0 && k < kKindWords * 64;
   bool theirs = in_range && ((self->other_kinds_[k >> 6].load() >> (k & 63)) & 1);
@@ -891,9 +949,15 @@ CUptiResult CUPTIAPI CuptiBroker::ActivityDisable(CUpti_ActivityKind kind) {
       // A kind they never enabled is the capture's: as far as they can tell it is already off.
       if (k == kind) return CUPTI_SUCCESS;
     }
+    if (self->driver_added_ && kind == CUPTI_ACTIVITY_KIND_DRIVER) return CUPTI_SUCCESS;
   }
   if (in_range) self->other_kinds_[k >> 6].fetch_and(~(1ull << (k & 63)));
-  return LoadCupti().ActivityDisable(kind);
+  CUptiResult r = LoadCupti().ActivityDisable(kind);
+  if (!self->OtherTracingLocked()) {
+    lock.unlock();
+    self->PauseAgentCallbacks(false);
+  }
+  return r;
 }
 
 __attribute__((noinline)) CUptiResult CUPTIAPI
@@ -902,6 +966,7 @@ CuptiBroker::ActivityEnableContext(CUcontext context, CUpti_ActivityKind kind) {
   std::string caller = self->CallerName(__builtin_return_address(0));
   const CuptiLibrary& cupti = LoadCupti();
   if (cupti.ActivityEnableContext == nullptr) return CUPTI_ERROR_NOT_SUPPORTED;
+  self->PauseAgentCallbacks(true);
   std::lock_guard<std::mutex> lock(self->activity_mutex_);
   self->other_activity_client_ = caller;
   if (self->agent_tracing_ && !self->cut_short_) self->CutShortLocked(DescribeClient(caller));
@@ -924,7 +989,7 @@ CUptiResult CUPTIAPI CuptiBroker::ActivityDisableContext(CUcontext context,
   CuptiBroker* self = Current();
   const CuptiLibrary& cupti = LoadCupti();
   if (cupti.ActivityDisableContext == nullptr) return CUPTI_ERROR_NOT_SUPPORTED;
-  std::lock_guard<std::mutex> lock(self->activity_mutex_);
+  std::unique_lock<std::mutex> lock(self->activity_mutex_);
   for (size_t i = 0; i < self->other_contexts_.size(); ++i) {
     if (self->other_contexts_[i].first == context && self->other_contexts_[i].second == kind) {
       self->other_contexts_.erase(self->other_contexts_.begin() + static_cast<long>(i));
@@ -932,7 +997,12 @@ CUptiResult CUPTIAPI CuptiBroker::ActivityDisableContext(CUcontext context,
     }
   }
   self->other_context_kinds_.store(static_cast<int>(self->other_contexts_.size()));
-  return cupti.ActivityDisableContext(context, kind);
+  CUptiResult r = cupti.ActivityDisableContext(context, kind);
+  if (!self->OtherTracingLocked()) {
+    lock.unlock();
+    self->PauseAgentCallbacks(false);
+  }
+  return r;
 }
 
 uint64_t CUPTIAPI CuptiBroker::RealtimeTimestamp() { return RealtimeNs(); }
@@ -1078,7 +1148,13 @@ bool CuptiBroker::StartAgentTracing(const std::vector<CUpti_ActivityKind>& kinds
     }
   }
   agent_kinds_ = *enabled;
+  driver_added_ = false;
   QuietFrequentApis(cupti, agent_kinds_, true);
+  if (WantsDriverLaunchesOnly(agent_kinds_) && cupti.ActivityEnableDriverApi != nullptr &&
+      cupti.ActivityEnable(CUPTI_ACTIVITY_KIND_DRIVER) == CUPTI_SUCCESS) {
+    DriverLaunchesOnly(cupti);
+    driver_added_ = true;
+  }
   agent_tracing_ = !enabled->empty();
   if (!agent_tracing_) requester_.store(other_fns_.load() != nullptr ? kOther : kNobody);
   return true;
@@ -1098,6 +1174,7 @@ CuptiBroker::StopResult CuptiBroker::StopAgentTracing() {
     return result;
   }
   for (CUpti_ActivityKind kind : agent_kinds_) cupti.ActivityDisable(kind);
+  if (driver_added_) cupti.ActivityDisable(CUPTI_ACTIVITY_KIND_DRIVER);
   QuietFrequentApis(cupti, agent_kinds_, false);
   result.disabled_realtime_ns = RealtimeNs();
   cupti.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);

@@ -70,6 +70,10 @@ class CuptiBroker {
   CUptiResult SubscribeAgent(CUpti_CallbackFunc callback, void* userdata, std::string* holder);
   void EnableAgentCallbacks(CUpti_CallbackDomain domain, const CUpti_CallbackId* cbids, size_t n,
                             bool on);
+  // The agent's callbacks step aside while another client traces CUDA activity: CUPTI is told to
+  // stop calling them before the other client's first activity kind is enabled, and to resume
+  // after its last one is disabled. Its session then runs as it would without the agent.
+  bool AgentCallbacksPaused() const { return agent_paused_.load(); }
 
   // --- The agent's activity tracing (a capture). Capture thread.
   // Takes CUPTI for a capture: holds a real subscriber for its duration (which also finds a tool
@@ -213,6 +217,10 @@ class CuptiBroker {
   // the client unsubscribes, a callback included.
   std::atomic<Registration*> retired_registrations_{nullptr};
   std::atomic<bool> finalize_noted_{false};
+  std::atomic<bool> agent_paused_{false};  // AgentCallbacksPaused
+  // Any thread, no lock of ours held: pauses or resumes the agent's callbacks and applies it.
+  void PauseAgentCallbacks(bool pause);
+  uint32_t ReconcileMask() const;
 
   // Activity tracing.
   std::mutex activity_mutex_;
@@ -228,10 +236,11 @@ class CuptiBroker {
   std::atomic<uint8_t*> agent_buffers_[64] = {};  // the capture's buffers CUPTI holds now
   std::string other_activity_client_;             // activity_mutex_
   std::vector<CUpti_ActivityKind> agent_kinds_;   // activity_mutex_
-  bool agent_tracing_ = false;                    // activity_mutex_
-  bool cut_short_ = false;                        // activity_mutex_
-  std::string cut_short_by_;                      // activity_mutex_
-  uint64_t cut_short_at_ = 0;                     // activity_mutex_
+  bool driver_added_ = false;   // activity_mutex_: the driver kind on for launch records only
+  bool agent_tracing_ = false;  // activity_mutex_
+  bool cut_short_ = false;      // activity_mutex_
+  std::string cut_short_by_;    // activity_mutex_
+  uint64_t cut_short_at_ = 0;   // activity_mutex_
   std::atomic<uint32_t> captures_cut_short_{0};
   std::atomic<bool> unrouted_noted_{false};
   // activity_mutex_: the timestamp source another client registered, and the one CUPTI has now

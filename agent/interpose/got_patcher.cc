@@ -7,6 +7,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstddef>
 #include <cstdlib>
@@ -214,12 +215,20 @@ class ObjectHandle {
 
 }  // namespace
 
-GotPatcher::GotPatcher(std::vector<ImportHook> hooks, std::vector<const void*> never_patch)
-    : hooks_(std::move(hooks)), never_patch_(std::move(never_patch)) {}
+GotPatcher::GotPatcher(std::vector<ImportHook> hooks, std::vector<const void*> never_patch,
+                       std::vector<std::string> never_patch_names)
+    : hooks_(std::move(hooks)),
+      never_patch_(std::move(never_patch)),
+      never_patch_names_(std::move(never_patch_names)) {}
 
 void GotPatcher::Scan() {
   std::lock_guard<std::mutex> lock(mutex_);
   ScanLocked(false);
+}
+
+void GotPatcher::TryScan() {
+  std::unique_lock<std::mutex> lock(mutex_, std::try_to_lock);
+  if (lock.owns_lock()) ScanLocked(false);
 }
 
 void GotPatcher::ScanLocked(bool force_verify) {
@@ -285,6 +294,18 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
   for (const void* address : never_patch_) {
     if (layout.Contains(reinterpret_cast<uintptr_t>(address), 1)) return;
   }
+  const size_t slash = object->name.rfind('/');
+  const char* basename = object->name.c_str() + (slash == std::string::npos ? 0 : slash + 1);
+  for (const std::string& prefix : never_patch_names_) {
+    if (std::strncmp(basename, prefix.c_str(), prefix.size()) == 0) return;
+  }
+  object->patchable = true;
+  for (const MappedRange& r : layout.loads) {
+    if ((r.prot & PROT_WRITE) && !(r.prot & PROT_EXEC)) {
+      object->writable.push_back({r.start & ~static_cast<uintptr_t>(7), r.end});
+    }
+  }
+  if (!data_hooks_.empty()) ScanDataLocked(object, true);
   const uintptr_t base = object->base;
 
   // The dynamic section: where the symbol, string and relocation tables are.
@@ -438,7 +459,7 @@ void GotPatcher::RestoreAll() {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<MappedRange> maps = ReadMaps();
   for (Object& object : objects_) {
-    if (object.slots.empty()) continue;
+    if (object.slots.empty() && object.data_slots.empty()) continue;
     ObjectHandle handle(object.name, object.base);
     if (!handle.ok()) continue;
     for (const Slot& slot : object.slots) {
@@ -447,7 +468,17 @@ void GotPatcher::RestoreAll() {
       std::string error;
       WriteSlot(slot.address, slot.before, maps, &error);
     }
+    for (const DataSlot& slot : object.data_slots) {
+      std::string error;
+      for (const DataHook& h : data_hooks_) {
+        if (h.original == slot.before &&
+            __atomic_load_n(slot.address, __ATOMIC_ACQUIRE) == h.replacement) {
+          WriteSlot(slot.address, slot.before, maps, &error);
+        }
+      }
+    }
     object.slots.clear();
+    object.data_slots.clear();
     ++generation_;
   }
   // Objects are looked at afresh at the next Scan.
@@ -455,12 +486,90 @@ void GotPatcher::RestoreAll() {
   last_adds_ = last_subs_ = ~0ull;
 }
 
+void GotPatcher::SetDataHooks(std::vector<DataHook> hooks) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  data_hooks_ = std::move(hooks);
+  data_low_ = UINTPTR_MAX;
+  data_high_ = 0;
+  for (const DataHook& h : data_hooks_) {
+    data_low_ = std::min(data_low_, reinterpret_cast<uintptr_t>(h.original));
+    data_high_ = std::max(data_high_, reinterpret_cast<uintptr_t>(h.original));
+  }
+}
+
+void GotPatcher::ScanData(bool everything) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (Object& object : objects_) {
+    if (!object.patchable || (!everything && object.hot.empty())) continue;
+    ObjectHandle handle(object.name, object.base);
+    if (handle.ok()) ScanDataLocked(&object, everything);
+  }
+}
+
+// The object is held open by the caller. Reads its writable segments word by word (or only the
+// pages around earlier finds) and points each word equal to an original at its replacement.
+void GotPatcher::ScanDataLocked(Object* object, bool everything) {
+  if (data_hooks_.empty()) return;
+  constexpr uintptr_t kHotMargin = 64 * 1024;
+  std::vector<Range> ranges;
+  if (everything) {
+    ranges = object->writable;
+  } else {
+    for (const Range& h : object->hot) {
+      for (const Range& w : object->writable) {
+        uintptr_t start = std::max(w.start, h.start), end = std::min(w.end, h.end);
+        if (start < end) ranges.push_back({start, end});
+      }
+    }
+  }
+  std::vector<MappedRange> maps;
+  for (const Range& r : ranges) {
+    for (uintptr_t a = r.start; a + sizeof(void*) <= r.end; a += sizeof(void*)) {
+      auto** word = reinterpret_cast<void**>(a);
+      const uintptr_t value = reinterpret_cast<uintptr_t>(__atomic_load_n(word, __ATOMIC_RELAXED));
+      if (value < data_low_ || value > data_high_) continue;
+      for (const DataHook& h : data_hooks_) {
+        if (reinterpret_cast<uintptr_t>(h.original) != value) continue;
+        if (maps.empty()) maps = ReadMaps();
+        std::string error;
+        if (WriteSlot(word, h.replacement, maps, &error)) {
+          object->data_slots.push_back({word, h.original});
+          const uintptr_t lo = a > kHotMargin ? a - kHotMargin : 0;
+          bool known = false;
+          for (const Range& hot : object->hot) known |= a >= hot.start && a < hot.end;
+          if (!known) object->hot.push_back({lo & ~static_cast<uintptr_t>(7), a + kHotMargin});
+          ++generation_;
+        }
+        break;
+      }
+    }
+  }
+}
+
+size_t GotPatcher::data_slots() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  size_t n = 0;
+  for (const Object& object : objects_) n += object.data_slots.size();
+  return n;
+}
+
 std::vector<GotPatcher::ObjectReport> GotPatcher::Report() const {
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<ObjectReport> report;
   for (const Object& object : objects_) {
-    if (!object.imports_hooks) continue;
-    report.push_back({object.path, static_cast<uint32_t>(object.slots.size()), object.problem});
+    if (!object.imports_hooks && object.data_slots.empty()) continue;
+    ObjectReport r{object.path,
+                   static_cast<uint32_t>(object.slots.size()),
+                   object.problem,
+                   {},
+                   static_cast<uint32_t>(object.data_slots.size())};
+    for (const Slot& slot : object.slots) {
+      const std::string name = hooks_[slot.hook].name;
+      if (std::find(r.hooked.begin(), r.hooked.end(), name) == r.hooked.end()) {
+        r.hooked.push_back(name);
+      }
+    }
+    report.push_back(std::move(r));
   }
   return report;
 }

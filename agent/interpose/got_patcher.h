@@ -24,6 +24,13 @@ namespace profagent {
 
 struct ObjectLayout;  // got_patcher.cc
 
+// A function pointer a library keeps in its own writable data (a static CUDA runtime's table of
+// driver entry points, filled by cuGetProcAddress before the agent could interpose the lookup).
+struct DataHook {
+  void* original;     // the value to find, 8-byte aligned, in the object's writable segments
+  void* replacement;  // what it becomes
+};
+
 struct ImportHook {
   const char* name;   // symbol name, e.g. "cuptiSubscribe"
   void* replacement;  // what the patched slots point to
@@ -35,20 +42,36 @@ class GotPatcher {
   // One line per object that imports a hooked symbol.
   struct ObjectReport {
     std::string path;
-    uint32_t slots = 0;   // slots pointing to our replacements
-    std::string problem;  // why some or all of its slots were left alone; "" when none
+    uint32_t slots = 0;               // slots pointing to our replacements
+    std::string problem;              // why some or all of its slots were left alone; "" when none
+    std::vector<std::string> hooked;  // the imports that go through a replacement, once each
+    uint32_t data_slots = 0;          // words of its own data patched (SetDataHooks)
   };
 
-  // never_patch: addresses inside objects that must keep their own GOT (any address of each).
-  GotPatcher(std::vector<ImportHook> hooks, std::vector<const void*> never_patch);
+  // never_patch: addresses inside objects that must keep their own GOT (any address of each);
+  // never_patch_names: basename prefixes of more such objects ("libcupti.so").
+  GotPatcher(std::vector<ImportHook> hooks, std::vector<const void*> never_patch,
+             std::vector<std::string> never_patch_names = {});
 
   // Patches the objects loaded since the last call (every object at the first call) and checks the
   // slots patched before (a lazy-binding resolver racing the first patch may have written the real
   // address back). Cheap when nothing was loaded or unloaded since the last call.
   void Scan();
+  // Scan, unless another thread is scanning now (then it returns at once: a caller that must
+  // never wait, like a hook on an application thread).
+  void TryScan();
 
   // Puts every patched slot back to what it held before (tests; a way out if something is wrong).
   void RestoreAll();
+
+  // Beyond the GOT: from now on each Scan also looks through the writable data of every object it
+  // may patch for words equal to a hook's original (only in objects seen for the first time, and
+  // in the pages around earlier finds, where a table being filled lazily grows), and
+  // ScanData(true) through all of it again. Cold: a few ms per 100 MB of writable data.
+  void SetDataHooks(std::vector<DataHook> hooks);
+  void ScanData(bool everything);
+  // Words patched so far (the report and tests).
+  size_t data_slots() const;
 
   std::vector<ObjectReport> Report() const;
   // Changes whenever Report() would change.
@@ -62,6 +85,14 @@ class GotPatcher {
     void* before;  // the value found there before the first patch
     size_t hook;
   };
+  struct Range {
+    uintptr_t start;
+    uintptr_t end;
+  };
+  struct DataSlot {
+    void** address;
+    void* before;
+  };
   struct Object {
     std::string name;  // as the loader knows it ("" = the main program)
     std::string path;  // for reports
@@ -69,14 +100,22 @@ class GotPatcher {
     bool imports_hooks = false;
     std::vector<Slot> slots;
     std::string problem;
+    bool patchable = false;       // not one of never_patch
+    std::vector<Range> writable;  // its writable segments
+    std::vector<Range> hot;       // pages around words found there before
+    std::vector<DataSlot> data_slots;
   };
 
   void ScanLocked(bool force_verify);
   void Process(Object* object, const ObjectLayout& layout);
   void Verify(Object* object);
+  void ScanDataLocked(Object* object, bool everything);
 
   const std::vector<ImportHook> hooks_;
   const std::vector<const void*> never_patch_;
+  const std::vector<std::string> never_patch_names_;
+  std::vector<DataHook> data_hooks_;        // mutex_
+  uintptr_t data_low_ = 0, data_high_ = 0;  // the originals' range, a cheap first test
   mutable std::mutex mutex_;
   std::vector<Object> objects_;  // every object seen, patched or not
   unsigned long long last_adds_ = ~0ull;

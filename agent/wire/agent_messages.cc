@@ -131,6 +131,8 @@ void EncodeHeartbeat(const Heartbeat& hb, std::string* out) {
   for (const DeviceInfo& d : hb.device_infos) WriteDeviceInfo(w, 3, d);
   w.Varint(4, hb.launch_sample_every);
   if (hb.has_cupti_sharing) WriteCuptiSharing(w, 5, hb.cupti_sharing);
+  w.Varint(6, static_cast<uint32_t>(hb.launch_counting));
+  w.Varint(7, hb.counters_paused ? 1 : 0);
   w.EndNested(at);
 }
 

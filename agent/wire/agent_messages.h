@@ -77,6 +77,9 @@ struct CuptiSharing {
   uint32_t captures_cut_short = 0;
 };
 
+// Mirrors profd.v1.LaunchCounting.
+enum class LaunchCounting : uint32_t { kOff = 0, kEntryPoints = 1, kCupti = 2 };
+
 struct Heartbeat {
   uint64_t realtime_ns = 0;
   std::vector<DeviceCounters> devices;
@@ -84,6 +87,8 @@ struct Heartbeat {
   uint32_t launch_sample_every = 0;
   bool has_cupti_sharing = false;
   CuptiSharing cupti_sharing;
+  LaunchCounting launch_counting = LaunchCounting::kOff;
+  bool counters_paused = false;
 };
 
 // Mirrors profd.v1.CaptureState / CaptureError.

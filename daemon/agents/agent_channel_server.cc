@@ -39,7 +39,6 @@ constexpr size_t kReadSlice = 1u << 20;
 // Agents cut event batches at ~1 MiB (agent/cupti/cupti_capture.cc) plus one record and its
 // strings: a smaller capture frame would close real agents.
 constexpr uint32_t kMinCaptureFrame = 2u << 20;
-constexpr absl::Duration kLogInterval = absl::Seconds(10);
 
 std::string FrameOf(const google::protobuf::MessageLite& message) {
   std::string frame(v1::kAgentFrameHeaderBytes, '\0');
@@ -109,31 +108,6 @@ const char* AgentRejectionLabel(AgentRejection rejection) {
       return "no_file_descriptors";
   }
   return "no_identity";
-}
-
-void AgentChannelServer::LogBudget::Log(const std::string& line) {
-  Summarize(absl::Now());
-  if (lines_ < lines_per_interval_) {
-    ++lines_;
-    LogLine(severity_, kComponent, line);
-  } else {
-    ++left_out_;
-  }
-}
-
-void AgentChannelServer::LogBudget::Summarize(absl::Time now) {
-  if (now - window_start_ < kLogInterval) return;
-  if (left_out_ > 0) {
-    LogLine(severity_, kComponent,
-            absl::StrCat(left_out_, " more ", what_, " in the last ",
-                         absl::FormatDuration(kLogInterval),
-                         ", not logged one by one (see /metrics: profd_agent_connections, "
-                         "profd_agent_protocol_errors_total, "
-                         "profd_agent_connections_rejected_total)"));
-  }
-  window_start_ = now;
-  lines_ = 0;
-  left_out_ = 0;
 }
 
 AgentChannelServer::AgentChannelServer(AgentChannelOptions options, AgentRegistry* registry)

@@ -138,6 +138,10 @@ class AgentChannelServer {
   size_t max_connections() const { return max_connections_; }
 
  private:
+  static constexpr char kLogComponent[] = "agent-channel";
+  static constexpr char kWhereCounted[] =
+      "see /metrics: profd_agent_connections, profd_agent_protocol_errors_total, "
+      "profd_agent_connections_rejected_total";
   struct Connection {
     int fd = -1;
     std::shared_ptr<const PeerProcess> peer;
@@ -165,21 +169,6 @@ class AgentChannelServer {
   // Lines about connections are limited: a peer that connects, registers or misbehaves in a
   // loop must not flood the log. Past `lines` in an interval the rest are counted and summed up
   // in one line.
-  class LogBudget {
-   public:
-    LogBudget(const char* what, Severity severity, int lines)
-        : what_(what), severity_(severity), lines_per_interval_(lines) {}
-    void Log(const std::string& line);
-    void Summarize(absl::Time now);  // says how many lines were left out, once per interval
-
-   private:
-    const char* const what_;
-    const Severity severity_;
-    const int lines_per_interval_;
-    absl::Time window_start_ = absl::InfinitePast();
-    int lines_ = 0;
-    uint64_t left_out_ = 0;
-  };
 
   void Run();
   void Accept();
@@ -226,11 +215,14 @@ class AgentChannelServer {
   size_t buffered_bytes_ = 0;                // read buffers allocated, all connections
   std::deque<ConnectionId> buffer_waiters_;  // waiting for room in them, oldest first
   std::set<ConnectionId> backlog_paused_;
-  LogBudget closed_log_{"agent connections closed for cause", Severity::kWarning, 20};
-  LogBudget refused_log_{"agent connections refused", Severity::kWarning, 20};
+  LogBudget closed_log_{kLogComponent, "agent connections closed for cause", Severity::kWarning, 20,
+                        kWhereCounted};
+  LogBudget refused_log_{kLogComponent, "agent connections refused", Severity::kWarning, 20,
+                         kWhereCounted};
   // Registrations and disconnects: many more, so that a node where 64 processes start at once
   // still logs each.
-  LogBudget lifecycle_log_{"agent registrations and disconnects", Severity::kInfo, 200};
+  LogBudget lifecycle_log_{kLogComponent, "agent registrations and disconnects", Severity::kInfo,
+                           200, kWhereCounted};
 
   absl::Mutex outbox_mutex_;
   std::vector<std::pair<ConnectionId, std::string>> outbox_ ABSL_GUARDED_BY(outbox_mutex_);

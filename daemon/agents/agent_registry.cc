@@ -79,6 +79,8 @@ void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& hear
   if (heartbeat.device_infos_size() > 0) *info.mutable_devices() = heartbeat.device_infos();
   *info.mutable_counters() = heartbeat.devices();
   info.set_launch_sample_every(heartbeat.launch_sample_every());
+  info.set_launch_counting(heartbeat.launch_counting());
+  info.set_counters_paused(heartbeat.counters_paused());
   if (heartbeat.has_cupti_sharing()) *info.mutable_cupti_sharing() = heartbeat.cupti_sharing();
 }
 

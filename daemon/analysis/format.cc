@@ -43,25 +43,6 @@ std::string FormatCount(uint64_t n) {
   return out;
 }
 
-std::string Printable(std::string_view text) {
-  std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c < 0x20 || c == 0x7f) {
-      out += absl::StrFormat("\\x%02x", c);
-    } else if (c == 0xC2 && i + 1 < text.size() &&
-               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-               static_cast<unsigned char>(text[i + 1]) <= 0x9F) {
-      // U+0080..U+009F in UTF-8: C1 controls, e.g. U+009B (CSI) on some terminals.
-      out += absl::StrFormat("\\u%04x", static_cast<unsigned char>(text[++i]));
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out;
-}
-
 std::string FormatRate(double per_s) {
   if (!std::isfinite(per_s)) return "-";
   if (per_s >= 1e6) return absl::StrFormat("%.2fM/s", per_s / 1e6);

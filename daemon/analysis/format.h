@@ -12,10 +12,6 @@ std::string FormatBytes(double bytes);    // "512 B", "1.5 KiB", "3.2 MiB", "1.1
 std::string FormatPercent(double ratio);  // 0.1234 -> "12.3%"
 std::string FormatCount(uint64_t n);      // 1234567 -> "1,234,567"
 std::string FormatRate(double per_s);     // "12.3k/s"
-// Text from a trace (kernel names, paths) made safe for a terminal: control characters, C1
-// controls and DEL become \xNN / \u00NN, so a name cannot move the cursor, recolour or forge
-// a line of the report.
-std::string Printable(std::string_view text);
 
 struct Report;
 // ", 1,234 in [other names]" when the report folded kernels past its caps on distinct names;

@@ -11,11 +11,15 @@
 #include "daemon/analysis/findings.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/render.h"
+#include "daemon/common/printable.h"
 
 namespace profd::analysis {
 namespace {
 
-std::string Esc(const std::string& s) {
+// Text for the page: Printable first (a name's direction controls would reorder the page as they
+// reorder a terminal, and its control characters mean nothing in HTML), then HTML's own escapes.
+std::string Esc(const std::string& text) {
+  const std::string s = Printable(text);
   std::string out;
   out.reserve(s.size());
   for (char c : s) {

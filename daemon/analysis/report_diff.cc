@@ -10,6 +10,7 @@
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
 #include "daemon/checked_math.h"
+#include "daemon/common/printable.h"
 #include "rapidjson/prettywriter.h"
 #include "rapidjson/stringbuffer.h"
 
@@ -179,7 +180,8 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
 
 std::string RenderDiffText(const ReportDiff& d, const std::string& label_a,
                            const std::string& label_b, size_t max_rows) {
-  std::string out = absl::StrCat("A: ", label_a, "\nB: ", label_b, "\n\nOVERVIEW\n");
+  std::string out =
+      absl::StrCat("A: ", Printable(label_a), "\nB: ", Printable(label_b), "\n\nOVERVIEW\n");
   TextTable o({"METRIC", "A>", "B>", "CHANGE>"});
   for (const auto& m : d.overview) {
     o.AddRow({m.name, Value(m.a, m.unit), Value(m.b, m.unit), Change(m.a, m.b)});
@@ -328,7 +330,7 @@ std::string DiffToJson(const ReportDiff& d, const std::string& label_a,
   ids("both", d.findings_both);
   w.EndObject();
   w.EndObject();
-  return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
+  return EscapeJsonLineSeparators(std::string(buffer.GetString(), buffer.GetSize()) + "\n");
 }
 
 }  // namespace profd::analysis

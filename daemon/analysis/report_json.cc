@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/common/atomic_file.h"
+#include "daemon/common/printable.h"
 #include "daemon/metrics/gpu_counters.h"
 #include "rapidjson/prettywriter.h"
 #include "rapidjson/stringbuffer.h"
@@ -376,7 +377,9 @@ std::string ReportToJson(const Report& report, bool pretty) {
     rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
     Write(w, report);
   }
-  return std::string(buffer.GetString(), buffer.GetSize()) + "\n";
+  // RapidJSON leaves U+2028/U+2029 raw: valid JSON, but line breaks to JavaScript and to tools
+  // that read lines.
+  return EscapeJsonLineSeparators(std::string(buffer.GetString(), buffer.GetSize()) + "\n");
 }
 
 absl::Status WriteReportJson(const Report& report, const std::string& path) {

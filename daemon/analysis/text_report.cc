@@ -9,6 +9,7 @@
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/render.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/common/printable.h"
 
 namespace profd::analysis {
 namespace {
@@ -142,7 +143,7 @@ std::string RenderText(const Report& r) {
     absl::StrAppend(&out, "  ", i + 1, ". [", sev, "] ", Printable(f.title), "\n");
     absl::StrAppend(&out, "     rule: ", f.threshold, "\n");
     for (const std::string& e : f.evidence) absl::StrAppend(&out, "     - ", Printable(e), "\n");
-    for (const std::string& a : f.advice) absl::StrAppend(&out, "     > ", a, "\n");
+    for (const std::string& a : f.advice) absl::StrAppend(&out, "     > ", Printable(a), "\n");
   }
 
   absl::StrAppend(&out, "\nGPUS (busy = union of kernel time; idle split as in HTA)\n");

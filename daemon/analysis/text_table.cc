@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "daemon/analysis/format.h"
+#include "daemon/common/printable.h"
 
 namespace profd::analysis {
 namespace {

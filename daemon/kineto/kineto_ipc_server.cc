@@ -1,6 +1,7 @@
 #include "daemon/kineto/kineto_ipc_server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -52,6 +53,12 @@ absl::Status KinetoIpcServer::Start() {
   // Every process binds its own endpoint in this folder, whatever its uid: world-writable, and
   // sticky so that no one can remove another's socket (or profd's).
   chmod(options_.socket_dir.c_str(), 01777);
+  // Replies are sent to names inside this very folder, whatever its path comes to mean later.
+  dir_fd_ = open(options_.socket_dir.c_str(), O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (dir_fd_ < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "cannot open --kineto_socket_dir=", options_.socket_dir, ": ", std::strerror(errno)));
+  }
   // Anything already at the daemon's name is stale (an earlier profd) or planted: it goes.
   unlink(socket_path_.c_str());
   fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
@@ -87,6 +94,8 @@ void KinetoIpcServer::Stop() {
   thread_.join();
   close(fd_);
   close(wake_fd_);
+  close(dir_fd_);
+  dir_fd_ = -1;
   unlink(socket_path_.c_str());
   std::map<uint32_t, Offer> offers;
   {
@@ -164,11 +173,21 @@ void KinetoIpcServer::Run() {
               ? strnlen(from.sun_path, msg.msg_namelen - offsetof(sockaddr_un, sun_path))
               : 0;
       const std::string endpoint(from.sun_path, path_len);
-      if (cred == nullptr || cred->pid <= 0 || static_cast<size_t>(n) > sizeof(buf) ||
-          endpoint.rfind(options_.socket_dir + "/", 0) != 0) {
-        // No credentials, over-long, or from a socket outside the folder Kineto replies are
-        // checked against (Kineto ends the process on a reply from elsewhere): never answered.
+      if (cred == nullptr || cred->pid <= 0 || static_cast<size_t>(n) > sizeof(buf)) {
         protocol_errors_.fetch_add(1);
+        continue;
+      }
+      // Kineto binds <dir>/dynoconfigclient<uuid>: one name in the folder. Anything else (outside
+      // the folder, in a folder a process made inside it, "..") is not a Kineto of this folder
+      // (Kineto ends the process on a reply from elsewhere) and is never answered.
+      const std::string prefix = options_.socket_dir + "/";
+      const std::string name = endpoint.rfind(prefix, 0) == 0 ? endpoint.substr(prefix.size()) : "";
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+        protocol_errors_.fetch_add(1);
+        refused_log_.Log(absl::StrCat("not answering pid ", cred->pid, " (uid ", cred->uid,
+                                      "): it sends from ",
+                                      endpoint.empty() ? "an unnamed socket" : endpoint,
+                                      ", not from a socket of its own in ", options_.socket_dir));
         continue;
       }
       OnDatagram(std::string_view(buf, static_cast<size_t>(n)), static_cast<uint32_t>(cred->pid),
@@ -178,6 +197,8 @@ void KinetoIpcServer::Run() {
     while (read(wake_fd_, &drained, sizeof(drained)) > 0) {
     }
     Expire(absl::Now());
+    refused_log_.Summarize(absl::Now());
+    clients_log_.Summarize(absl::Now());
   }
 }
 
@@ -185,6 +206,7 @@ void KinetoIpcServer::OnDatagram(std::string_view bytes, uint32_t pid, uint32_t 
                                  const std::string& endpoint, absl::Time now) {
   absl::StatusOr<KinetoDatagram> datagram = DecodeKinetoDatagram(bytes);
   std::optional<Offer> deliver;
+  int endpoint_fd = -1;
   KinetoClient client;
   {
     MutexLock lock(&mutex_);
@@ -197,8 +219,8 @@ void KinetoIpcServer::OnDatagram(std::string_view bytes, uint32_t pid, uint32_t 
     if (!datagram.ok()) {
       protocol_errors_.fetch_add(1);
       if (rate.count == 1) {
-        LogWarning(kComponent, "dropped a datagram from pid %u: %s", pid,
-                   datagram.status().message());
+        refused_log_.Log(
+            absl::StrCat("dropped a datagram from pid ", pid, ": ", datagram.status().message()));
       }
       return;
     }
@@ -227,8 +249,8 @@ void KinetoIpcServer::OnDatagram(std::string_view bytes, uint32_t pid, uint32_t 
       it->second.pid = pid;
       it->second.first_poll = now;
       it->second.process = *std::move(process);
-      LogInfo(kComponent, "Kineto in pid %u (pid %d in its namespace) polls for traces", pid,
-              datagram->request.pids[0]);
+      clients_log_.Log(absl::StrCat("Kineto in pid ", pid, " (pid ", datagram->request.pids[0],
+                                    " in its namespace) polls for traces"));
     } else {
       it->second.poll_period = now - it->second.last_poll;
     }
@@ -243,26 +265,68 @@ void KinetoIpcServer::OnDatagram(std::string_view bytes, uint32_t pid, uint32_t 
     client = c;
     auto offer = offers_.find(pid);
     if (offer != offers_.end() && (datagram->request.type & kRequestActivities) != 0) {
+      // Checked before the offer is taken: a refused endpoint leaves it for the process's next
+      // poll from its own socket, or to expire as if it had never polled.
+      absl::StatusOr<int> opened =
+          OpenEndpoint(endpoint.substr(options_.socket_dir.size() + 1), uid);
+      if (!opened.ok()) {
+        protocol_errors_.fetch_add(1);
+        refused_log_.Log(absl::StrCat("not answering pid ", pid, " (uid ", uid, ") at ", endpoint,
+                                      ": ", opened.status().message()));
+        return;
+      }
+      endpoint_fd = *opened;
       deliver = std::move(offer->second);
       offers_.erase(offer);
     }
   }
   if (!deliver) return;
-  Reply(endpoint, deliver->config(now));
+  Reply(endpoint_fd, endpoint, deliver->config(now));
   if (deliver->on_delivered) deliver->on_delivered(client, now);
 }
 
-void KinetoIpcServer::Reply(const std::string& endpoint, const std::string& config) {
+absl::StatusOr<int> KinetoIpcServer::OpenEndpoint(const std::string& name, uint32_t uid) const {
+  // O_PATH | O_NOFOLLOW opens a symbolic link itself, never what it points to.
+  const int fd = openat(dir_fd_, name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(absl::StrCat("cannot open it: ", std::strerror(errno)));
+  }
+  struct stat st;
+  if (fstat(fd, &st) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::InternalError(absl::StrCat("fstat: ", std::strerror(err)));
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    close(fd);
+    return absl::PermissionDeniedError(
+        S_ISLNK(st.st_mode) ? "it is a symbolic link now, not the socket it sent from"
+                            : "it is not a socket");
+  }
+  if (st.st_uid != uid) {
+    close(fd);
+    return absl::PermissionDeniedError(absl::StrCat("the socket there belongs to uid ", st.st_uid,
+                                                    ", not to the sender's uid ", uid));
+  }
+  return fd;
+}
+
+void KinetoIpcServer::Reply(int endpoint_fd, const std::string& endpoint,
+                            const std::string& config) {
   const std::string bytes = EncodeKinetoMessage("req", config);
+  // The socket checked in OpenEndpoint, through its descriptor: the kernel resolves
+  // /proc/self/fd/N to that very inode, so nothing put at the name since is reached.
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
-  std::memcpy(addr.sun_path, endpoint.data(), std::min(endpoint.size(), sizeof(addr.sun_path) - 1));
+  const std::string path = absl::StrCat("/proc/self/fd/", endpoint_fd);
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   // Never blocks: a client whose queue is full misses this reply and gets the config again only
   // if it is offered again.
   if (sendto(fd_, bytes.data(), bytes.size(), MSG_DONTWAIT | MSG_NOSIGNAL,
              reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) < 0) {
-    LogWarning(kComponent, "cannot answer %s: %s", endpoint, std::strerror(errno));
+    refused_log_.Log(absl::StrCat("cannot answer ", endpoint, ": ", std::strerror(errno)));
   }
+  close(endpoint_fd);
 }
 
 void KinetoIpcServer::Expire(absl::Time now) {

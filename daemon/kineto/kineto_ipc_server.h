@@ -9,9 +9,19 @@
 // process's next poll that asks for one; a poll with type 0 says Kineto is busy collecting a
 // trace (a torch.profiler session is running in the process).
 //
+// A reply goes to the sender's own socket and nowhere else. The folder is world-writable, so the
+// name a datagram came from is only a name: by the time profd answers, the sender may have put a
+// symbolic link there (to another user's socket, or outside the folder), and profd, as root,
+// would deliver where the sender itself could not. So the folder is opened once at Start and a
+// reply goes to the name inside it, opened without following links (O_PATH | O_NOFOLLOW): a
+// socket, owned by the uid the kernel gave for the sender (SCM_CREDENTIALS), reached through that
+// descriptor (/proc/self/fd/N) so that nothing can be swapped in between. (SO_PEERCRED says
+// nothing about a datagram peer: measured on Linux 6.18, it gives pid 0, uid -1.)
+//
 // One thread owns the socket and the client table; Offer/Find/Clients are called from any thread
 // and take mutex_ briefly. Datagrams are checked (kineto_wire.h) before anything is believed;
-// a malformed one is counted and dropped, a flood from one process is ignored past a rate.
+// a malformed one is counted and dropped, a flood from one process is ignored past a rate, and
+// what is refused is logged within a budget (LogBudget), whatever the number of senders.
 #pragma once
 
 #include <sys/types.h>
@@ -27,9 +37,11 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/agents/peer_process.h"
+#include "daemon/log.h"
 
 namespace profd::kineto {
 
@@ -41,7 +53,7 @@ struct KinetoClient {
   uint32_t uid = 0;
   int32_t ns_pid = 0;  // the pid the process sees itself as: Kineto names its trace file after it
   int64_t job_id = 0;
-  std::string endpoint;  // the client's socket path
+  std::string endpoint;  // the client's socket path: <socket_dir>/<name>, one name, no folders
   absl::Time first_poll;
   absl::Time last_poll;
   absl::Duration poll_period = absl::ZeroDuration();  // between its last two polls
@@ -94,12 +106,17 @@ class KinetoIpcServer {
   void Run();
   void OnDatagram(std::string_view bytes, uint32_t pid, uint32_t uid, const std::string& endpoint,
                   absl::Time now);
-  void Reply(const std::string& endpoint, const std::string& config);
+  // The sender's socket <socket_dir>/<name> as an O_PATH descriptor, or why it is not one to
+  // answer: not a socket (a link planted there), or not the sender's uid's.
+  absl::StatusOr<int> OpenEndpoint(const std::string& name, uint32_t uid) const;
+  // Sends config to the socket open as endpoint_fd (O_PATH), then closes it.
+  void Reply(int endpoint_fd, const std::string& endpoint, const std::string& config);
   void Expire(absl::Time now);
 
   const KinetoIpcOptions options_;
   std::string socket_path_;
   int fd_ = -1;
+  int dir_fd_ = -1;  // socket_dir, opened once at Start (O_PATH, no link followed)
   int wake_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stop_{false};
@@ -114,6 +131,12 @@ class KinetoIpcServer {
   std::map<uint32_t, KinetoClient> clients_ ABSL_GUARDED_BY(mutex_);
   std::map<uint32_t, Offer> offers_ ABSL_GUARDED_BY(mutex_);
   std::map<uint32_t, Rate> rates_ ABSL_GUARDED_BY(mutex_);
+
+  // Server thread only.
+  LogBudget refused_log_{"kineto-ipc", "Kineto datagrams refused", Severity::kWarning, 10};
+  // Many more: a node where 64 PyTorch processes start at once still logs each.
+  LogBudget clients_log_{"kineto-ipc", "PyTorch processes that started polling", Severity::kInfo,
+                         200};
 };
 
 }  // namespace profd::kineto

@@ -94,6 +94,8 @@ DaemonMetrics::Snapshot DaemonMetrics::Read() const {
     snapshot.uploads_succeeded = u.succeeded;
     snapshot.uploads_failed = u.failed;
     snapshot.trace_bytes_uploaded = u.bytes;
+    snapshot.spool_write_failures = u.write_failures;
+    snapshot.spool_waiting_for_room = u.waiting_for_room;
   }
   return snapshot;
 }

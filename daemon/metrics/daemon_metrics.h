@@ -18,7 +18,9 @@
 // These become profd_captures_total{result}, profd_captures_running,
 // profd_capture_duration_seconds, profd_capture_events_total,
 // profd_capture_dropped_records_total, profd_trace_written_bytes_total,
-// profd_trace_uploaded_bytes_total, profd_uploads_total{result} and, from the retention sweeps
+// profd_trace_uploaded_bytes_total, profd_uploads_total{result},
+// profd_spool_write_failures_total, profd_spool_captures_waiting_for_room and, from the retention
+// sweeps
 // (SetRetentionSource), profd_retention_kept_bytes{place} and
 // profd_retention_pruned_total{place} / _pruned_bytes_total{place} (docs/METRICS.md).
 #pragma once
@@ -61,6 +63,8 @@ class DaemonMetrics {
     uint64_t trace_bytes_uploaded = 0;
     uint64_t uploads_succeeded = 0;
     uint64_t uploads_failed = 0;
+    uint64_t spool_write_failures = 0;
+    uint64_t spool_waiting_for_room = 0;
     // Retention of --capture_dir and of a local store (daemon/store/retention.h).
     struct Retained {
       bool active = false;
@@ -78,9 +82,11 @@ class DaemonMetrics {
   // finish, events and dropped records summed over its processes, bytes over its files.
   void OnCaptureFinished(const v1::CaptureInfo& info);
   struct Uploads {
-    uint64_t succeeded = 0;  // captures stored
-    uint64_t failed = 0;     // failed attempts (each retry counts)
-    uint64_t bytes = 0;      // of the captures stored
+    uint64_t succeeded = 0;         // captures stored
+    uint64_t failed = 0;            // failed attempts (each retry counts)
+    uint64_t bytes = 0;             // of the captures stored
+    uint64_t write_failures = 0;    // captures the spool could not take, each attempt
+    uint64_t waiting_for_room = 0;  // finished captures kept outside the spool, retried
   };
   void SetUploadSource(std::function<Uploads()> source);
   // Retention's own counts, read on each Read() like the uploads: {capture_dir, store}.

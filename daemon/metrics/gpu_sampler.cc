@@ -1,5 +1,6 @@
 #include "daemon/metrics/gpu_sampler.h"
 
+#include <algorithm>
 #include <fstream>
 #include <set>
 
@@ -22,24 +23,32 @@ std::string ReadComm(uint32_t pid) {
   return std::string(absl::StripAsciiWhitespace(comm));
 }
 
+constexpr char kSamplesCall[] = "nvmlDeviceGetSamples";
+constexpr char kRatesCall[] = "nvmlDeviceGetUtilizationRates";
+
 // What the sampler thread keeps about one GPU between ticks.
 struct DeviceState {
   NvmlDevice handle = nullptr;
-  GpuSample identity;                 // index, uuid, model
-  uint64_t last_seen_us = 0;          // newest process-utilization sample already used
+  GpuSample identity;               // index, uuid, model
+  uint64_t last_seen_us = 0;        // newest process-utilization sample already used
+  UtilizationAverager gpu_busy;     // NVML_GPU_UTILIZATION_SAMPLES
+  UtilizationAverager memory_busy;  // NVML_MEMORY_UTILIZATION_SAMPLES
+  double busy_seconds = 0;          // sums of the windows so far
+  double memory_busy_seconds = 0;
   std::set<std::string> unsupported;  // calls this GPU answered NOT_SUPPORTED: not asked again
   std::set<std::string> warned;       // calls whose failure has been logged once
 };
 
 // Counts and logs (once per GPU and call) a failed NVML call. NOT_SUPPORTED disables the call on
-// that GPU: asking every second would only fill the log and the error counter.
+// that GPU: asking every second would only fill the log and the error counter. `instead` says
+// what the GPU's series show without the call.
 void NoteFailure(const absl::Status& status, const std::string& call, DeviceState& device,
-                 GpuSnapshot& snapshot) {
+                 GpuSnapshot& snapshot, const char* instead = "that metric is left out for it") {
   ++snapshot.errors_by_call[call];
   if (absl::IsUnimplemented(status)) {
     device.unsupported.insert(call);
-    LogInfo(kComponent, "GPU %d does not support %s (%s); that metric is left out for it",
-            device.identity.index, call, status.message());
+    LogInfo(kComponent, "GPU %d does not support %s (%s); %s", device.identity.index, call,
+            status.message(), instead);
     return;
   }
   if (device.warned.insert(call).second) {
@@ -48,7 +57,64 @@ void NoteFailure(const absl::Status& status, const std::string& call, DeviceStat
   }
 }
 
+constexpr char kRatesFallback[] =
+    "profd_gpu_utilization_ratio and profd_gpu_memory_bandwidth_utilization_ratio read "
+    "nvmlDeviceGetUtilizationRates instead: NVML's last sample period only, which misreads a "
+    "load that comes and goes in step with profd's reads";
+
 }  // namespace
+
+std::optional<UtilizationAverager::Window> UtilizationAverager::Add(
+    std::vector<NvmlUtilizationSample> samples) {
+  std::sort(samples.begin(), samples.end(),
+            [](const auto& a, const auto& b) { return a.timestamp_us < b.timestamp_us; });
+  // Entries of 0 are slots NVML has not filled; equal timestamps are one sample.
+  std::erase_if(samples, [this](const NvmlUtilizationSample& s) {
+    return s.timestamp_us == 0 || s.timestamp_us <= last_seen_us_;
+  });
+  samples.erase(
+      std::unique(samples.begin(), samples.end(),
+                  [](const auto& a, const auto& b) { return a.timestamp_us == b.timestamp_us; }),
+      samples.end());
+  if (samples.empty()) return std::nullopt;
+
+  const uint64_t newest = samples.back().timestamp_us;
+  uint64_t start = last_seen_us_;
+  size_t first = 0;
+  uint64_t previous = last_seen_us_;
+  if (last_seen_us_ == 0) {
+    const uint64_t first_window = absl::ToInt64Microseconds(kFirstWindow);
+    start = newest > first_window ? newest - first_window : 0;
+    // The sample at or before the window's start only marks where the next one's period began.
+    while (first < samples.size() && samples[first].timestamp_us <= start) ++first;
+    if (first == 0) {  // the buffer is shorter than the window: its oldest period is unknown
+      start = samples[0].timestamp_us;
+      first = 1;
+    }
+    previous = samples[first - 1].timestamp_us;
+  }
+  last_seen_us_ = newest;
+
+  const uint64_t max_period = absl::ToInt64Microseconds(kMaxSamplePeriod);
+  // Integers (percent x microseconds) until the one division, so a steady 37% reads 0.37 exactly.
+  uint64_t covered_us = 0;
+  uint64_t busy_percent_us = 0;
+  for (size_t i = first; i < samples.size(); ++i) {
+    const uint64_t begin = std::max(previous, start);
+    const uint64_t period = std::min(samples[i].timestamp_us - begin, max_period);
+    covered_us += period;
+    busy_percent_us += period * std::min(samples[i].percent, 100u);
+    previous = samples[i].timestamp_us;
+  }
+  if (covered_us == 0) return std::nullopt;
+  Window w;
+  w.busy_seconds = static_cast<double>(busy_percent_us) / 1e8;
+  w.covered_seconds = static_cast<double>(covered_us) / 1e6;
+  w.mean = static_cast<double>(busy_percent_us) / (100.0 * static_cast<double>(covered_us));
+  w.start_us = start;
+  w.end_us = newest;
+  return w;
+}
 
 GpuSampler::GpuSampler(Options options) : options_(std::move(options)) {
   auto initial = std::make_shared<GpuSnapshot>();
@@ -142,12 +208,17 @@ void GpuSampler::Run() {
   // Every call sampled is counted from 0, so a rate() over the error counter exists before the
   // first error.
   for (const char* call :
-       {"nvmlDeviceGetUtilizationRates", "nvmlDeviceGetMemoryInfo",
-        "nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetProcessUtilization"}) {
+       {kRatesCall, "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetComputeRunningProcesses",
+        "nvmlDeviceGetProcessUtilization"}) {
     errors.try_emplace(call, 0);
   }
+  if (nvml.has_utilization_samples()) errors.try_emplace(kSamplesCall, 0);
   LogInfo(kComponent, "NVML loaded from %s: %d GPU(s), sampled every %s", options_.library_path,
           devices.size(), absl::FormatDuration(options_.interval));
+  if (!nvml.has_utilization_samples()) {
+    LogWarning(kComponent, "%s does not export %s; %s", options_.library_path, kSamplesCall,
+               kRatesFallback);
+  }
 
   std::map<uint32_t, std::string> comms;  // pid -> comm, for pids seen on the last tick
   absl::Time next = absl::Now();
@@ -159,12 +230,39 @@ void GpuSampler::Run() {
     for (DeviceState& d : devices) {
       GpuSample gpu = d.identity;
       auto allowed = [&](const std::string& call) { return !d.unsupported.count(call); };
-      if (allowed("nvmlDeviceGetUtilizationRates")) {
+      // Utilization: the mean of NVML's samples since the last tick. NVML's last sample period
+      // (GetUtilizationRates) fills in only where the samples could not be read this tick.
+      if (nvml.has_utilization_samples() && allowed(kSamplesCall)) {
+        auto read = [&](NvmlSampling type, UtilizationAverager& averager, double& busy_seconds,
+                        std::optional<double>& mean) -> absl::Status {
+          auto samples = nvml.UtilizationSamples(d.handle, type, averager.last_seen_us());
+          if (!samples.ok()) return samples.status();
+          if (auto window = averager.Add(std::move(*samples))) {
+            busy_seconds += window->busy_seconds;
+            mean = window->mean;
+          }
+          return absl::OkStatus();
+        };
+        absl::Status status =
+            read(NvmlSampling::kGpuUtilization, d.gpu_busy, d.busy_seconds, gpu.utilization);
+        if (status.ok()) {
+          status = read(NvmlSampling::kMemoryUtilization, d.memory_busy, d.memory_busy_seconds,
+                        gpu.memory_bandwidth_utilization);
+        }
+        if (!status.ok()) NoteFailure(status, kSamplesCall, d, *snapshot, kRatesFallback);
+        if (allowed(kSamplesCall)) {
+          gpu.busy_seconds_total = d.busy_seconds;
+          gpu.memory_bandwidth_busy_seconds_total = d.memory_busy_seconds;
+        }
+      }
+      if ((!gpu.utilization || !gpu.memory_bandwidth_utilization) && allowed(kRatesCall)) {
         if (auto u = nvml.Utilization(d.handle); u.ok()) {
-          gpu.utilization = u->gpu_percent / 100.0;
-          gpu.memory_bandwidth_utilization = u->memory_percent / 100.0;
+          if (!gpu.utilization) gpu.utilization = u->gpu_percent / 100.0;
+          if (!gpu.memory_bandwidth_utilization) {
+            gpu.memory_bandwidth_utilization = u->memory_percent / 100.0;
+          }
         } else {
-          NoteFailure(u.status(), "nvmlDeviceGetUtilizationRates", d, *snapshot);
+          NoteFailure(u.status(), kRatesCall, d, *snapshot);
         }
       }
       if (allowed("nvmlDeviceGetMemoryInfo")) {
@@ -190,6 +288,17 @@ void GpuSampler::Run() {
       }
       if (allowed("nvmlDeviceGetProcessUtilization")) {
         if (auto us = nvml.ProcessUtilization(d.handle, d.last_seen_us); us.ok()) {
+          // NVML gives each process one sample per sample period, 0 while it is idle (seen on
+          // an H200: every 200 ms), so the plain mean of the samples since the last read is the
+          // interval's mean. The first read, like the GPU's, keeps the last second only.
+          if (d.last_seen_us == 0 && !us->empty()) {
+            uint64_t newest = 0;
+            for (const NvmlProcessUtilization& u : *us) newest = std::max(newest, u.timestamp_us);
+            const uint64_t window = absl::ToInt64Microseconds(UtilizationAverager::kFirstWindow);
+            std::erase_if(*us, [&](const NvmlProcessUtilization& u) {
+              return newest > window && u.timestamp_us <= newest - window;
+            });
+          }
           // Processes with a context and no sample were idle over the interval: 0, not absent.
           for (auto& [pid, s] : processes) s.sm_utilization = 0.0;
           std::map<uint32_t, std::pair<double, int>> sums;

@@ -54,6 +54,20 @@ Labels ProcessLabels(const std::string& hostname, uint32_t pid, const v1::AgentI
           {"pid", std::to_string(pid)}, {"pod", agent->pod_name()}};
 }
 
+// How the process's agent counts launches: "entry-points", "cupti", "off", or for agents that
+// sampled, "sampled-1/N".
+std::string LaunchCountingLabel(const v1::AgentInfo& a) {
+  switch (a.launch_counting()) {
+    case v1::LAUNCH_COUNTING_ENTRY_POINTS:
+      return "entry-points";
+    case v1::LAUNCH_COUNTING_CUPTI:
+      return "cupti";
+    default:
+      if (a.launch_sample_every() > 1) return absl::StrCat("sampled-1/", a.launch_sample_every());
+      return a.launch_sample_every() == 1 ? "cupti" : "off";
+  }
+}
+
 }  // namespace
 
 MetricsCollector::MetricsCollector(Sources sources) : sources_(std::move(sources)) {}
@@ -194,6 +208,17 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       static_cast<double>(daemon.uploads_succeeded));
   Add(uploads, With(host, {{"result", "failed"}}), static_cast<double>(daemon.uploads_failed));
   out.push_back(std::move(uploads));
+  daemon_counter("profd_spool_write_failures_total",
+                 "Attempts to put a finished capture into the spool that failed (disk full, write "
+                 "error, over --spool_max_bytes); each retry counts",
+                 daemon.spool_write_failures);
+  MetricFamily waiting =
+      Family("profd_spool_captures_waiting_for_room",
+             "Finished captures the spool could not take yet, kept in --capture_dir and retried: "
+             "not in the store until this is 0",
+             MetricType::Gauge);
+  Add(waiting, host, static_cast<double>(daemon.spool_waiting_for_room));
+  out.push_back(std::move(waiting));
 
   // Retention, per place (capture_dir; store for a local store with a cap): only where it runs.
   MetricFamily kept = Family("profd_retention_kept_bytes",
@@ -231,13 +256,22 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   out.push_back(std::move(nvml_errors));
 
   // GPUs, from NVML.
-  MetricFamily gpu_util =
-      Family("profd_gpu_utilization_ratio",
-             "Fraction of the last sample period in which a kernel ran (NVML)", MetricType::Gauge);
-  MetricFamily gpu_bw =
-      Family("profd_gpu_memory_bandwidth_utilization_ratio",
-             "Fraction of the last sample period in which device memory was read or written (NVML)",
-             MetricType::Gauge);
+  MetricFamily gpu_util = Family("profd_gpu_utilization_ratio",
+                                 "Fraction of the last sampler interval (--nvml_sample_interval) "
+                                 "in which a kernel ran: the mean of NVML's samples",
+                                 MetricType::Gauge);
+  MetricFamily gpu_bw = Family("profd_gpu_memory_bandwidth_utilization_ratio",
+                               "Fraction of the last sampler interval in which device memory was "
+                               "read or written: the mean of NVML's samples",
+                               MetricType::Gauge);
+  MetricFamily gpu_busy = Family("profd_gpu_busy_seconds_total",
+                                 "Seconds in which a kernel ran, from NVML's samples: rate() is "
+                                 "the utilization over any range",
+                                 MetricType::Counter);
+  MetricFamily gpu_bw_busy = Family("profd_gpu_memory_bandwidth_busy_seconds_total",
+                                    "Seconds in which device memory was read or written, from "
+                                    "NVML's samples",
+                                    MetricType::Counter);
   MetricFamily gpu_used =
       Family("profd_gpu_memory_used_bytes", "Device memory in use (NVML)", MetricType::Gauge);
   MetricFamily gpu_total =
@@ -257,6 +291,10 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
         {"gpu", index}, {"hostname", hostname}, {"model", g.model}, {"uuid", g.uuid}};
     if (g.utilization) Add(gpu_util, device, *g.utilization);
     if (g.memory_bandwidth_utilization) Add(gpu_bw, device, *g.memory_bandwidth_utilization);
+    if (g.busy_seconds_total) Add(gpu_busy, device, *g.busy_seconds_total);
+    if (g.memory_bandwidth_busy_seconds_total) {
+      Add(gpu_bw_busy, device, *g.memory_bandwidth_busy_seconds_total);
+    }
     if (g.memory_used_bytes) Add(gpu_used, device, static_cast<double>(*g.memory_used_bytes));
     if (g.memory_total_bytes) Add(gpu_total, device, static_cast<double>(*g.memory_total_bytes));
     for (const GpuProcessSample& p : g.processes) {
@@ -269,7 +307,8 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       if (p.sm_utilization) Add(proc_sm, std::move(labels), *p.sm_utilization);
     }
   }
-  for (MetricFamily* f : {&gpu_util, &gpu_bw, &gpu_used, &gpu_total, &proc_used, &proc_sm}) {
+  for (MetricFamily* f :
+       {&gpu_util, &gpu_bw, &gpu_busy, &gpu_bw_busy, &gpu_used, &gpu_total, &proc_used, &proc_sm}) {
     out.push_back(std::move(*f));
   }
 
@@ -307,6 +346,12 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   MetricFamily info =
       Family("profd_process_info", "One series per process with a connected agent; always 1",
              MetricType::Gauge);
+  MetricFamily counters_paused = Family(
+      "profd_process_counters_paused",
+      "1 while the process's own profiler (torch.profiler, Nsight) traces and the agent's CUPTI "
+      "counting callbacks step aside for it (launch_counting=\"cupti\" only): launches and "
+      "allocations meanwhile are not counted",
+      MetricType::Gauge);
   MetricFamily launches =
       Family("profd_process_kernel_launches_total",
              "Kernel launches since the agent started, CUDA graphs excluded", MetricType::Counter);
@@ -322,14 +367,13 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   for (const v1::AgentInfo& a : agents) {
     const Labels process = ProcessLabels(hostname, a.pid(), &a, "");
     Add(info,
-        With(process,
-             {{"agent_version", a.agent_version()},
-              {"injected", a.injected() ? "true" : "false"},
-              {"launch_counting", a.launch_sample_every() == 0 ? "off"
-                                  : a.launch_sample_every() == 1
-                                      ? "exact"
-                                      : absl::StrCat("sampled-1/", a.launch_sample_every())}}),
+        With(process, {{"agent_version", a.agent_version()},
+                       {"injected", a.injected() ? "true" : "false"},
+                       {"launch_counting", LaunchCountingLabel(a)}}),
         1);
+    if (a.launch_counting() == v1::LAUNCH_COUNTING_CUPTI) {
+      Add(counters_paused, process, a.counters_paused() ? 1 : 0);
+    }
     for (const v1::DeviceCounters& c : a.counters()) {
       // The agent counts by CUDA ordinal, which CUDA_VISIBLE_DEVICES renumbers; the uuid says
       // which physical GPU it is, and NVML's index for it is what `gpu` means everywhere. No
@@ -349,7 +393,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       Add(peak, std::move(labels), static_cast<double>(c.memory_peak_bytes()));
     }
   }
-  for (MetricFamily* f : {&info, &launches, &graphs, &allocated, &peak}) {
+  for (MetricFamily* f : {&info, &counters_paused, &launches, &graphs, &allocated, &peak}) {
     out.push_back(std::move(*f));
   }
 

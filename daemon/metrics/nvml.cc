@@ -54,9 +54,68 @@ struct nvmlProcessUtilizationSample_t {
   unsigned int decUtil;
 };
 
+// nvmlDeviceGetSamples' buffer entry and its value (NVML API reference, "nvmlSample_t",
+// "nvmlValue_t", "nvmlValueType_t"; docs.nvidia.com/deploy/nvml-api). Utilization samples come
+// as NVML_VALUE_TYPE_UNSIGNED_INT; the others are read too, in case a driver widens the type.
+union nvmlValue_t {
+  double dVal;
+  int siVal;
+  unsigned int uiVal;
+  unsigned long ulVal;
+  unsigned long long ullVal;
+  signed long long sllVal;
+  unsigned short usVal;
+};
+
+struct nvmlSample_t {
+  unsigned long long timeStamp;  // CPU timestamp, microseconds
+  nvmlValue_t sampleValue;
+};
+
+using nvmlValueType_t = int;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_DOUBLE = 0;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_INT = 1;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_LONG = 2;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_LONG_LONG = 3;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_SIGNED_LONG_LONG = 4;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_SIGNED_INT = 5;
+constexpr nvmlValueType_t NVML_VALUE_TYPE_UNSIGNED_SHORT = 6;
+
+static_assert(sizeof(nvmlSample_t) == 16);
 static_assert(sizeof(nvmlProcessInfo_v2_t) == 24);
 static_assert(sizeof(nvmlProcessInfo_v1_t) == 16);
 static_assert(sizeof(nvmlProcessUtilizationSample_t) == 32);
+
+// A utilization sample's value as a percent; NVML documents 0..100, anything else is clamped.
+uint32_t PercentOf(const nvmlValue_t& v, nvmlValueType_t type) {
+  double percent;
+  switch (type) {
+    case NVML_VALUE_TYPE_DOUBLE:
+      percent = v.dVal;
+      break;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG:
+      percent = static_cast<double>(v.ulVal);
+      break;
+    case NVML_VALUE_TYPE_UNSIGNED_LONG_LONG:
+      percent = static_cast<double>(v.ullVal);
+      break;
+    case NVML_VALUE_TYPE_SIGNED_LONG_LONG:
+      percent = static_cast<double>(v.sllVal);
+      break;
+    case NVML_VALUE_TYPE_SIGNED_INT:
+      percent = v.siVal;
+      break;
+    case NVML_VALUE_TYPE_UNSIGNED_SHORT:
+      percent = v.usVal;
+      break;
+    case NVML_VALUE_TYPE_UNSIGNED_INT:
+    default:
+      percent = v.uiVal;
+      break;
+  }
+  if (!(percent > 0)) return 0;  // NaN too
+  return percent >= 100 ? 100 : static_cast<uint32_t>(percent + 0.5);
+}
 
 template <typename Fn>
 Fn Resolve(void* handle, std::initializer_list<const char*> names) {
@@ -77,6 +136,8 @@ struct NvmlLibrary::Api {
   nvmlReturn_t (*name)(NvmlDevice, char*, unsigned int) = nullptr;
   nvmlReturn_t (*uuid)(NvmlDevice, char*, unsigned int) = nullptr;
   nvmlReturn_t (*utilization)(NvmlDevice, nvmlUtilization_t*) = nullptr;
+  nvmlReturn_t (*samples)(NvmlDevice, int /*nvmlSamplingType_t*/, unsigned long long,
+                          nvmlValueType_t*, unsigned int*, nvmlSample_t*) = nullptr;
   nvmlReturn_t (*memory)(NvmlDevice, nvmlMemory_t*) = nullptr;
   // Exactly one of these two is set: the v2/v3 call with its layout, or the v1 one.
   nvmlReturn_t (*compute_processes_v2)(NvmlDevice, unsigned int*, nvmlProcessInfo_v2_t*) = nullptr;
@@ -118,6 +179,7 @@ absl::StatusOr<std::unique_ptr<NvmlLibrary>> NvmlLibrary::Load(const std::string
   api->name = Resolve<decltype(api->name)>(handle, {"nvmlDeviceGetName"});
   api->uuid = Resolve<decltype(api->uuid)>(handle, {"nvmlDeviceGetUUID"});
   api->utilization = Resolve<decltype(api->utilization)>(handle, {"nvmlDeviceGetUtilizationRates"});
+  api->samples = Resolve<decltype(api->samples)>(handle, {"nvmlDeviceGetSamples"});
   api->memory = Resolve<decltype(api->memory)>(handle, {"nvmlDeviceGetMemoryInfo"});
   api->compute_processes_v2 = Resolve<decltype(api->compute_processes_v2)>(
       handle,
@@ -199,6 +261,39 @@ absl::StatusOr<NvmlUtilization> NvmlLibrary::Utilization(NvmlDevice device) {
   absl::Status s = api_->Check(api_->utilization(device, &u), "nvmlDeviceGetUtilizationRates");
   if (!s.ok()) return s;
   return NvmlUtilization{u.gpu, u.memory};
+}
+
+bool NvmlLibrary::has_utilization_samples() const { return api_->samples != nullptr; }
+
+absl::StatusOr<std::vector<NvmlUtilizationSample>> NvmlLibrary::UtilizationSamples(
+    NvmlDevice device, NvmlSampling type, uint64_t since_us) {
+  constexpr const char* kCall = "nvmlDeviceGetSamples";
+  if (api_->samples == nullptr)
+    return absl::UnimplementedError(absl::StrCat(kCall, ": not exported"));
+  // A null buffer asks for the count. New samples can arrive between the two calls; NVML then
+  // fills what fits, so a little headroom keeps the newest.
+  nvmlValueType_t value_type = NVML_VALUE_TYPE_UNSIGNED_INT;
+  unsigned int count = 0;
+  nvmlReturn_t code =
+      api_->samples(device, static_cast<int>(type), since_us, &value_type, &count, nullptr);
+  if (code == NVML_ERROR_NOT_FOUND) return std::vector<NvmlUtilizationSample>{};
+  if (code != NVML_SUCCESS && code != NVML_ERROR_INSUFFICIENT_SIZE) return api_->Check(code, kCall);
+  if (count == 0) return std::vector<NvmlUtilizationSample>{};
+  const unsigned int capacity = count + 16;
+  std::vector<nvmlSample_t> samples(capacity);
+  count = capacity;
+  code =
+      api_->samples(device, static_cast<int>(type), since_us, &value_type, &count, samples.data());
+  if (code == NVML_ERROR_NOT_FOUND) return std::vector<NvmlUtilizationSample>{};
+  if (code != NVML_SUCCESS) return api_->Check(code, kCall);
+  std::vector<NvmlUtilizationSample> out;
+  out.reserve(count);
+  for (unsigned int i = 0; i < std::min(count, capacity); ++i) {
+    out.push_back({samples[i].timeStamp, PercentOf(samples[i].sampleValue, value_type)});
+  }
+  std::sort(out.begin(), out.end(),
+            [](const auto& a, const auto& b) { return a.timestamp_us < b.timestamp_us; });
+  return out;
 }
 
 absl::StatusOr<NvmlMemory> NvmlLibrary::Memory(NvmlDevice device) {

@@ -23,6 +23,19 @@ struct NvmlUtilization {
   uint32_t memory_percent = 0;  // time device memory was read or written (bandwidth use)
 };
 
+// The two utilization sample buffers NVML keeps per device (nvmlSamplingType_t).
+enum class NvmlSampling : int {
+  kGpuUtilization = 1,     // NVML_GPU_UTILIZATION_SAMPLES: a kernel was running
+  kMemoryUtilization = 2,  // NVML_MEMORY_UTILIZATION_SAMPLES: device memory was read or written
+};
+
+// One entry of such a buffer: the percent of NVML's sample period (the time since the previous
+// sample) in which the engine was busy, stamped with the end of that period.
+struct NvmlUtilizationSample {
+  uint64_t timestamp_us = 0;  // CPU clock (CLOCK_REALTIME), microseconds
+  uint32_t percent = 0;
+};
+
 struct NvmlMemory {
   uint64_t total_bytes = 0;
   uint64_t used_bytes = 0;
@@ -57,6 +70,13 @@ class NvmlLibrary {
   absl::StatusOr<std::string> Name(NvmlDevice device);
   absl::StatusOr<std::string> Uuid(NvmlDevice device);
   absl::StatusOr<NvmlUtilization> Utilization(NvmlDevice device);
+  // nvmlDeviceGetSamples: the samples of one buffer newer than since_us, oldest first (0: the
+  // whole buffer: 71 samples, ~14 s, on an H200). None newer is an empty vector.
+  absl::StatusOr<std::vector<NvmlUtilizationSample>> UtilizationSamples(NvmlDevice device,
+                                                                        NvmlSampling type,
+                                                                        uint64_t since_us);
+  // False when the library does not export nvmlDeviceGetSamples (an old driver, a stand-in).
+  bool has_utilization_samples() const;
   absl::StatusOr<NvmlMemory> Memory(NvmlDevice device);
   // Processes holding a compute context on the device, with their memory.
   absl::StatusOr<std::vector<NvmlProcessMemory>> ComputeProcesses(NvmlDevice device);

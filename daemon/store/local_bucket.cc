@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "daemon/common/atomic_file.h"
+#include "daemon/common/file_name.h"
 
 namespace profd::store {
 
@@ -59,7 +60,28 @@ std::string LocalBucket::UriOf(const std::string& key) const {
   return absl::StrCat("file://", root_, "/", key);
 }
 
+absl::Status ValidateObjectKey(const std::string& key) {
+  bool ok = !key.empty() && key.front() != '/';
+  size_t start = 0;
+  while (ok && start <= key.size()) {
+    size_t slash = key.find('/', start);
+    if (slash == std::string::npos) slash = key.size();
+    absl::string_view part(key.data() + start, slash - start);
+    // A prefix ends in '/': its last, empty part is no name.
+    if (!(part.empty() && slash == key.size() && start > 0)) {
+      ok = ValidatePlainFileName(part).ok();
+    }
+    start = slash + 1;
+  }
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "refusing the store key '", EscapedName(key),
+      "': every part of a key must be a plain name (no empty part, '.', '..' or control "
+      "character); it was built from a name the store gave back"));
+}
+
 absl::Status LocalBucket::PutFile(const std::string& key, const std::string& path, bool may_move) {
+  if (absl::Status s = ValidateObjectKey(key); !s.ok()) return s;
   fs::path target = fs::path(root_) / key;
   if (absl::Status s = MakeParent(target); !s.ok()) return s;
   std::string temp = TempNameFor(target);
@@ -80,6 +102,7 @@ absl::Status LocalBucket::PutFile(const std::string& key, const std::string& pat
 }
 
 absl::Status LocalBucket::PutBytes(const std::string& key, const std::string& data) {
+  if (absl::Status s = ValidateObjectKey(key); !s.ok()) return s;
   fs::path target = fs::path(root_) / key;
   if (absl::Status s = MakeParent(target); !s.ok()) return s;
   AtomicWriteOptions options = Durable();
@@ -87,12 +110,20 @@ absl::Status LocalBucket::PutBytes(const std::string& key, const std::string& da
   return WriteFileAtomically(target.string(), data, options);
 }
 
-absl::Status LocalBucket::Read(const std::string& key, const ChunkSink& sink) {
+// A local read needs no deadline: the disk answers or fails.
+absl::Status LocalBucket::Read(const std::string& key, const ChunkSink& sink, absl::Time) {
+  if (absl::Status s = ValidateObjectKey(key); !s.ok()) return s;
   std::string path = absl::StrCat(root_, "/", key);
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // profd writes objects by rename or hard link, never as links: a link in the store was put
+  // there by someone else, and following it would read whatever it points at as root.
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
   if (fd < 0) {
     if (errno == ENOENT || errno == ENOTDIR) {
       return absl::NotFoundError(absl::StrCat("no object ", UriOf(key)));
+    }
+    if (errno == ELOOP) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "refusing to read ", path, ": it is a symbolic link, and profd never stores one"));
     }
     return absl::PermissionDeniedError(
         absl::StrCat("cannot read ", path, ": ", std::strerror(errno)));
@@ -114,7 +145,8 @@ absl::Status LocalBucket::Read(const std::string& key, const ChunkSink& sink) {
   return status;
 }
 
-absl::StatusOr<ObjectListing> LocalBucket::List(const std::string& prefix, bool delimited) {
+absl::StatusOr<ObjectListing> LocalBucket::List(const std::string& prefix, bool delimited,
+                                                absl::Time) {
   ObjectListing listing;
   // Prefixes the store uses always end in '/': list that folder.
   fs::path folder = fs::path(root_) / prefix;
@@ -148,12 +180,16 @@ absl::StatusOr<ObjectListing> LocalBucket::List(const std::string& prefix, bool 
   return listing;
 }
 
-absl::StatusOr<std::string> ReadAll(ObjectBucket& bucket, const std::string& key) {
+absl::StatusOr<std::string> ReadAll(ObjectBucket& bucket, const std::string& key,
+                                    absl::Time deadline) {
   std::string out;
-  absl::Status s = bucket.Read(key, [&](absl::string_view chunk) {
-    out.append(chunk.data(), chunk.size());
-    return absl::OkStatus();
-  });
+  absl::Status s = bucket.Read(
+      key,
+      [&](absl::string_view chunk) {
+        out.append(chunk.data(), chunk.size());
+        return absl::OkStatus();
+      },
+      deadline);
   if (!s.ok()) return s;
   return out;
 }

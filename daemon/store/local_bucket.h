@@ -18,8 +18,9 @@ class LocalBucket final : public ObjectBucket {
   std::string UriOf(const std::string& key) const override;
   absl::Status PutFile(const std::string& key, const std::string& path, bool may_move) override;
   absl::Status PutBytes(const std::string& key, const std::string& data) override;
-  absl::Status Read(const std::string& key, const ChunkSink& sink) override;
-  absl::StatusOr<ObjectListing> List(const std::string& prefix, bool delimited) override;
+  absl::Status Read(const std::string& key, const ChunkSink& sink, absl::Time deadline) override;
+  absl::StatusOr<ObjectListing> List(const std::string& prefix, bool delimited,
+                                     absl::Time deadline) override;
 
  private:
   std::string root_;

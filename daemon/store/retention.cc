@@ -131,8 +131,10 @@ void Retention::SweepCaptureDir() {
       return now - c.time > kUnfinishedAge;
     }
     // Still waiting for the store: the folder may be the only complete copy (and the spool's
-    // links share its files).
-    if (spool_ == nullptr || store_ == nullptr || spool_->FindPending(c.id).has_value()) {
+    // links share its files). A folder the spool could not take yet is marked, and is the only
+    // copy there is.
+    if (spool_ == nullptr || store_ == nullptr || spool_->Holds(c.id) ||
+        fs::exists(folder + "/" + kUnspooledMarker, exists_ec)) {
       return false;
     }
     return store_->Get(c.id).ok();

@@ -3,7 +3,8 @@
 //
 //   --capture_dir   every capture folder profd wrote (kept for `profctl capture -o` and for a
 //                   store that is down). A folder is deleted only once its capture is in the
-//                   store (TraceStore::Get finds it) and not waiting in the spool; a folder with
+//                   store (TraceStore::Get finds it) and not waiting in the spool (nor for room
+//                   in it: Spool::Holds, kUnspooledMarker); a folder with
 //                   no manifest.json (a capture being written, or left by a crash) only when a
 //                   day old. Without a store nothing there is ever "in the store": kept.
 //   local store     only when a cap is given (--store_retention_age / _bytes): this host's

@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -180,6 +181,16 @@ struct BodyTarget {
   absl::Status sink_status;
 };
 
+// Called by libcurl about once a second even when nothing moves: a non-zero answer aborts the
+// transfer (CURLE_ABORTED_BY_CALLBACK).
+int OnProgress(void* cancelled, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<const std::atomic<bool>*>(cancelled)->load() ? 1 : 0;
+}
+
+long Millis(absl::Duration d) {
+  return static_cast<long>(std::max<int64_t>(1, absl::ToInt64Milliseconds(d)));
+}
+
 size_t OnBody(char* data, size_t size, size_t n, void* user) {
   auto* target = static_cast<BodyTarget*>(user);
   long status = 0;
@@ -332,7 +343,20 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
                                                   const std::string& query, absl::string_view body,
                                                   const PayloadDigest& digest,
                                                   const std::string& content_type,
-                                                  const ChunkSink* sink) {
+                                                  const ChunkSink* sink, absl::Time deadline) {
+  if (cancelled_.load()) {
+    return absl::CancelledError(absl::StrCat("request for ", UriOf(key),
+                                             " not sent: profd is stopping (it resumes at the "
+                                             "next start)"));
+  }
+  if (!key.empty()) {
+    if (absl::Status s = ValidateObjectKey(key); !s.ok()) return s;
+  }
+  const absl::Time sent = absl::Now();
+  if (sent >= deadline) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no time left to ask ", endpoint_, " for ", UriOf(key)));
+  }
   absl::StatusOr<AwsCredentials> credentials = LoadAwsCredentials();
   if (!credentials.ok()) return credentials.status();
 
@@ -377,10 +401,26 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  // The request's deadlines (S3Options): connecting, no progress, the whole request.
+  const absl::Duration stall = std::max(options_.stall_timeout, absl::Seconds(1));
   curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(options_.connect_timeout)));
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(options_.request_timeout)));
+                   Millis(std::min(options_.connect_timeout, stall)));
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                   static_cast<long>(absl::ToInt64Seconds(absl::Ceil(stall, absl::Seconds(1)))));
+  absl::Duration total = options_.request_timeout;
+  if (has_body) {
+    total =
+        2 * stall +
+        absl::Seconds(static_cast<double>(body.size()) /
+                      static_cast<double>(std::max<uint64_t>(1, options_.min_bytes_per_second)));
+  }
+  const bool caller_deadline_first = deadline - sent < total;
+  if (caller_deadline_first) total = deadline - sent;
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, Millis(total));
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &cancelled_);
   curl_easy_setopt(curl, CURLOPT_HEADERFUNCTION, OnHeader);
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &response.etag);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
@@ -403,6 +443,24 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
   curl_easy_cleanup(curl);
 
   if (!target.sink_status.ok()) return target.sink_status;
+  if (rc == CURLE_ABORTED_BY_CALLBACK) {
+    return absl::CancelledError(absl::StrCat("request for ", UriOf(key), " to ", endpoint_,
+                                             " stopped: profd is stopping (an upload resumes "
+                                             "from the spool at the next start)"));
+  }
+  if (rc == CURLE_OPERATION_TIMEDOUT) {
+    std::string why = error[0] ? error : curl_easy_strerror(rc);
+    if (caller_deadline_first) {
+      return absl::DeadlineExceededError(absl::StrCat("S3 endpoint ", endpoint_,
+                                                      " did not answer for ", UriOf(key),
+                                                      " before the caller's deadline (", why, ")"));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "S3 endpoint ", endpoint_, " did not answer in time (", why, ") for ", UriOf(key),
+        ": it takes connections but sent nothing for ", absl::FormatDuration(stall),
+        " (--s3_timeout), or was too slow for the request's size. Check the service and "
+        "--s3_endpoint; traces wait in the spool and are retried"));
+  }
   if (rc != CURLE_OK) {
     std::string why = error[0] ? error : curl_easy_strerror(rc);
     std::string hint;
@@ -421,9 +479,10 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
 }
 
 absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, const std::string& key,
-                                                  const std::string& query, const ChunkSink* sink) {
+                                                  const std::string& query, const ChunkSink* sink,
+                                                  absl::Time deadline) {
   static const PayloadDigest kEmpty = DigestPayload("");
-  return Send(method, key, query, "", kEmpty, "", sink);
+  return Send(method, key, query, "", kEmpty, "", sink, deadline);
 }
 
 absl::Status S3Bucket::ErrorOf(const std::string& what, const std::string& where,
@@ -507,8 +566,10 @@ absl::Status S3Bucket::AbortRecordedUpload(const std::string& record) {
   in.close();
   if (!key.empty() && !upload_id.empty()) {
     absl::Status aborted = AbortUpload(key, upload_id);
-    // The service still down: try again with the next attempt rather than leave the upload.
-    if (absl::IsUnavailable(aborted)) {
+    // The service still down (or profd stopping): try again with the next attempt rather than
+    // leave the upload.
+    if (absl::IsUnavailable(aborted) || absl::IsCancelled(aborted) ||
+        absl::IsDeadlineExceeded(aborted)) {
       return absl::UnavailableError(absl::StrCat(
           "cannot abort the multipart upload ", upload_id, " of ", UriOf(key),
           " an earlier attempt left (its parts would stay and be billed), so no new upload starts "
@@ -629,8 +690,8 @@ absl::Status S3Bucket::PutMultipart(const std::string& key, const std::string& p
   return absl::OkStatus();
 }
 
-absl::Status S3Bucket::Read(const std::string& key, const ChunkSink& sink) {
-  absl::StatusOr<Response> r = Send("GET", key, "", &sink);
+absl::Status S3Bucket::Read(const std::string& key, const ChunkSink& sink, absl::Time deadline) {
+  absl::StatusOr<Response> r = Send("GET", key, "", &sink, deadline);
   if (!r.ok()) return r.status();
   if (r->status < 200 || r->status >= 300) {
     return ErrorOf("reading", UriOf(key) + " at " + endpoint_, *r);
@@ -638,7 +699,8 @@ absl::Status S3Bucket::Read(const std::string& key, const ChunkSink& sink) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<ObjectListing> S3Bucket::List(const std::string& prefix, bool delimited) {
+absl::StatusOr<ObjectListing> S3Bucket::List(const std::string& prefix, bool delimited,
+                                             absl::Time deadline) {
   ObjectListing listing;
   std::string token;
   for (int page = 0; page < 10000; ++page) {
@@ -649,7 +711,7 @@ absl::StatusOr<ObjectListing> S3Bucket::List(const std::string& prefix, bool del
     if (options_.list_page_size > 0) {
       params.push_back({"max-keys", std::to_string(options_.list_page_size)});
     }
-    absl::StatusOr<Response> r = Send("GET", "", Query(params), nullptr);
+    absl::StatusOr<Response> r = Send("GET", "", Query(params), nullptr, deadline);
     if (!r.ok()) return r.status();
     if (r->status != 200) {
       return ErrorOf("listing", absl::StrCat("bucket s3://", options_.bucket, " at ", endpoint_),

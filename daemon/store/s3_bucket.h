@@ -15,6 +15,7 @@
 // (FAILED_PRECONDITION), endpoint unreachable (UNAVAILABLE).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -35,7 +36,15 @@ struct S3Options {
   // endpoint/bucket/key instead of bucket.endpoint/key (MinIO, s3rver); always for IP endpoints.
   bool path_style = false;
   uint64_t part_size = 8ull << 20;  // files above this go up in parts of this size (>= 5 MiB)
+  // Every request has a deadline (an endpoint that takes connections and never answers must not
+  // hold a thread for ever): the connection within connect_timeout (at most stall_timeout);
+  // then it fails once no byte moved for stall_timeout (--s3_timeout); a request with a body also
+  // by 2 x stall_timeout plus its size at min_bytes_per_second (a service trickling a byte a
+  // second never trips the stall check); a read with no deadline of its caller by
+  // request_timeout. A caller's deadline (a gRPC call's) ends it sooner.
   absl::Duration connect_timeout = absl::Seconds(10);
+  absl::Duration stall_timeout = absl::Seconds(30);
+  uint64_t min_bytes_per_second = 256u << 10;
   absl::Duration request_timeout = absl::Minutes(10);
   int list_page_size = 0;  // max-keys of each listing request; 0 = the service's (1000 on S3)
 };
@@ -71,8 +80,10 @@ class S3Bucket final : public ObjectBucket {
   std::string UriOf(const std::string& key) const override;
   absl::Status PutFile(const std::string& key, const std::string& path, bool may_move) override;
   absl::Status PutBytes(const std::string& key, const std::string& data) override;
-  absl::Status Read(const std::string& key, const ChunkSink& sink) override;
-  absl::StatusOr<ObjectListing> List(const std::string& prefix, bool delimited) override;
+  absl::Status Read(const std::string& key, const ChunkSink& sink, absl::Time deadline) override;
+  absl::StatusOr<ObjectListing> List(const std::string& prefix, bool delimited,
+                                     absl::Time deadline) override;
+  void Cancel() override { cancelled_.store(true); }
 
   // The endpoint requests go to, for messages.
   const std::string& endpoint() const { return endpoint_; }
@@ -94,10 +105,12 @@ class S3Bucket final : public ObjectBucket {
   absl::StatusOr<Response> Send(const std::string& method, const std::string& key,
                                 const std::string& query, absl::string_view body,
                                 const PayloadDigest& digest, const std::string& content_type,
-                                const ChunkSink* sink);
+                                const ChunkSink* sink,
+                                absl::Time deadline = absl::InfiniteFuture());
   // A request without a body.
   absl::StatusOr<Response> Send(const std::string& method, const std::string& key,
-                                const std::string& query, const ChunkSink* sink);
+                                const std::string& query, const ChunkSink* sink,
+                                absl::Time deadline = absl::InfiniteFuture());
   // The Status of an S3 error answer; a refused signature names the headers signed.
   absl::Status ErrorOf(const std::string& what, const std::string& where, const Response& r) const;
   static absl::Status CheckEtag(const std::string& quoted_etag, const PayloadDigest& digest,
@@ -112,6 +125,7 @@ class S3Bucket final : public ObjectBucket {
   std::string endpoint_;     // scheme://host[:port], no trailing '/'
   std::mutex share_mu_[16];  // one per curl_lock_data kind, guarding share_ as libcurl asks
   CURLSH* share_ = nullptr;
+  std::atomic<bool> cancelled_{false};  // Cancel(): every transfer's progress callback sees it
 };
 
 }  // namespace profd::store

@@ -27,6 +27,15 @@
 // A capture that wrote its folder elsewhere and keeps it: spool->SubmitCopy(described, folder)
 // (what profd_main wires into CaptureOptions::on_complete today).
 //
+// When the spool cannot take a finished capture (its disk is full, a write fails, or it is over
+// max_bytes), SubmitCopy keeps the capture where it is (its folder in --capture_dir), marks the
+// folder with kUnspooledMarker, says why (the errno named: "No space left on device (ENOSPC)")
+// in its answer and in profd's log, and the uploader thread tries again: after each upload that
+// freed room, and with the upload back-off meanwhile. Open finds marked folders in
+// options.capture_dir again, so a restart retries them at once. Such a capture is listed (state
+// WAITING_FOR_ROOM), counted (write_failures_total, waiting_for_room) and Holds() it: retention
+// leaves its folder alone.
+//
 // For /metrics (read from any thread): Spool::stats() returns a SpoolStats snapshot.
 #pragma once
 
@@ -49,6 +58,9 @@
 namespace profd::store {
 
 inline constexpr char kDefaultSpoolDir[] = "/var/lib/profd/spool";
+// In a capture folder the spool could not take: the capture still has to be spooled. Holds the
+// last error. A dot file, so it is neither copied nor stored.
+inline constexpr char kUnspooledMarker[] = ".unspooled";
 
 struct SpoolOptions {
   std::string dir = kDefaultSpoolDir;
@@ -56,6 +68,9 @@ struct SpoolOptions {
   absl::Duration retry_initial = absl::Seconds(1);
   absl::Duration retry_max = absl::Minutes(5);
   std::string hostname;  // for manifests that do not name their host
+  // --capture_dir: where captures the spool could not take wait (marked kUnspooledMarker). "" for
+  // none.
+  std::string capture_dir;
 };
 
 // A snapshot of the spool for /metrics and `profctl`. Counters (_total) only grow.
@@ -70,6 +85,11 @@ struct SpoolStats {
   uint64_t upload_failures_total = 0;  // failed upload attempts (each retry counts)
   uint64_t refused_total = 0;          // captures refused because the spool was full
   std::string last_error;              // of the last failed attempt; cleared by a success
+  // Finished captures the spool could not take yet (disk full, write error, over max_bytes),
+  // kept in their folder and retried.
+  uint32_t waiting_for_room = 0;
+  uint64_t write_failures_total = 0;  // failed attempts to take a capture (each retry counts)
+  std::string last_write_error;       // of the last such failure; cleared when none waits
   absl::Time next_attempt = absl::InfinitePast();
   absl::Time last_upload = absl::InfinitePast();
 };
@@ -102,6 +122,9 @@ class Spool {
   absl::StatusOr<v1::StoredTrace> Submit(v1::StoredTrace described, const std::string& folder = "");
   // For a capture folder its writer keeps (CaptureOrchestrator's --capture_dir): checks space,
   // hard-links (or copies) its files into the spool and submits them. The folder is left as is.
+  // When the spool cannot take it (full disk, write error, over max_bytes) the capture waits for
+  // room (see above) and the error says so: RESOURCE_EXHAUSTED for a full disk or spool,
+  // INTERNAL for another write error.
   absl::StatusOr<v1::StoredTrace> SubmitCopy(v1::StoredTrace described, const std::string& folder);
   // Drops a reservation and deletes what the capture wrote (a failed or cancelled capture).
   void Abandon(const std::string& capture_id);
@@ -110,19 +133,40 @@ class Spool {
   const std::string& dir() const { return options_.dir; }
   const std::string& store_uri() const { return store_->uri(); }
 
-  // Finished captures not yet in the store (state SPOOLED, with the last upload error).
+  // Finished captures not yet in the store: state SPOOLED with the last upload error, then
+  // those waiting for room (state WAITING_FOR_ROOM, upload_error the write error).
   std::vector<v1::StoredTrace> Pending() const;
-  // The pending capture and its folder, if it is still waiting.
+  // Only those waiting for room.
+  std::vector<v1::StoredTrace> WaitingForRoom() const;
+  // The pending (or waiting) capture and its folder, if it is still waiting.
   std::optional<std::pair<v1::StoredTrace, std::string>> FindPending(
       const std::string& capture_id) const;
+  // Whether the capture is not in the store yet but the spool has it to do: pending, or waiting
+  // for room. Its folder must stay.
+  bool Holds(const std::string& capture_id) const;
 
  private:
   struct Item {
     v1::StoredTrace trace;
     std::string folder;
   };
+  // A capture the spool could not take: its row, its folder (in --capture_dir), the last error.
+  struct Waiting {
+    v1::StoredTrace described;
+    std::string folder;
+    std::string error;
+  };
   Spool(SpoolOptions options, TraceStore* store);
   void UploadLoop();
+  // SubmitCopy's work: reserve, link or copy, submit. No waiting on failure.
+  absl::StatusOr<v1::StoredTrace> CopyIn(v1::StoredTrace described, const std::string& folder);
+  // The capture waits for room: marked, listed, logged; returns the error to answer with.
+  absl::Status KeepWaiting(v1::StoredTrace described, const std::string& folder,
+                           const absl::Status& why);
+  // Folders marked kUnspooledMarker in options_.capture_dir, at Open.
+  void FindWaiting() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The uploader's try at every waiting capture.
+  void RetryWaiting();
   uint64_t UsedBytesLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status CheckSpaceLocked(uint64_t expected_bytes) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Enqueue(v1::StoredTrace trace, std::string folder) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -141,6 +185,9 @@ class Spool {
   uint64_t failed_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   SpoolStats stats_ ABSL_GUARDED_BY(mu_);
   absl::Duration backoff_ ABSL_GUARDED_BY(mu_);
+  std::deque<Waiting> waiting_ ABSL_GUARDED_BY(mu_);
+  absl::Time next_room_attempt_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Duration room_backoff_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   absl::CondVar wake_;
   std::thread uploader_;

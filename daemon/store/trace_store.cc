@@ -17,9 +17,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "daemon/common/file_name.h"
 #include "daemon/common/mutex.h"
 #include "daemon/common/proto_json.h"
 #include "daemon/common/sha256.h"
+#include "daemon/log.h"
 #include "daemon/store/local_bucket.h"
 #include "google/protobuf/util/json_util.h"
 #include "rapidjson/document.h"
@@ -78,6 +80,24 @@ absl::Status ValidateCaptureId(const std::string& id) {
   return absl::OkStatus();
 }
 
+absl::Status ValidateStoredTrace(const v1::StoredTrace& row, const std::string& where) {
+  auto refuse = [&](const std::string& what, const absl::Status& why) {
+    return absl::DataLossError(absl::StrCat(
+        "capture ", EscapedName(row.capture_id()), " in ", where, " is refused: its ", what, " ",
+        why.message(),
+        ". profd never writes such a row: someone wrote it by hand or tampered with the store. "
+        "Nothing of it is read; remove the row from that index"));
+  };
+  if (absl::Status s = ValidateCaptureId(row.capture_id()); !s.ok()) return refuse("id", s);
+  if (absl::Status s = ValidatePlainFileName(row.hostname()); !s.ok()) {
+    return refuse("host name", s);
+  }
+  for (const v1::StoredFile& f : row.files()) {
+    if (absl::Status s = ValidatePlainFileName(f.name()); !s.ok()) return refuse("file name", s);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
                                                       const std::string& default_hostname) {
   std::string manifest_path = absl::StrCat(folder, "/", kManifestFile);
@@ -113,6 +133,10 @@ absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
   if (trace.capture_id().empty()) trace.set_capture_id(fs::path(folder).filename().string());
   if (absl::Status s = ValidateCaptureId(trace.capture_id()); !s.ok()) return s;
   trace.set_hostname(str("hostname").empty() ? default_hostname : str("hostname"));
+  if (absl::Status s = ValidatePlainFileName(trace.hostname()); !s.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(manifest_path, ": the host name ", s.message()));
+  }
   trace.set_label(str("label"));
   trace.set_source(str("source").empty() ? "capture" : str("source"));
   int64_t started = i64("started_unix_ns");
@@ -276,8 +300,10 @@ std::string TraceStore::LocationOf(const v1::StoredTrace& trace) const {
   return bucket_->UriOf(FolderKey(trace));
 }
 
-absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndex(const std::string& key) {
-  absl::StatusOr<std::string> text = ReadAll(*bucket_, key);
+absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndex(
+    const std::string& key, absl::Time deadline,
+    std::vector<std::pair<std::string, absl::Status>>* refused) {
+  absl::StatusOr<std::string> text = ReadAll(*bucket_, key, deadline);
   if (absl::IsNotFound(text.status())) return std::vector<v1::StoredTrace>{};
   if (!text.ok()) return text.status();
   v1::ListTracesResponse index;
@@ -287,16 +313,30 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndex(const std::st
     return absl::DataLossError(absl::StrCat("the store index ", bucket_->UriOf(key),
                                             " is not valid JSON; delete it to rebuild"));
   }
-  return std::vector<v1::StoredTrace>(index.traces().begin(), index.traces().end());
+  std::vector<v1::StoredTrace> rows;
+  for (const v1::StoredTrace& row : index.traces()) {
+    absl::Status valid =
+        ValidateStoredTrace(row, absl::StrCat("the store index ", bucket_->UriOf(key)));
+    if (valid.ok()) {
+      rows.push_back(row);
+    } else if (refused != nullptr) {
+      refused->emplace_back(row.capture_id(), valid);
+    } else if (MutexLock lock(&warned_mu_);
+               warned_.size() < 1024 && warned_.insert(key + "\n" + row.capture_id()).second) {
+      // Once per row: `profctl list` reads the same index again and again.
+      LogWarning("store", "%s", valid.message());
+    }
+  }
+  return rows;
 }
 
 absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndexes(
-    const std::vector<std::string>& keys) {
+    const std::vector<std::string>& keys, absl::Time deadline) {
   constexpr size_t kConcurrentReads = 16;
   std::vector<absl::StatusOr<std::vector<v1::StoredTrace>>> read(keys.size());
   std::atomic<size_t> next{0};
   auto reader = [&] {
-    for (size_t i; (i = next.fetch_add(1)) < keys.size();) read[i] = ReadIndex(keys[i]);
+    for (size_t i; (i = next.fetch_add(1)) < keys.size();) read[i] = ReadIndex(keys[i], deadline);
   };
   std::vector<std::thread> readers;
   for (size_t n = 1; n < std::min(kConcurrentReads, keys.size()); ++n) readers.emplace_back(reader);
@@ -312,7 +352,7 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::ReadIndexes(
 
 absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described,
                                                 const std::string& folder, bool may_move) {
-  if (absl::Status s = ValidateCaptureId(described.capture_id()); !s.ok()) return s;
+  if (absl::Status s = ValidateStoredTrace(described, folder); !s.ok()) return s;
   const std::string key = FolderKey(described);
   bool has_manifest = false;
   for (const v1::StoredFile& f : described.files()) {
@@ -339,7 +379,8 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Put(const v1::StoredTrace& described
 
   MutexLock lock(&index_mu_);
   const std::string index_key = IndexKey(IndexDay(described), described.hostname());
-  absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(index_key);
+  // Rows that fail ValidateStoredTrace are dropped from our own index as it is rewritten.
+  absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(index_key, absl::InfiniteFuture());
   if (!rows.ok() && !absl::IsDataLoss(rows.status())) return rows.status();
   v1::ListTracesResponse index;
   if (rows.ok()) {
@@ -358,12 +399,13 @@ absl::Status TraceStore::Remove(const v1::StoredTrace& trace) {
     return absl::UnimplementedError(
         absl::StrCat("removing captures from ", uri_, " is left to the bucket's lifecycle rules"));
   }
-  if (absl::Status s = ValidateCaptureId(trace.capture_id()); !s.ok()) return s;
+  if (absl::Status s = ValidateStoredTrace(trace, uri_); !s.ok()) return s;
   {
     // Out of the index first: a listed capture is always whole.
     MutexLock lock(&index_mu_);
     const std::string index_key = IndexKey(IndexDay(trace), trace.hostname());
-    absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(index_key);
+    absl::StatusOr<std::vector<v1::StoredTrace>> rows =
+        ReadIndex(index_key, absl::InfiniteFuture());
     if (!rows.ok()) return rows.status();
     v1::ListTracesResponse index;
     for (const v1::StoredTrace& row : *rows) {
@@ -383,8 +425,9 @@ absl::Status TraceStore::Remove(const v1::StoredTrace& trace) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> TraceStore::Subfolders(const std::string& prefix) {
-  absl::StatusOr<ObjectListing> listing = bucket_->List(prefix, /*delimited=*/true);
+absl::StatusOr<std::vector<std::string>> TraceStore::Subfolders(const std::string& prefix,
+                                                                absl::Time deadline) {
+  absl::StatusOr<ObjectListing> listing = bucket_->List(prefix, /*delimited=*/true, deadline);
   if (!listing.ok()) return listing.status();
   std::vector<std::string> names;
   for (const std::string& f : listing->folders) names.push_back(LastElement(f));
@@ -392,16 +435,20 @@ absl::StatusOr<std::vector<std::string>> TraceStore::Subfolders(const std::strin
   return names;
 }
 
-absl::StatusOr<std::vector<TraceStore::HostIndex>> TraceStore::IndexedHosts(
-    const std::string& day) {
+absl::StatusOr<std::vector<TraceStore::HostIndex>> TraceStore::IndexedHosts(const std::string& day,
+                                                                            absl::Time deadline) {
   absl::StatusOr<ObjectListing> listing =
-      bucket_->List(absl::StrCat(prefix_, kIndexFolder, day, "/"), /*delimited=*/true);
+      bucket_->List(absl::StrCat(prefix_, kIndexFolder, day, "/"), /*delimited=*/true, deadline);
   if (!listing.ok()) return listing.status();
   std::vector<HostIndex> hosts;
   for (const ObjectInfo& o : listing->objects) {
-    std::string name = LastElement(o.key);
-    if (absl::EndsWith(name, ".json"))
-      hosts.push_back({name.substr(0, name.size() - 5), o.modified});
+    // Keys come from the listing: only a plain name directly in the day's folder is a host index.
+    if (!absl::StartsWith(o.key, absl::StrCat(prefix_, kIndexFolder, day, "/"))) continue;
+    std::string name = o.key.substr(prefix_.size() + sizeof(kIndexFolder) - 1 + day.size() + 1);
+    if (!absl::EndsWith(name, ".json") || !ValidatePlainFileName(name).ok()) continue;
+    std::string host = name.substr(0, name.size() - 5);
+    if (!ValidatePlainFileName(host).ok()) continue;
+    hosts.push_back({host, o.modified});
   }
   std::stable_sort(hosts.begin(), hosts.end(),
                    [](const HostIndex& a, const HostIndex& b) { return a.modified > b.modified; });
@@ -416,7 +463,8 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter&
   constexpr size_t kBatch = 16;  // indexes read at once
   std::vector<v1::StoredTrace> out;
   const size_t limit = filter.limit == 0 ? 50 : filter.limit;
-  absl::StatusOr<std::vector<std::string>> days = Subfolders(prefix_ + kIndexFolder);
+  absl::StatusOr<std::vector<std::string>> days =
+      Subfolders(prefix_ + kIndexFolder, filter.deadline);
   if (!days.ok()) return days.status();
   for (const std::string& day : *days) {
     absl::Time day_start;
@@ -425,9 +473,12 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter&
     if (day_start + absl::Hours(24) <= filter.since) break;  // older days follow
     std::vector<HostIndex> hosts;
     if (!filter.hostname.empty()) {
+      if (absl::Status s = ValidatePlainFileName(filter.hostname); !s.ok()) {
+        return absl::InvalidArgumentError(absl::StrCat("--hostname: ", s.message()));
+      }
       hosts.push_back({filter.hostname, absl::InfiniteFuture()});
     } else {
-      absl::StatusOr<std::vector<HostIndex>> h = IndexedHosts(day);
+      absl::StatusOr<std::vector<HostIndex>> h = IndexedHosts(day, filter.deadline);
       if (!h.ok()) return h.status();
       hosts = *std::move(h);
     }
@@ -439,7 +490,7 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter&
       for (size_t i = first; i < std::min(hosts.size(), first + kBatch); ++i) {
         keys.push_back(IndexKey(day, hosts[i].host));
       }
-      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndexes(keys);
+      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndexes(keys, filter.deadline);
       if (!rows.ok()) return rows.status();
       for (v1::StoredTrace& row : *rows) {
         if (!filter.hostname.empty() && row.hostname() != filter.hostname) continue;
@@ -464,21 +515,25 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter&
   return out;
 }
 
-absl::StatusOr<v1::StoredTrace> TraceStore::Get(const std::string& capture_id) {
+absl::StatusOr<v1::StoredTrace> TraceStore::Get(const std::string& capture_id,
+                                                absl::Time deadline) {
   if (absl::Status s = ValidateCaptureId(capture_id); !s.ok()) return s;
+  // A row of this id refused by ValidateStoredTrace: said as such, not "no capture".
+  std::vector<std::pair<std::string, absl::Status>> refused;
   absl::Time t;
   if (TimeFromId(capture_id, &t)) {
     v1::StoredTrace probe;
     probe.set_capture_id(capture_id);
     const std::string day = IndexDay(probe);
-    absl::StatusOr<std::vector<HostIndex>> hosts = IndexedHosts(day);
+    absl::StatusOr<std::vector<HostIndex>> hosts = IndexedHosts(day, deadline);
     if (!hosts.ok()) return hosts.status();
     // The id usually names its host: look there first.
     std::stable_partition(hosts->begin(), hosts->end(), [&](const HostIndex& h) {
       return absl::StrContains(capture_id, "-" + h.host + "-");
     });
     for (const HostIndex& h : *hosts) {
-      absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndex(IndexKey(day, h.host));
+      absl::StatusOr<std::vector<v1::StoredTrace>> rows =
+          ReadIndex(IndexKey(day, h.host), deadline, &refused);
       if (!rows.ok()) return rows.status();
       for (const v1::StoredTrace& row : *rows) {
         if (row.capture_id() == capture_id) return row;
@@ -487,10 +542,17 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Get(const std::string& capture_id) {
   } else {
     TraceFilter all;
     all.limit = 100000;
+    all.deadline = deadline;
     absl::StatusOr<std::vector<v1::StoredTrace>> rows = List(all);
     if (!rows.ok()) return rows.status();
     for (const v1::StoredTrace& row : *rows) {
       if (row.capture_id() == capture_id) return row;
+    }
+  }
+  for (const auto& [id, why] : refused) {
+    if (id == capture_id) {
+      LogWarning("store", "%s", why.message());
+      return why;
     }
   }
   return absl::NotFoundError(absl::StrCat("no capture ", capture_id, " in the store ", uri_,
@@ -498,14 +560,16 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Get(const std::string& capture_id) {
 }
 
 absl::Status TraceStore::Read(const v1::StoredTrace& trace, const std::string& file,
-                              const ChunkSink& sink) {
+                              const ChunkSink& sink, absl::Time deadline) {
+  // The row may come from anyone (spool, index, a caller): checked again where it becomes a key.
+  if (absl::Status s = ValidateStoredTrace(trace, uri_); !s.ok()) return s;
   bool known = false;
   for (const v1::StoredFile& f : trace.files()) known |= f.name() == file;
   if (!known) {
     return absl::NotFoundError(
-        absl::StrCat("capture ", trace.capture_id(), " has no file named ", file));
+        absl::StrCat("capture ", trace.capture_id(), " has no file named ", EscapedName(file)));
   }
-  return bucket_->Read(FolderKey(trace) + file, sink);
+  return bucket_->Read(FolderKey(trace) + file, sink, deadline);
 }
 
 }  // namespace profd::store

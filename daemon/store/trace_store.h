@@ -16,7 +16,9 @@
 #pragma once
 
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -39,11 +41,19 @@ struct TraceFilter {
   std::string pod;       // pod name or namespace/pod
   absl::Time since = absl::InfinitePast();
   size_t limit = 50;
+  // Every store request of the listing ends by then (profctl list: its call's deadline).
+  absl::Time deadline = absl::InfiniteFuture();
 };
 
 // Capture ids name folders and keys: letters, digits, '.', '_', '-', at most 200, not starting
 // with '.'. INVALID_ARGUMENT otherwise.
 absl::Status ValidateCaptureId(const std::string& capture_id);
+
+// A row read back from a store (an index) is untrusted: anyone with write access to the bucket can
+// plant one. Its capture id must be a capture id, and its host and every file name one plain file
+// name (daemon/common/file_name.h), before any of them is joined to a key or a path. DATA_LOSS
+// naming the capture, the bad name and `where` (the index) otherwise.
+absl::Status ValidateStoredTrace(const v1::StoredTrace& row, const std::string& where);
 
 // Describes a finished capture folder from its manifest.json and files (sizes, SHA-256): the row
 // the index will hold. Fields read from the manifest (all optional but the file itself):
@@ -82,12 +92,18 @@ class TraceStore {
   absl::StatusOr<v1::StoredTrace> Put(const v1::StoredTrace& described, const std::string& folder,
                                       bool may_move);
 
-  // Newest first, at most filter.limit.
+  // Newest first, at most filter.limit. Rows that fail ValidateStoredTrace are left out (and
+  // logged): one planted row does not hide every other capture.
   absl::StatusOr<std::vector<v1::StoredTrace>> List(const TraceFilter& filter);
-  // NOT_FOUND when the store has no such capture.
-  absl::StatusOr<v1::StoredTrace> Get(const std::string& capture_id);
+  // NOT_FOUND when the store has no such capture; DATA_LOSS when its row fails
+  // ValidateStoredTrace (the message names the capture and the bad name).
+  absl::StatusOr<v1::StoredTrace> Get(const std::string& capture_id,
+                                      absl::Time deadline = absl::InfiniteFuture());
   // Streams one file of a stored capture. NOT_FOUND for a file the capture does not have.
-  absl::Status Read(const v1::StoredTrace& trace, const std::string& file, const ChunkSink& sink);
+  absl::Status Read(const v1::StoredTrace& trace, const std::string& file, const ChunkSink& sink,
+                    absl::Time deadline = absl::InfiniteFuture());
+  // Ends every store request in flight and refuses new ones (profd stopping). Any thread.
+  void Cancel() { bucket_->Cancel(); }
   // Deletes a capture of a local store: its row from the index, then its folder (retention,
   // daemon/store/retention.h). UNIMPLEMENTED for S3: buckets have lifecycle rules for that.
   absl::Status Remove(const v1::StoredTrace& trace);
@@ -102,13 +118,19 @@ class TraceStore {
     std::string host;
     absl::Time modified;
   };
-  absl::StatusOr<std::vector<HostIndex>> IndexedHosts(const std::string& day);
+  absl::StatusOr<std::vector<HostIndex>> IndexedHosts(const std::string& day, absl::Time deadline);
   std::string FolderKey(const v1::StoredTrace& trace) const;
-  absl::StatusOr<std::vector<v1::StoredTrace>> ReadIndex(const std::string& key);
+  // The valid rows of one index; each refused row's id and why go to `refused` when given (else
+  // to the log).
+  absl::StatusOr<std::vector<v1::StoredTrace>> ReadIndex(
+      const std::string& key, absl::Time deadline,
+      std::vector<std::pair<std::string, absl::Status>>* refused = nullptr);
   // The rows of several indexes (one per host of a day), read concurrently: a fleet has one index
   // object per host, and reading them one after another made `list` wait for each round trip.
-  absl::StatusOr<std::vector<v1::StoredTrace>> ReadIndexes(const std::vector<std::string>& keys);
-  absl::StatusOr<std::vector<std::string>> Subfolders(const std::string& prefix);
+  absl::StatusOr<std::vector<v1::StoredTrace>> ReadIndexes(const std::vector<std::string>& keys,
+                                                           absl::Time deadline);
+  absl::StatusOr<std::vector<std::string>> Subfolders(const std::string& prefix,
+                                                      absl::Time deadline);
 
   std::unique_ptr<ObjectBucket> bucket_;
   const std::string uri_;
@@ -116,6 +138,8 @@ class TraceStore {
   bool is_local_ = false;
   std::string local_root_;  // local stores: the folder the keys are under
   absl::Mutex index_mu_;    // serializes read-modify-write of index objects
+  absl::Mutex warned_mu_;
+  std::set<std::string> warned_ ABSL_GUARDED_BY(warned_mu_);  // refused rows already logged
 };
 
 }  // namespace profd::store

@@ -1,6 +1,7 @@
 #include "daemon/store/trace_store_service.h"
 
 #include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -35,6 +36,18 @@ bool Matches(const v1::StoredTrace& t, const v1::ListTracesRequest& r) {
   return true;
 }
 
+// The call's deadline, for the store requests made on its behalf: when profctl gives up, profd
+// stops waiting on the store too, so a silent store cannot pile up one thread per call.
+absl::Time DeadlineOf(const grpc::ServerContext* context) {
+  if (context == nullptr) return absl::InfiniteFuture();
+  const auto deadline = context->deadline();
+  // gRPC's "no deadline" is the far end of system_clock: beyond what absl::FromChrono takes.
+  if (deadline >= std::chrono::system_clock::now() + std::chrono::hours(24 * 365)) {
+    return absl::InfiniteFuture();
+  }
+  return absl::FromChrono(deadline);
+}
+
 }  // namespace
 
 TraceStoreService::TraceStoreService(TraceStore* store, Spool* spool, std::string hostname,
@@ -49,7 +62,7 @@ grpc::Status TraceStoreService::Unavailable() const {
                       "profd has no trace store: " + unavailable_reason_);
 }
 
-grpc::Status TraceStoreService::ListTraces(grpc::ServerContext*,
+grpc::Status TraceStoreService::ListTraces(grpc::ServerContext* context,
                                            const v1::ListTracesRequest* request,
                                            v1::ListTracesResponse* response) {
   if (store_ == nullptr || spool_ == nullptr) return Unavailable();
@@ -61,6 +74,7 @@ grpc::Status TraceStoreService::ListTraces(grpc::ServerContext*,
   filter.pod = request->pod();
   if (request->since_unix_ns() != 0) filter.since = absl::FromUnixNanos(request->since_unix_ns());
   filter.limit = limit;
+  filter.deadline = DeadlineOf(context);
   absl::StatusOr<std::vector<v1::StoredTrace>> stored = store_->List(filter);
   if (stored.ok()) {
     for (v1::StoredTrace& t : *stored) {
@@ -84,39 +98,42 @@ grpc::Status TraceStoreService::ListTraces(grpc::ServerContext*,
 }
 
 absl::StatusOr<v1::StoredTrace> TraceStoreService::Find(const std::string& capture_id,
-                                                        std::string* spool_folder) {
+                                                        std::string* spool_folder,
+                                                        absl::Time deadline) {
   if (absl::Status s = ValidateCaptureId(capture_id); !s.ok()) return s;
   if (auto pending = spool_->FindPending(capture_id)) {
     *spool_folder = pending->second;
     return pending->first;
   }
   spool_folder->clear();
-  return store_->Get(capture_id);
+  return store_->Get(capture_id, deadline);
 }
 
 absl::Status TraceStoreService::ReadFile(const v1::StoredTrace& trace,
                                          const std::string& spool_folder, const std::string& file,
-                                         const ChunkSink& sink) {
+                                         const ChunkSink& sink, absl::Time deadline) {
   if (!spool_folder.empty()) {
     LocalBucket folder(spool_folder);
-    absl::Status s = folder.Read(file, sink);
+    absl::Status s = folder.Read(file, sink, deadline);
     // Uploaded (and removed from the spool) meanwhile: read it from the store.
     if (!absl::IsNotFound(s)) return s;
   }
   v1::StoredTrace stored = trace;
   if (!spool_folder.empty()) {
-    absl::StatusOr<v1::StoredTrace> found = store_->Get(trace.capture_id());
+    absl::StatusOr<v1::StoredTrace> found = store_->Get(trace.capture_id(), deadline);
     if (!found.ok()) return found.status();
     stored = *found;
   }
-  return store_->Read(stored, file, sink);
+  return store_->Read(stored, file, sink, deadline);
 }
 
-grpc::Status TraceStoreService::ShowTrace(grpc::ServerContext*, const v1::ShowTraceRequest* request,
+grpc::Status TraceStoreService::ShowTrace(grpc::ServerContext* context,
+                                          const v1::ShowTraceRequest* request,
                                           v1::ShowTraceResponse* response) {
   if (store_ == nullptr || spool_ == nullptr) return Unavailable();
+  const absl::Time deadline = DeadlineOf(context);
   std::string folder;
-  absl::StatusOr<v1::StoredTrace> trace = Find(request->capture_id(), &folder);
+  absl::StatusOr<v1::StoredTrace> trace = Find(request->capture_id(), &folder, deadline);
   if (!trace.ok()) return ToGrpcStatus(trace.status());
   auto append_to = [](std::string* out) {
     return [out](absl::string_view chunk) {
@@ -124,13 +141,14 @@ grpc::Status TraceStoreService::ShowTrace(grpc::ServerContext*, const v1::ShowTr
       return absl::OkStatus();
     };
   };
-  absl::Status s =
-      ReadFile(*trace, folder, kManifestFile, append_to(response->mutable_manifest_json()));
+  absl::Status s = ReadFile(*trace, folder, kManifestFile,
+                            append_to(response->mutable_manifest_json()), deadline);
   if (!s.ok()) return ToGrpcStatus(s);
   bool has_summary = std::any_of(trace->files().begin(), trace->files().end(),
                                  [](const v1::StoredFile& f) { return f.name() == kSummaryFile; });
   if (has_summary) {
-    s = ReadFile(*trace, folder, kSummaryFile, append_to(response->mutable_summary_json()));
+    s = ReadFile(*trace, folder, kSummaryFile, append_to(response->mutable_summary_json()),
+                 deadline);
     if (!s.ok()) return ToGrpcStatus(s);
   }
   *response->mutable_trace() = *trace;
@@ -141,8 +159,9 @@ grpc::Status TraceStoreService::GetTrace(grpc::ServerContext* context,
                                          const v1::GetTraceRequest* request,
                                          grpc::ServerWriter<v1::TraceChunk>* writer) {
   if (store_ == nullptr || spool_ == nullptr) return Unavailable();
+  const absl::Time deadline = DeadlineOf(context);
   std::string folder;
-  absl::StatusOr<v1::StoredTrace> trace = Find(request->capture_id(), &folder);
+  absl::StatusOr<v1::StoredTrace> trace = Find(request->capture_id(), &folder, deadline);
   if (!trace.ok()) return ToGrpcStatus(trace.status());
   std::vector<v1::StoredFile> files;
   for (const v1::StoredFile& f : trace->files()) {
@@ -170,18 +189,21 @@ grpc::Status TraceStoreService::GetTrace(grpc::ServerContext* context,
       chunk.Clear();
       return absl::OkStatus();
     };
-    absl::Status s = ReadFile(*trace, folder, f.name(), [&](absl::string_view data) {
-      while (!data.empty()) {
-        size_t room = kChunkBytes - chunk.data().size();
-        size_t n = std::min(room, data.size());
-        chunk.mutable_data()->append(data.data(), n);
-        data.remove_prefix(n);
-        if (chunk.data().size() == kChunkBytes) {
-          if (absl::Status w = flush(); !w.ok()) return w;
-        }
-      }
-      return absl::OkStatus();
-    });
+    absl::Status s = ReadFile(
+        *trace, folder, f.name(),
+        [&](absl::string_view data) {
+          while (!data.empty()) {
+            size_t room = kChunkBytes - chunk.data().size();
+            size_t n = std::min(room, data.size());
+            chunk.mutable_data()->append(data.data(), n);
+            data.remove_prefix(n);
+            if (chunk.data().size() == kChunkBytes) {
+              if (absl::Status w = flush(); !w.ok()) return w;
+            }
+          }
+          return absl::OkStatus();
+        },
+        deadline);
     if (!s.ok()) return ToGrpcStatus(s);
     chunk.set_end_of_file(true);
     if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client gone");
@@ -301,6 +323,10 @@ grpc::Status TraceStoreService::GetSpoolStatus(grpc::ServerContext*,
   if (s.next_attempt != absl::InfinitePast()) {
     response->set_next_attempt_unix_ns(absl::ToUnixNanos(s.next_attempt));
   }
+  response->set_waiting_for_room(s.waiting_for_room);
+  response->set_write_failures_total(s.write_failures_total);
+  response->set_last_write_error(s.last_write_error);
+  for (v1::StoredTrace& t : spool_->WaitingForRoom()) *response->add_waiting() = std::move(t);
   return grpc::Status::OK;
 }
 

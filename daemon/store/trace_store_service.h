@@ -34,10 +34,12 @@ class TraceStoreService final : public v1::TraceStore::Service {
 
  private:
   grpc::Status Unavailable() const;
-  // The capture from the spool (with its folder) or the store.
-  absl::StatusOr<v1::StoredTrace> Find(const std::string& capture_id, std::string* spool_folder);
+  // The capture from the spool (with its folder) or the store. deadline: the call's, for every
+  // store request made for it.
+  absl::StatusOr<v1::StoredTrace> Find(const std::string& capture_id, std::string* spool_folder,
+                                       absl::Time deadline);
   absl::Status ReadFile(const v1::StoredTrace& trace, const std::string& spool_folder,
-                        const std::string& file, const ChunkSink& sink);
+                        const std::string& file, const ChunkSink& sink, absl::Time deadline);
 
   TraceStore* const store_;
   Spool* const spool_;

@@ -177,6 +177,34 @@ TEST_F(CuptiBrokerTest, KinetoGetsASubscriberOfItsOwnBesideTheCounters) {
   EXPECT_FALSE(report.other_tracing);
 }
 
+// The counters' CUPTI callbacks step aside while torch.profiler traces: CUPTI stops calling them
+// before Kineto's first activity kind is on, and calls them again after its last one is off, so
+// Kineto's session runs exactly as it would without the agent.
+TEST_F(CuptiBrokerTest, CounterCallbacksStepAsideWhileKinetoTraces) {
+  SubscribeAgentCounters();
+  ASSERT_EQ(fakekineto_init(), CUPTI_SUCCESS);
+  ASSERT_EQ(fakecupti_callback_enabled(kDriver, kLaunch), 1);
+  fakecupti_clear_log();
+  ASSERT_EQ(fakekineto_start(kRuntime), CUPTI_SUCCESS);
+  EXPECT_TRUE(broker().AgentCallbacksPaused());
+  EXPECT_EQ(fakecupti_callback_enabled(kDriver, kLaunch), 0);
+  const std::string log = fakecupti_log();
+  EXPECT_LT(log.find("callback:" + std::to_string(kDriver) + ":" + std::to_string(kLaunch) + "=0"),
+            log.find("enable:" + std::to_string(kRuntime)))
+      << log;
+  EXPECT_EQ(fakecupti_fire(kDriver, kLaunch), 0);
+  EXPECT_EQ(g_agent_calls[kDriver][kLaunch].load(), 0);
+  // Kineto's own callbacks are untouched.
+  EXPECT_EQ(fakecupti_fire(kResource, kContextCreated), 1);
+  EXPECT_EQ(fakekineto_callbacks(kResource, kContextCreated), 1);
+
+  ASSERT_EQ(fakekineto_stop(kRuntime), CUPTI_SUCCESS);
+  EXPECT_FALSE(broker().AgentCallbacksPaused());
+  EXPECT_EQ(fakecupti_callback_enabled(kDriver, kLaunch), 1);
+  EXPECT_EQ(fakecupti_fire(kDriver, kLaunch), 1);
+  EXPECT_EQ(g_agent_calls[kDriver][kLaunch].load(), 1);
+}
+
 TEST_F(CuptiBrokerTest, WithoutSharingKinetoIsLockedOutAsBefore) {
   setenv("PROFD_AGENT_SHARE_CUPTI", "off", 1);
   Fresh();
@@ -315,10 +343,21 @@ TEST_F(CuptiBrokerTest, FrequentCallsAreNotRecordedDuringACaptureAndAreAgainAfte
             1);
   EXPECT_EQ(
       fakecupti_api_recorded(kRuntimeApi, CUPTI_RUNTIME_TRACE_CBID_cudaStreamSynchronize_v3020), 1);
-  EXPECT_EQ(fakecupti_quiet_apis(CUPTI_CB_DOMAIN_DRIVER_API), 0);  // no driver records asked for
+  // Launches made through the driver API (cuBLASLt, Triton) are recorded with the runtime API,
+  // the rest of the driver API is not.
+  EXPECT_EQ(
+      fakecupti_api_recorded(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx),
+      1);
+  EXPECT_EQ(
+      fakecupti_api_recorded(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuGraphLaunch), 1);
+  EXPECT_EQ(
+      fakecupti_api_recorded(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2), 0);
   broker().StopAgentTracing();
   broker().ReleaseCapture();
   EXPECT_EQ(fakecupti_quiet_apis(kRuntimeApi), 0);
+  EXPECT_EQ(
+      fakecupti_api_recorded(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_cuLaunchKernelEx),
+      0);
 
   ASSERT_EQ(fakekineto_init(), CUPTI_SUCCESS);
   StartCapture({CUPTI_ACTIVITY_KIND_RUNTIME, CUPTI_ACTIVITY_KIND_DRIVER});

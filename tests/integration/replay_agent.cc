@@ -2,6 +2,8 @@
 // registration, heartbeats) with a capture backend that, instead of CUPTI, replays event batches
 // recorded from a real capture (tests/fixtures/), shifted to the current time.
 //   replay_agent <batches.pb> [--die-after-start | --never-finish | --repeat=N]
+// REPLAY_KERNEL_NAME=TEXT puts TEXT before every kernel's name (hostile names, in tests of what
+// profctl shows).
 // --never-finish: a stalled capture thread; it sends its batches, then ignores stop requests and
 // never reports the capture's end (the agent thread keeps heartbeating).
 // --repeat=N: the recording N times over, one after the other in time (a longer capture).
@@ -12,8 +14,10 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,6 +145,17 @@ class ReplayHandler final : public profagent::CaptureHandler {
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   g_batches = profd::testing::ReadRecordedBatches(argv[1]);
+  if (const char* prefix = std::getenv("REPLAY_KERNEL_NAME"); prefix != nullptr) {
+    std::set<uint32_t> kernel_names;
+    for (const auto& b : g_batches) {
+      for (const auto& k : b.kernels()) kernel_names.insert(k.name_id());
+    }
+    for (auto& b : g_batches) {
+      for (auto& s : *b.mutable_strings()) {
+        if (kernel_names.count(s.id()) > 0) s.set_value(prefix + s.value());
+      }
+    }
+  }
   for (int i = 2; i < argc; ++i) {
     g_die_after_start |= std::strcmp(argv[i], "--die-after-start") == 0;
     g_never_finish |= std::strcmp(argv[i], "--never-finish") == 0;

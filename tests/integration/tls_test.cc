@@ -7,12 +7,17 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/support/profd_process.h"
 
@@ -352,6 +357,80 @@ TEST_F(TlsTest, RemoteAddressWithMutualTlsStarts) {
   profd.Start();
   RunResult ok = Profctl(address_, WithClientCert({"status"}));
   EXPECT_EQ(ok.exit_code, 0) << ok.err;
+}
+
+// Descriptors profd holds open.
+size_t OpenFiles(pid_t pid) {
+  size_t n = 0;
+  std::error_code ec;
+  for (auto it = std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/fd", ec);
+       !ec && it != std::filesystem::directory_iterator(); it.increment(ec)) {
+    ++n;
+  }
+  return n;
+}
+
+// A TCP connection to 127.0.0.1:port that sends nothing, ever; -1 when it cannot connect.
+int IdleConnection(int port) {
+  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Whether the other side has closed fd (end of stream, or a reset).
+bool ClosedByPeer(int fd) {
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+// Anyone who reaches the TLS port, certificate or not, can open connections and send nothing.
+// profd holds at most --grpc_max_pending_connections (64) of them, closes them at
+// --grpc_handshake_timeout (5 s), and a client with a certificate gets in meanwhile. gRPC alone
+// accepted every one and kept it for its own 120 s handshake timeout.
+TEST_F(TlsTest, IdleConnectionsThatNeverStartTlsAreCappedClosedAndDoNotKeepProfctlOut) {
+  auto profd = StartTlsProfd();
+  const size_t before = OpenFiles(profd->pid());
+  constexpr int kIdle = 300;
+  std::vector<int> idle;
+  for (int i = 0; i < kIdle; ++i) {
+    const int fd = IdleConnection(port_);
+    ASSERT_GE(fd, 0) << "connection " << i << ": " << strerror(errno);
+    idle.push_back(fd);
+  }
+  const absl::Time opened = absl::Now();
+  absl::SleepFor(absl::Milliseconds(500));  // profd has accepted them all by now
+  const size_t during = OpenFiles(profd->pid());
+  EXPECT_LE(during, before + 64 + 8) << "profd holds a descriptor per idle connection";
+
+  RunResult ok = Profctl(address_, WithClientCert({"status"}));
+  EXPECT_EQ(ok.exit_code, 0) << ok.err << profd->log();
+
+  // Every idle connection is closed by profd: at once when over the cap, else at the deadline.
+  bool all_closed = WaitFor(
+      [&] {
+        return std::all_of(idle.begin(), idle.end(), [](int fd) { return ClosedByPeer(fd); });
+      },
+      absl::Seconds(10));
+  const absl::Duration took = absl::Now() - opened;
+  EXPECT_TRUE(all_closed) << std::count_if(idle.begin(), idle.end(),
+                                           [](int fd) { return !ClosedByPeer(fd); })
+                          << " of " << kIdle << " idle connections still open after " << took;
+  EXPECT_LE(OpenFiles(profd->pid()), before + 4);
+  for (int fd : idle) close(fd);
+  EXPECT_TRUE(Has(profd->log(), "TCP connections wait for TLS")) << profd->log();
+  EXPECT_TRUE(Has(profd->log(), "sent no TLS record within 5s")) << profd->log();
+
+  // And after them, as before.
+  RunResult after = Profctl(address_, WithClientCert({"status"}));
+  EXPECT_EQ(after.exit_code, 0) << after.err;
 }
 
 }  // namespace

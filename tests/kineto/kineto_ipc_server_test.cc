@@ -4,10 +4,12 @@
 // first), including the exact datagrams Kineto sent on the GPU host (tests/fixtures/torch/).
 #include "daemon/kineto/kineto_ipc_server.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -22,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidjson/document.h"
+#include "tests/support/run_as.h"
 #include "tests/support/subprocess.h"
 
 namespace profd::kineto {
@@ -58,6 +61,7 @@ class FakeKineto {
     EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << strerror(errno);
   }
   ~FakeKineto() { close(fd_); }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
 
   // sync_send: header and payload as two iovecs, non-blocking.
   bool Send(const std::string& datagram) {
@@ -335,6 +339,174 @@ TEST_F(KinetoIpcServerTest, ProcessesThatStopPollingAreForgotten) {
   ASSERT_TRUE(kineto.Poll());
   ASSERT_TRUE(Known());
   EXPECT_TRUE(WaitFor([&] { return !server_->Find(getpid()).has_value(); }, absl::Seconds(3)));
+}
+
+// A plain datagram socket bound at path: another user's Kineto, say, that must receive nothing.
+class Victim {
+ public:
+  explicit Victim(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0) << strerror(errno);
+  }
+  ~Victim() {
+    close(fd_);
+    unlink(path_.c_str());
+  }
+  // Whether anything arrived within the timeout.
+  bool Received(absl::Duration timeout) {
+    char buf[4096];
+    const absl::Time end = absl::Now() + timeout;
+    do {
+      if (recv(fd_, buf, sizeof(buf), MSG_DONTWAIT) >= 0) return true;
+      usleep(10000);
+    } while (absl::Now() < end);
+    return false;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+// A confused deputy: a process polls from its own socket, then puts a symbolic link at that
+// name. Were profd (root) to follow it, its config would reach any socket on the host (another
+// user's, outside the folder). On hosts with fs.protected_symlinks=0 the kernel does not stop it;
+// here the link is the test's own, so the kernel never stops it: profd must.
+TEST_F(KinetoIpcServerTest, ALinkPlantedAtTheSendersNameIsNotFollowed) {
+  TempDir elsewhere;
+  Victim victim(elsewhere.File("victim.sock"));
+  FakeKineto attacker(options_.socket_dir, "evil");
+  ASSERT_TRUE(attacker.Poll());
+  ASSERT_TRUE(Known());
+  bool delivered = false;
+  ASSERT_TRUE(
+      server_
+          ->Make(getpid(), {Fixed("SECRET=1\n"), absl::Now() + absl::Seconds(30),
+                            [&](const KinetoClient&, absl::Time) { delivered = true; }, nullptr})
+          .ok());
+  // The name now leads outside the folder; the attacker's socket is still bound to it.
+  ASSERT_EQ(unlink(attacker.path("evil").c_str()), 0);
+  ASSERT_EQ(symlink(elsewhere.File("victim.sock").c_str(), attacker.path("evil").c_str()), 0);
+  const uint64_t errors = server_->protocol_errors();
+  ASSERT_TRUE(attacker.Poll());
+  EXPECT_FALSE(victim.Received(absl::Seconds(1)))
+      << "profd followed the planted link: the config reached a socket outside the folder";
+  EXPECT_TRUE(WaitFor([&] { return server_->protocol_errors() > errors; }, absl::Seconds(3)))
+      << "the poll from a name that is now a link was not refused";
+  EXPECT_FALSE(delivered);
+  // The offer stays for the process's own socket.
+  FakeKineto honest(options_.socket_dir, "honest");
+  ASSERT_TRUE(honest.Poll());
+  std::optional<std::string> reply = honest.Receive();
+  ASSERT_TRUE(reply.has_value());
+  EXPECT_EQ(*reply, "SECRET=1\n");
+}
+
+// The same with a socket of another user put at the sender's name (a hard link to it; root can
+// make one whatever fs.protected_hardlinks says): the socket is not the sender's uid's.
+TEST_F(KinetoIpcServerTest, ASocketOfAnotherUserAtTheSendersNameIsNotAnswered) {
+  if (getuid() != 0) GTEST_SKIP() << "needs root: the victim's socket is chowned to another uid";
+  const ::profd::testing::Identity other = ::profd::testing::UnusedIdentity();
+  Victim victim(options_.socket_dir + "/dynoconfigclient-victim");
+  ASSERT_EQ(chown((options_.socket_dir + "/dynoconfigclient-victim").c_str(), other.uid, other.gid),
+            0);
+  FakeKineto attacker(options_.socket_dir, "evil");
+  ASSERT_TRUE(attacker.Poll());
+  ASSERT_TRUE(Known());
+  bool delivered = false;
+  ASSERT_TRUE(
+      server_
+          ->Make(getpid(), {Fixed("SECRET=1\n"), absl::Now() + absl::Seconds(30),
+                            [&](const KinetoClient&, absl::Time) { delivered = true; }, nullptr})
+          .ok());
+  ASSERT_EQ(unlink(attacker.path("evil").c_str()), 0);
+  ASSERT_EQ(link((options_.socket_dir + "/dynoconfigclient-victim").c_str(),
+                 attacker.path("evil").c_str()),
+            0)
+      << strerror(errno);
+  const uint64_t errors = server_->protocol_errors();
+  ASSERT_TRUE(attacker.Poll());
+  EXPECT_FALSE(victim.Received(absl::Seconds(1))) << "profd answered another user's socket";
+  EXPECT_TRUE(WaitFor([&] { return server_->protocol_errors() > errors; }, absl::Seconds(3)))
+      << "the poll from a name that is now another user's socket was not refused";
+  EXPECT_FALSE(delivered);
+  unlink(attacker.path("evil").c_str());
+}
+
+// Senders in folders made inside the Kineto folder: the folder could be swapped for a link
+// between the poll and the reply. Only a name directly in the folder is answered.
+TEST_F(KinetoIpcServerTest, SendersInAFolderInsideTheFolderAreNeverAnswered) {
+  const std::string sub = options_.socket_dir + "/sub";
+  ASSERT_EQ(mkdir(sub.c_str(), 0777), 0);
+  int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+  sockaddr_un from{};
+  from.sun_family = AF_UNIX;
+  const std::string path = sub + "/dynoconfigclientx";
+  std::memcpy(from.sun_path, path.c_str(), path.size() + 1);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&from), sizeof(from)), 0);
+  sockaddr_un to{};
+  to.sun_family = AF_UNIX;
+  std::memcpy(to.sun_path, server_->socket_path().c_str(), server_->socket_path().size() + 1);
+  const std::string poll = EncodeKinetoRequest({3, 0, {7}});
+  ASSERT_GT(sendto(fd, poll.data(), poll.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to)),
+            0);
+  ASSERT_TRUE(WaitFor([&] { return server_->protocol_errors() >= 1; }, absl::Seconds(3)))
+      << "a poll from a sub-folder was taken";
+  EXPECT_FALSE(server_->Find(getpid()).has_value());
+  close(fd);
+}
+
+// Many processes each sending one bad datagram (or polling from a link): profd's log gets a few
+// lines and a count, not one line per process.
+TEST_F(KinetoIpcServerTest, RefusalsFromManyProcessesAreLoggedWithinABudget) {
+  constexpr int kSenders = 60;
+  const std::string bad = EncodeKinetoMessage("req", "x");  // a request too short to be one
+  std::vector<sockaddr_un> from(kSenders), to(1);
+  for (int i = 0; i < kSenders; ++i) {
+    from[i].sun_family = AF_UNIX;
+    const std::string path = absl::StrCat(options_.socket_dir, "/flood", i);
+    std::memcpy(from[i].sun_path, path.c_str(), path.size() + 1);
+  }
+  to[0].sun_family = AF_UNIX;
+  std::memcpy(to[0].sun_path, server_->socket_path().c_str(), server_->socket_path().size() + 1);
+
+  TempDir dir;
+  const int saved = dup(STDERR_FILENO);
+  const int file = open(dir.File("log").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  dup2(file, STDERR_FILENO);
+  std::vector<pid_t> children;
+  for (int i = 0; i < kSenders; ++i) {
+    const pid_t child = fork();
+    if (child == 0) {
+      // Only async-signal-safe calls: the test process has threads.
+      const int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
+      bind(fd, reinterpret_cast<const sockaddr*>(&from[i]), sizeof(from[i]));
+      sendto(fd, bad.data(), bad.size(), 0, reinterpret_cast<const sockaddr*>(&to[0]),
+             sizeof(to[0]));
+      _exit(0);
+    }
+    children.push_back(child);
+  }
+  for (pid_t child : children) waitpid(child, nullptr, 0);
+  const bool all_counted =
+      WaitFor([&] { return server_->protocol_errors() >= static_cast<uint64_t>(kSenders); },
+              absl::Seconds(5));
+  usleep(100000);
+  dup2(saved, STDERR_FILENO);
+  close(file);
+  close(saved);
+  ASSERT_TRUE(all_counted) << server_->protocol_errors();
+  const std::string log = ::profd::testing::ReadFileOrEmpty(dir.File("log"));
+  int lines = 0;
+  for (size_t at = log.find("kineto-ipc]"); at != std::string::npos;
+       at = log.find("kineto-ipc]", at + 1)) {
+    ++lines;
+  }
+  EXPECT_GE(lines, 1) << log;
+  EXPECT_LE(lines, 11) << "one line per sending process:\n" << log;
 }
 
 }  // namespace

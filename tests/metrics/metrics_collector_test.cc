@@ -59,6 +59,10 @@ GpuSnapshot TwoGpus(bool with_process) {
     g.model = "NVIDIA H100 80GB HBM3";
     g.utilization = 0.37;
     g.memory_bandwidth_utilization = 0.12;
+    if (i == 3) {  // GPU 2 as where nvmlDeviceGetSamples is missing: no busy-seconds counters
+      g.busy_seconds_total = 1234.5;
+      g.memory_bandwidth_busy_seconds_total = 456.25;
+    }
     g.memory_used_bytes = 10ull << 30;
     g.memory_total_bytes = 80ull << 30;
     if (i == 3 && with_process) {
@@ -159,6 +163,10 @@ TEST_F(MetricsCollectorTest, GpuSeriesAndNvmlHealth) {
                            std::string(kUuid3) + "\"";
   EXPECT_THAT(text, Line("profd_gpu_utilization_ratio{" + gpu3 + "} 0.37"));
   EXPECT_THAT(text, Line("profd_gpu_memory_bandwidth_utilization_ratio{" + gpu3 + "} 0.12"));
+  EXPECT_THAT(text, Line("profd_gpu_busy_seconds_total{" + gpu3 + "} 1234.5"));
+  EXPECT_THAT(text, Line("profd_gpu_memory_bandwidth_busy_seconds_total{" + gpu3 + "} 456.25"));
+  EXPECT_THAT(text, Not(HasSubstr("profd_gpu_busy_seconds_total{gpu=\"2\"")));
+  EXPECT_THAT(text, HasSubstr("# TYPE profd_gpu_busy_seconds_total counter"));
   EXPECT_THAT(text, Line("profd_gpu_memory_used_bytes{" + gpu3 + "} 10737418240"));
   EXPECT_THAT(text, Line("profd_gpu_memory_total_bytes{" + gpu3 + "} 85899345920"));
   EXPECT_THAT(text, Line("profd_nvml_available{hostname=\"node-a\"} 1"));
@@ -215,7 +223,7 @@ TEST_F(MetricsCollectorTest, CaptureAndUploadHealth) {
   daemon_.OnCaptureFinished(CaptureResult::kSucceeded, absl::Seconds(2), 1000, 3, 5000);
   daemon_.OnCaptureFinished(CaptureResult::kFailed, absl::Milliseconds(50), 0, 0, 0);
   // The spool's own counts, read on each scrape.
-  daemon_.SetUploadSource([] { return DaemonMetrics::Uploads{1, 1, 4000}; });
+  daemon_.SetUploadSource([] { return DaemonMetrics::Uploads{1, 1, 4000, 3, 2}; });
   daemon_.OnTraceBytesWritten(100);
   const std::string text = Scrape();
   const std::string h = "hostname=\"node-a\"";
@@ -235,6 +243,9 @@ TEST_F(MetricsCollectorTest, CaptureAndUploadHealth) {
   EXPECT_THAT(text, Line("profd_trace_uploaded_bytes_total{" + h + "} 4000"));
   EXPECT_THAT(text, Line("profd_uploads_total{" + h + ",result=\"succeeded\"} 1"));
   EXPECT_THAT(text, Line("profd_uploads_total{" + h + ",result=\"failed\"} 1"));
+  // Captures the spool could not take: each failed attempt, and those still waiting.
+  EXPECT_THAT(text, Line("profd_spool_write_failures_total{" + h + "} 3"));
+  EXPECT_THAT(text, Line("profd_spool_captures_waiting_for_room{" + h + "} 2"));
 }
 
 // Retention's counts, read on each scrape, one series per place where it runs.

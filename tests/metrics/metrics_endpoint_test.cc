@@ -143,10 +143,16 @@ TEST_F(MetricsEndpointTest, NvmlGpusAndProcessesAreExportedAndProcessesThatExitV
       "gpu=\"1\",hostname=\"node-test\",model=\"Fake GPU (profd test)\","
       "uuid=\"GPU-11111111-1111-1111-1111-111111111111\"";
   EXPECT_THAT(text, HasSubstr("\nprofd_nvml_available{hostname=\"node-test\"} 1\n"));
+  // The mean of the fake's samples since the sampler's previous read: GPU 0 is a steady 37%
+  // (memory 12%); GPU 1 a periodic load, whose 100 ms windows read anything (gpu_sampler_test
+  // checks them).
   EXPECT_THAT(text, HasSubstr("\nprofd_gpu_utilization_ratio{" + gpu0 + "} 0.37\n"));
-  EXPECT_THAT(text, HasSubstr("\nprofd_gpu_utilization_ratio{" + gpu1 + "} 0.5\n"));
+  EXPECT_THAT(text, HasSubstr("\nprofd_gpu_utilization_ratio{" + gpu1 + "} "));
   EXPECT_THAT(text,
-              HasSubstr("\nprofd_gpu_memory_bandwidth_utilization_ratio{" + gpu1 + "} 0.2\n"));
+              HasSubstr("\nprofd_gpu_memory_bandwidth_utilization_ratio{" + gpu0 + "} 0.12\n"));
+  EXPECT_THAT(text, HasSubstr("\nprofd_gpu_busy_seconds_total{" + gpu1 + "} "));
+  EXPECT_THAT(text, HasSubstr("\nprofd_nvml_errors_total{hostname=\"node-test\","
+                              "call=\"nvmlDeviceGetSamples\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_gpu_memory_used_bytes{" + gpu0 + "} 10737418240\n"));
   EXPECT_THAT(text, HasSubstr("\nprofd_gpu_memory_total_bytes{" + gpu0 + "} 85899345920\n"));
   EXPECT_THAT(text,

@@ -112,7 +112,7 @@ TEST_P(S3StoreTest, SinglePutListGetRoundTrip) {
   store::S3Options o = Options();
   o.bucket = "traces";
   store::S3Bucket bucket(o);
-  auto listing = bucket.List("fleet/", /*delimited=*/false);
+  auto listing = bucket.List("fleet/", /*delimited=*/false, absl::InfiniteFuture());
   ASSERT_TRUE(listing.ok()) << listing.status();
   std::vector<std::string> keys;
   for (const auto& obj : listing->objects) keys.push_back(obj.key);

@@ -2,9 +2,14 @@
 // restart. The broken store is a real one: an S3 store whose endpoint has nothing listening.
 #include "daemon/store/spool.h"
 
+#include <signal.h>
 #include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
+#include <iostream>
 
 #include "absl/time/clock.h"
 #include "daemon/common/capture_id.h"
@@ -157,6 +162,112 @@ TEST_F(SpoolTest, ReserveChecksIdsAndAbandonFreesTheSpace) {
   EXPECT_EQ(spool->stats().reserved, 0u);
   EXPECT_TRUE(spool->CheckSpace(200 << 10).ok());
   EXPECT_FALSE(fs::exists(spool_dir_.File("incoming/" + id)));
+}
+
+namespace write_error {
+
+// Fails the death-test child with a message the parent shows.
+[[noreturn]] void Fail(const std::string& why) {
+  std::cerr << "FAILED: " << why << std::endl;
+  std::exit(1);
+}
+
+void Limit(rlim_t bytes) {
+  rlimit limit{bytes, RLIM_INFINITY};
+  if (setrlimit(RLIMIT_FSIZE, &limit) != 0) Fail("setrlimit");
+}
+
+// Runs in a child (EXPECT_EXIT): the file size limit (RLIMIT_FSIZE, SIGXFSZ ignored) makes the
+// kernel refuse the spool's copy of a capture with EFBIG, the same path a full disk (ENOSPC)
+// takes, with no mount needed. The capture folder is on another file system than the spool, so
+// the spool copies rather than hard-links.
+void SpoolUnderAFileSizeLimit(const std::string& spool_dir, const std::string& capture_dir,
+                              const std::string& store_dir) {
+  signal(SIGXFSZ, SIG_IGN);
+  auto local = TraceStore::Open("file://" + store_dir, store::S3Options());
+  if (!local.ok()) Fail(std::string(local.status().message()));
+  store::SpoolOptions options;
+  options.dir = spool_dir;
+  options.capture_dir = capture_dir;
+  options.retry_initial = absl::Milliseconds(50);
+  options.retry_max = absl::Milliseconds(200);
+  options.hostname = "node-a";
+  auto take = [&](const std::string& id) {
+    const std::string folder = MakeCaptureFolder(capture_dir, id, "node-a", "llm-1", 64 << 10);
+    absl::StatusOr<v1::StoredTrace> described = store::DescribeCaptureFolder(folder, "node-a");
+    if (!described.ok()) Fail(std::string(described.status().message()));
+    return std::make_pair(folder, *described);
+  };
+  const std::string marker = std::string("/") + store::kUnspooledMarker;
+
+  // 1. Refused while the limit holds: kept, said, counted, listed; taken once it is lifted.
+  auto spool = Spool::Open(options, local->get());
+  if (!spool.ok()) Fail(std::string(spool.status().message()));
+  const std::string first = "20260102T030405Z-node-a-00000001";
+  auto [folder, described] = take(first);
+  Limit(4096);
+  absl::StatusOr<v1::StoredTrace> queued = (*spool)->SubmitCopy(described, folder);
+  if (queued.ok()) Fail("spooled despite the file size limit");
+  const std::string said(queued.status().message());
+  if (said.find("File too large (EFBIG)") == std::string::npos) Fail("no EFBIG in: " + said);
+  if (said.find("kept in " + folder) == std::string::npos) Fail("no folder in: " + said);
+  store::SpoolStats stats = (*spool)->stats();
+  if (stats.waiting_for_room != 1 || stats.write_failures_total < 1 || stats.pending != 0) {
+    Fail("stats: waiting " + std::to_string(stats.waiting_for_room) + ", failures " +
+         std::to_string(stats.write_failures_total));
+  }
+  if (!(*spool)->Holds(first)) Fail("the spool does not hold the waiting capture");
+  std::vector<v1::StoredTrace> listed = (*spool)->Pending();
+  if (listed.size() != 1 || listed[0].state() != v1::TRACE_STATE_WAITING_FOR_ROOM) {
+    Fail("not listed as waiting for room");
+  }
+  if (!fs::exists(folder + marker)) Fail("no mark in " + folder);
+  absl::SleepFor(absl::Milliseconds(300));  // retried meanwhile, and refused again
+  if ((*spool)->stats().write_failures_total < 2) Fail("not retried");
+  Limit(RLIM_INFINITY);
+  if (!WaitFor([&] { return (*local)->Get(first).ok(); }, absl::Seconds(10))) {
+    Fail("not stored once the limit was lifted");
+  }
+  if (fs::exists(folder + marker)) Fail("mark left in " + folder);
+  if ((*spool)->stats().waiting_for_room != 0) Fail("still counted as waiting");
+
+  // 2. Refused, then profd stops: the next start finds the mark and takes it.
+  const std::string second = "20260102T030406Z-node-a-00000002";
+  auto [folder2, described2] = take(second);
+  Limit(4096);
+  if ((*spool)->SubmitCopy(described2, folder2).ok()) Fail("second spooled despite the limit");
+  spool->reset();
+  Limit(RLIM_INFINITY);
+  auto reopened = Spool::Open(options, local->get());
+  if (!reopened.ok()) Fail(std::string(reopened.status().message()));
+  if (!WaitFor([&] { return (*local)->Get(second).ok(); }, absl::Seconds(10))) {
+    Fail("not stored after the restart");
+  }
+  if (fs::exists(folder2 + marker)) Fail("mark left in " + folder2);
+  std::exit(0);
+}
+
+}  // namespace write_error
+
+// A write into the spool that fails (here EFBIG from RLIMIT_FSIZE, in a child process) no longer
+// loses the capture: it stays in its folder, marked, the error names the errno, and it is taken
+// when writes work again, without and with a restart.
+TEST(SpoolWriteErrorTest, AFailedWriteKeepsTheCaptureAndRetriesIt) {
+  TempDir spool, store;
+  // /dev/shm is a tmpfs: another file system than TempDir's, so the spool has to copy.
+  struct stat shm, tmp;
+  if (stat("/dev/shm", &shm) != 0 || stat(spool.path().c_str(), &tmp) != 0 ||
+      shm.st_dev == tmp.st_dev || access("/dev/shm", W_OK) != 0) {
+    GTEST_SKIP() << "needs a writable /dev/shm on another file system than " << spool.path()
+                 << " (so the spool copies the capture instead of hard-linking it)";
+  }
+  char pattern[] = "/dev/shm/profd-captures-XXXXXX";
+  ASSERT_NE(mkdtemp(pattern), nullptr);
+  const std::string captures = pattern;
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_EXIT(write_error::SpoolUnderAFileSizeLimit(spool.path(), captures, store.path()),
+              ::testing::ExitedWithCode(0), "");
+  fs::remove_all(captures);
 }
 
 }  // namespace

@@ -5,16 +5,20 @@
 // credentials refused, a missing bucket, a full spool.
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_util.h"
 #include "tests/support/profd_process.h"
@@ -238,6 +242,100 @@ TEST_F(StoreProfctlTest, AStoreThatNeverAnswersIsADeadlineNotAMissingProfd) {
   EXPECT_NE(list.err.find("did not answer before the deadline"), std::string::npos) << list.err;
   EXPECT_NE(list.err.find("--timeout"), std::string::npos) << list.err;
   EXPECT_EQ(list.err.find("is it running?"), std::string::npos) << list.err;
+  close(silent);
+}
+
+// profd's threads (/proc/PID/status), or -1 when it is gone.
+int ThreadsOf(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoi(line.substr(8));
+  }
+  return -1;
+}
+
+// True once the process has exited (a zombie waiting for its parent counts).
+bool Exited(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("State:", 0) == 0) return line.find('Z') != std::string::npos;
+  }
+  return true;
+}
+
+// The same silent store, for what it used to cost: each `profctl list` left a profd thread (and
+// its index readers) waiting on a connection for ten minutes, an upload to it never failed, and
+// SIGTERM waited for all of them. Now a list waits no longer than its call's deadline, an upload
+// fails once nothing moved for --s3_timeout and stays spooled, and profd stops within 10 s with
+// an upload in flight, which resumes at the next start.
+TEST_F(StoreProfctlTest, AStoreThatNeverAnswersHoldsNoThreadAndStopsInTime) {
+  const int silent = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(silent, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(silent, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(listen(silent, 1024), 0);  // connections queue, nothing reads them
+  ASSERT_EQ(getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  const std::string endpoint =
+      "--s3_endpoint=http://127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+
+  // Default flags: only the calls' own deadlines bound the lists.
+  auto profd = StartProfd("s3://traces/silent", {endpoint});
+  const int before = ThreadsOf(profd->pid());
+  ASSERT_GT(before, 0);
+  constexpr int kCalls = 24;
+  std::vector<std::thread> calls;
+  std::atomic<int> gave_up{0}, deadline_said{0};
+  for (int i = 0; i < kCalls; ++i) {
+    calls.emplace_back([&] {
+      RunResult list = profd->Profctl({"list", "--timeout", "1s"});
+      gave_up += list.exit_code == 3;
+      deadline_said += list.err.find("did not answer before the deadline") != std::string::npos;
+    });
+  }
+  for (std::thread& t : calls) t.join();
+  // Every call gave up at its deadline (on a loaded machine one may not have connected by then).
+  EXPECT_EQ(gave_up.load(), kCalls);
+  EXPECT_GT(deadline_said.load(), 0);
+  // Each handler gives up with its call: the count comes back down (gRPC keeps a few idle threads).
+  EXPECT_TRUE(WaitFor([&] { return ThreadsOf(profd->pid()) <= before + 8; }, absl::Seconds(10)))
+      << "threads: " << before << " before " << kCalls << " lists, " << ThreadsOf(profd->pid())
+      << " after";
+
+  // An upload in flight to the silent store, and lists waiting on it, when SIGTERM comes.
+  std::string id = Import(*profd, MakeTraceFile(scratch_.File("s.json"), 3, 0, false));
+  ASSERT_FALSE(id.empty());
+  std::vector<std::thread> waiting;
+  for (int i = 0; i < 4; ++i) {
+    waiting.emplace_back([&] { profd->Profctl({"list", "--timeout", "60s"}); });
+  }
+  absl::SleepFor(absl::Seconds(1));
+  const pid_t pid = profd->pid();
+  const absl::Time term = absl::Now();
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  const bool stopped = WaitFor([&] { return Exited(pid); }, absl::Seconds(10));
+  const absl::Duration took = absl::Now() - term;
+  EXPECT_TRUE(stopped) << "profd still running 10 s after SIGTERM:\n" << profd->log();
+  profd->Stop();
+  for (std::thread& t : waiting) t.join();
+  EXPECT_LT(took, absl::Seconds(10));
+  // Left for the next start, not lost.
+  EXPECT_TRUE(fs::exists(spool_.File("pending/" + id + "/manifest.json")));
+
+  // Restarted with a short --s3_timeout: the upload resumes, fails saying why, stays spooled.
+  profd = StartProfd("s3://traces/silent", {endpoint, "--s3_timeout=2s"});
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return profd->Profctl({"spool"}).out.find("did not answer in time") != std::string::npos;
+      },
+      absl::Seconds(20)))
+      << profd->Profctl({"spool"}).out << profd->log();
+  RunResult spool = profd->Profctl({"spool"});
+  EXPECT_THAT(spool.out, ::testing::HasSubstr("--s3_timeout"));
+  EXPECT_EQ(StateOf(*profd, id), "TRACE_STATE_SPOOLED");
+  EXPECT_TRUE(fs::exists(spool_.File("pending/" + id + "/manifest.json")));
   close(silent);
 }
 

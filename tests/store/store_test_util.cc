@@ -1,6 +1,7 @@
 #include "tests/store/store_test_util.h"
 
 #include <arpa/inet.h>
+#include <curl/curl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -17,6 +18,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "daemon/common/sha256.h"
+#include "daemon/store/digest.h"
+#include "daemon/store/sigv4.h"
 
 namespace profd::testing {
 
@@ -222,6 +225,46 @@ std::string MakeCaptureFolder(const std::string& parent, const std::string& id,
                       R"(,"processes":[{"pid":777,"comm":"python3","pod_name":")", pod,
                       R"(","pod_namespace":"serving"}],"files":[)", files, "]}");
   return folder;
+}
+
+long SignedPut(const std::string& endpoint, const std::string& bucket, const std::string& raw_key,
+               const std::string& body) {
+  const std::string host = endpoint.substr(endpoint.find("://") + 3);
+  const std::string path = absl::StrCat("/", bucket, "/", raw_key);
+  const store::PayloadDigest digest = store::DigestPayload(body);
+  const std::string date = store::AmzDate(absl::Now());
+  store::SigV4Request request{"PUT", path, "", {}, digest.sha256_hex};
+  request.headers = {{"host", host},
+                     {"x-amz-content-sha256", digest.sha256_hex},
+                     {"x-amz-date", date},
+                     {"content-md5", digest.md5_base64()},
+                     {"content-type", "application/octet-stream"}};
+  const store::SigV4Signature signature =
+      store::SignV4(request, "S3RVER", "S3RVER", "us-east-1", date);
+  CURL* curl = curl_easy_init();
+  curl_slist* headers = nullptr;
+  for (const auto& [name, value] : request.headers) {
+    headers = curl_slist_append(headers, absl::StrCat(name, ": ", value).c_str());
+  }
+  headers = curl_slist_append(headers, ("Authorization: " + signature.authorization).c_str());
+  headers = curl_slist_append(headers, "Expect:");
+  const std::string url = endpoint + path;
+  curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);
+  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, "PUT");
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
+  curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT, 20L);
+  curl_easy_setopt(
+      curl, CURLOPT_WRITEFUNCTION, +[](char*, size_t size, size_t n, void*) { return size * n; });
+  long status = 0;
+  if (curl_easy_perform(curl) == CURLE_OK) {
+    curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &status);
+  }
+  curl_slist_free_all(headers);
+  curl_easy_cleanup(curl);
+  return status;
 }
 
 std::string StateOf(const ProfdProcess& profd, const std::string& id) {

@@ -88,6 +88,13 @@ std::string MakeTraceFile(const std::string& path, int kernels, uint64_t padding
 
 std::string Sha256File(const std::string& path);
 
+// PUTs body under `raw_key` of `bucket` at endpoint (path style), signed with SigV4 for the
+// access key and secret S3RVER, the key sent exactly as given (no path normalization, no check):
+// what anyone holding a node's credentials can write into a shared bucket. Returns the HTTP
+// status (0 when no answer came).
+long SignedPut(const std::string& endpoint, const std::string& bucket, const std::string& raw_key,
+               const std::string& body);
+
 // A capture's state in `profctl list` ("TRACE_STATE_STORED", ...), or "absent".
 std::string StateOf(const ProfdProcess& profd, const std::string& id);
 bool Stored(const ProfdProcess& profd, const std::string& id);

@@ -49,8 +49,11 @@ struct State {
   CUpti_TimestampCallbackFunc timestamp = nullptr;
   std::set<int> kinds;
   std::set<int> quiet_runtime, quiet_driver;  // cbids whose records are off
-  bool all_sync_records = true;               // unfinished event/stream queries recorded too
-  uint8_t* buffer = nullptr;                  // the current buffer, until flushed
+  // Driver cbids recorded without CUPTI_ACTIVITY_KIND_DRIVER (cuptiActivityEnableDriverApi(cbid,
+  // 1) alone); enabling that kind afterwards overrides both sets, as in CUPTI.
+  std::set<int> picked_driver;
+  bool all_sync_records = true;  // unfinished event/stream queries recorded too
+  uint8_t* buffer = nullptr;     // the current buffer, until flushed
   size_t buffer_size = 0;
   size_t buffer_used = 0;
   int dropped = 0;
@@ -139,8 +142,10 @@ CUptiResult SetApiRecorded(std::set<int> State::*quiet, const char* what, CUpti_
   std::lock_guard<std::recursive_mutex> lock(S().mutex);
   if (enable) {
     (S().*quiet).erase(static_cast<int>(cbid));
+    if (quiet == &State::quiet_driver) S().picked_driver.insert(static_cast<int>(cbid));
   } else {
     (S().*quiet).insert(static_cast<int>(cbid));
+    if (quiet == &State::quiet_driver) S().picked_driver.erase(static_cast<int>(cbid));
   }
   Note(std::string(what) + ":" + std::to_string(cbid) + "=" + std::to_string(enable));
   return CUPTI_SUCCESS;
@@ -220,6 +225,8 @@ CUptiResult CUPTIAPI cuptiEnableCallback(uint32_t enable, CUpti_SubscriberHandle
   } else {
     sub->enabled.erase({domain, static_cast<int>(cbid)});
   }
+  Note("callback:" + std::to_string(domain) + ":" + std::to_string(cbid) + "=" +
+       std::to_string(enable));
   return CUPTI_SUCCESS;
 }
 
@@ -267,6 +274,7 @@ CUptiResult CUPTIAPI cuptiFinalize(void) {
   s.kinds.clear();
   s.quiet_runtime.clear();
   s.quiet_driver.clear();
+  s.picked_driver.clear();
   s.all_sync_records = true;
   s.requested = nullptr;
   s.completed = nullptr;
@@ -295,6 +303,10 @@ CUptiResult CUPTIAPI cuptiActivityRegisterTimestampCallback(CUpti_TimestampCallb
 CUptiResult CUPTIAPI cuptiActivityEnable(CUpti_ActivityKind kind) {
   std::lock_guard<std::recursive_mutex> lock(S().mutex);
   S().kinds.insert(kind);
+  if (kind == CUPTI_ACTIVITY_KIND_DRIVER) {
+    S().quiet_driver.clear();
+    S().picked_driver.clear();
+  }
   Note("enable:" + std::to_string(kind));
   return CUPTI_SUCCESS;
 }
@@ -465,9 +477,9 @@ int fakecupti_quiet_apis(int domain) {
 
 int fakecupti_api_recorded(int domain, int cbid) {
   std::lock_guard<std::recursive_mutex> lock(S().mutex);
-  return (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? S().quiet_runtime : S().quiet_driver).count(cbid)
-             ? 0
-             : 1;
+  if (domain == CUPTI_CB_DOMAIN_RUNTIME_API) return S().quiet_runtime.count(cbid) ? 0 : 1;
+  if (!S().kinds.count(CUPTI_ACTIVITY_KIND_DRIVER)) return S().picked_driver.count(cbid) ? 1 : 0;
+  return S().quiet_driver.count(cbid) ? 0 : 1;
 }
 
 int fakecupti_all_sync_records(void) {

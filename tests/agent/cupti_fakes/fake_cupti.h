@@ -21,7 +21,7 @@ int fakecupti_subscribers(void);
 int fakecupti_subscriber_callback(int index, CUpti_CallbackFunc* callback, void** userdata);
 int fakecupti_kind_enabled(int kind);
 // cuptiActivityEnableRuntimeApi/DriverApi: how many calls of a domain are not recorded, and
-// whether one is.
+// whether one is (a driver call without CUPTI_ACTIVITY_KIND_DRIVER: only if picked one by one).
 int fakecupti_quiet_apis(int domain);
 int fakecupti_api_recorded(int domain, int cbid);
 int fakecupti_all_sync_records(void);  // cuptiActivityEnableAllSyncRecords, 1 by default
