@@ -5,13 +5,16 @@
 //   if (r.ok()) WriteReportJson(*r, capture_dir + "/summary.json");
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "daemon/analysis/report.h"
+#include "daemon/analysis/streaming_analysis.h"
 #include "daemon/analysis/trace_model.h"
+#include "daemon/analysis/trace_reader.h"
 
 namespace profd::analysis {
 
@@ -21,6 +24,21 @@ Report Analyze(const Trace& trace, const AnalysisOptions& options = {});
 // Reads (streaming, gzip or plain) and analyzes the trace files of one capture together.
 absl::StatusOr<Report> AnalyzeTraceFiles(const std::vector<std::string>& paths,
                                          const AnalysisOptions& options = {});
+
+// Reads and analyses the trace files of one capture streaming (StreamTraceFile into a
+// StreamingAnalysis with `limits`): memory bounded by the limits and the distinct-name caps,
+// whatever the files' size, nothing kept per event. For profd's own traces the same report as
+// AnalyzeTraceFiles; traces with CPU operators (PyTorch's) get an operator table without CUDA
+// time, which only the in-memory analysis can attribute.
+absl::StatusOr<Report> AnalyzeTraceFilesStreaming(const std::vector<std::string>& paths,
+                                                  const AnalysisOptions& options = {},
+                                                  const StreamLimits& limits = {});
+
+// The same for traces in any format: read(tables, sink) reads each file, streaming, into them
+// (StreamTraceFile for JSON; daemon/trace/perfetto_trace_reader.h for Perfetto).
+absl::StatusOr<Report> AnalyzeStream(
+    const std::function<absl::Status(Trace* tables, TraceEventSink* sink)>& read,
+    const AnalysisOptions& options = {}, const StreamLimits& limits = {});
 
 // The report as JSON (stable field names, times in ns; docs/ANALYSIS.md).
 std::string ReportToJson(const Report& report, bool pretty = true);

@@ -107,4 +107,44 @@ absl::StatusOr<Report> AnalyzeTraceFiles(const std::vector<std::string>& paths,
   return Analyze(*trace, options);
 }
 
+namespace {
+
+// A streaming read's events, into the analysis as they come.
+class AnalysisSink : public TraceEventSink {
+ public:
+  explicit AnalysisSink(StreamingAnalysis* analysis) : analysis_(analysis) {}
+  void Add(const GpuActivity& activity) override { analysis_->Add(activity); }
+  void Add(const HostCall& call) override { analysis_->Add(call); }
+  void Add(const CpuOp& op) override { analysis_->Add(op); }
+  void Add(const CounterSample& sample) override { analysis_->Add(sample); }
+
+ private:
+  StreamingAnalysis* const analysis_;
+};
+
+}  // namespace
+
+absl::StatusOr<Report> AnalyzeStream(
+    const std::function<absl::Status(Trace* tables, TraceEventSink* sink)>& read,
+    const AnalysisOptions& options, const StreamLimits& limits) {
+  Trace tables;
+  StreamingAnalysis analysis(&tables, options, limits);
+  AnalysisSink sink(&analysis);
+  if (absl::Status s = read(&tables, &sink); !s.ok()) return s;
+  return analysis.Finish();
+}
+
+absl::StatusOr<Report> AnalyzeTraceFilesStreaming(const std::vector<std::string>& paths,
+                                                  const AnalysisOptions& options,
+                                                  const StreamLimits& limits) {
+  return AnalyzeStream(
+      [&](Trace* tables, TraceEventSink* sink) {
+        for (const std::string& path : paths) {
+          if (absl::Status s = StreamTraceFile(path, tables, sink); !s.ok()) return s;
+        }
+        return absl::OkStatus();
+      },
+      options, limits);
+}
+
 }  // namespace profd::analysis

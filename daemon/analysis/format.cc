@@ -2,7 +2,10 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "daemon/analysis/report.h"
+#include "daemon/analysis/trace_model.h"
 
 namespace profd::analysis {
 
@@ -45,6 +48,12 @@ std::string FormatRate(double per_s) {
   if (per_s >= 1e6) return absl::StrFormat("%.2fM/s", per_s / 1e6);
   if (per_s >= 1e3) return absl::StrFormat("%.1fk/s", per_s / 1e3);
   return absl::StrFormat("%.0f/s", per_s);
+}
+
+std::string FoldedText(const Report& report) {
+  if (report.folded_kernels == 0) return "";
+  return absl::StrCat(", ", FormatCount(report.folded_kernels), " of them in ",
+                      NameTable::kOtherName, ": too many distinct names, see the notes");
 }
 
 }  // namespace profd::analysis

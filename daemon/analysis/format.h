@@ -13,4 +13,9 @@ std::string FormatPercent(double ratio);  // 0.1234 -> "12.3%"
 std::string FormatCount(uint64_t n);      // 1234567 -> "1,234,567"
 std::string FormatRate(double per_s);     // "12.3k/s"
 
+struct Report;
+// ", 1,234 in [other names]" when the report folded kernels past its caps on distinct names;
+// "" otherwise. The text and HTML headers' kernel count.
+std::string FoldedText(const Report& report);
+
 }  // namespace profd::analysis

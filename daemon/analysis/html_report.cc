@@ -222,8 +222,8 @@ std::string RenderHtml(const Report& r, const std::string& title) {
   absl::StrAppend(&h, "<h1>profd bottleneck report</h1><p class=\"meta\">", Esc(title), "</p>");
   absl::StrAppend(&h, "<p class=\"meta\">Window ", Esc(FormatDuration(r.window_ns)), " · ",
                   FormatCount(r.events), " events · ", FormatCount(r.kernel_count), " kernels (",
-                  FormatCount(r.distinct_kernels), " distinct) · kernel time ",
-                  Esc(FormatDuration(r.kernel_time_ns)), "</p>");
+                  FormatCount(r.distinct_kernels), " distinct", Esc(FoldedText(r)),
+                  ") · kernel time ", Esc(FormatDuration(r.kernel_time_ns)), "</p>");
   for (const DeviceSummary& d : r.devices) {
     absl::StrAppend(&h, "<p class=\"meta\">GPU ", d.id, ": ", Esc(d.name),
                     d.num_sms ? absl::StrCat(", ", d.num_sms, " SMs") : "",

@@ -262,6 +262,12 @@ struct Report {
   int64_t kernel_time_ns = 0;
   uint64_t distinct_kernels = 0;
   int64_t api_time_ns = 0;
+  // Events counted in the one row past the analysis's caps on distinct names (NameTable::Limits,
+  // StreamLimits::max_kernel_names and max_api_names), named NameTable::kOtherName, and at least
+  // how many distinct names went there (a note says so too). 0: every name has its own row.
+  uint64_t folded_kernels = 0;
+  uint64_t folded_api_calls = 0;
+  uint64_t folded_names = 0;
   std::vector<DeviceSummary> devices;
   std::vector<GpuRow> gpus;
   std::vector<ProcessRow> processes;

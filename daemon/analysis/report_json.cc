@@ -132,6 +132,11 @@ void Write(W& w, const Report& r) {
   I64(w, "kernel_time_ns", r.kernel_time_ns);
   U64(w, "distinct_kernels", r.distinct_kernels);
   I64(w, "api_time_ns", r.api_time_ns);
+  // Past the analysis's caps on distinct names: the events counted in the one row named
+  // "[other names]" (top_kernels, apis), and at least how many names went there.
+  U64(w, "folded_kernels", r.folded_kernels);
+  U64(w, "folded_api_calls", r.folded_api_calls);
+  U64(w, "folded_names", r.folded_names);
   // Hardware counter samples behind top_kernels[].counters (0 without --gpu-metrics).
   U64(w, "counter_samples", r.counter_samples);
   I64(w, "counter_interval_ns", r.counter_interval_ns);

@@ -261,6 +261,9 @@ constexpr int64_t kDelayEdges[] = {0,         1000,      2000,      5000,      1
                                    1'000'000, 2'000'000, 5'000'000, 10'000'000};
 constexpr size_t kDelayBins = sizeof(kDelayEdges) / sizeof(kDelayEdges[0]);
 constexpr size_t kMaxSyncSegmentsPerThread = 4096;
+// The row of the names past StreamLimits::max_kernel_names / max_api_names (and of the names the
+// NameTable itself folded): shown as NameTable::kOtherName.
+constexpr uint32_t kFoldedRow = UINT32_MAX;
 // Counter samples kept per GPU ahead of the kernels analysed: 10 s at 100 us.
 constexpr size_t kMaxCounterSamplesAhead = 100'000;
 
@@ -314,6 +317,24 @@ struct StreamingAnalysis::State {
   std::map<std::pair<std::string, std::string>, CopyRow> copies;
 
   absl::flat_hash_map<uint32_t, Samples> api_durations;
+  // Events counted in kFoldedRow, and which names went there (by id: the NameTable bounds them).
+  uint64_t folded_kernels = 0;
+  uint64_t folded_api_calls = 0;
+  std::vector<bool> folded_ids;
+
+  // The row a kernel or API name is counted in: its own while rows stay under max_rows.
+  template <typename Rows>
+  uint32_t RowOf(const Rows& rows, uint32_t name, size_t max_rows, uint64_t* folded) {
+    if (!tables->names.IsOther(name) && (rows.contains(name) || rows.size() < max_rows)) {
+      return name;
+    }
+    ++*folded;
+    if (!tables->names.IsOther(name)) {
+      if (folded_ids.size() <= name) folded_ids.resize(tables->names.size(), false);
+      folded_ids[name] = true;
+    }
+    return kFoldedRow;
+  }
   int64_t api_time = 0;
   std::map<int32_t, ProcessRow> processes;
   std::map<std::pair<std::string, std::string>, SyncRow> syncs;
@@ -422,7 +443,8 @@ struct StreamingAnalysis::State {
       }
       return;
     }
-    Samples& d = api_durations[c.name];
+    Samples& d =
+        api_durations[RowOf(api_durations, c.name, limits.max_api_names, &folded_api_calls)];
     d.Add(c.dur_ns, &budget);
     api_time = SaturatingAdd(api_time, c.dur_ns);
     ProcessRow& p = processes[c.pid];
@@ -559,8 +581,9 @@ struct StreamingAnalysis::State {
     }
 
     // Kernel summary (cuda_gpu_kern_sum).
-    auto [kit, first] = kernels.try_emplace(a.name);
-    if (first) kernel_order.push_back(a.name);
+    const uint32_t row = RowOf(kernels, a.name, limits.max_kernel_names, &folded_kernels);
+    auto [kit, first] = kernels.try_emplace(row);
+    if (first) kernel_order.push_back(row);
     KernelState& k = kit->second;
     k.durations.Add(a.dur_ns, &budget);
     AttributeCounters(a, k);
@@ -827,7 +850,7 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
   for (uint32_t name : s.kernel_order) {
     KernelState& acc = s.kernels[name];
     KernelRow k;
-    k.name = t.names.Name(name);
+    k.name = name == kFoldedRow ? std::string(NameTable::kOtherName) : t.names.Name(name);
     estimated |= !acc.durations.exact();
     k.stats = acc.durations.Stats();
     k.operators = top_launchers(acc.launchers);
@@ -899,7 +922,7 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
   r.api_time_ns = s.api_time;
   for (auto& [name, durations] : s.api_durations) {
     ApiRow a;
-    a.name = t.names.Name(name);
+    a.name = name == kFoldedRow ? std::string(NameTable::kOtherName) : t.names.Name(name);
     estimated |= !durations.exact();
     a.stats = durations.Stats();
     a.time_ratio = r.api_time_ns > 0 ? static_cast<double>(a.stats.total_ns) / r.api_time_ns : 0;
@@ -951,6 +974,20 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
         absl::StrCat(s.late,
                      " GPU activities arrived more than the reorder window after later ones: the "
                      "busy, idle and queue-depth figures around them are approximate."));
+  }
+  r.folded_kernels = s.folded_kernels;
+  r.folded_api_calls = s.folded_api_calls;
+  r.folded_names =
+      static_cast<uint64_t>(std::count(s.folded_ids.begin(), s.folded_ids.end(), true));
+  if (t.names.folded() > 0) ++r.folded_names;  // at least one more the NameTable did not keep
+  if (r.folded_names > 0) {
+    r.notes.push_back(absl::StrCat(
+        "The trace has more distinct names than one analysis keeps (", t.names.limits().max_names,
+        " names, ", s.limits.max_kernel_names, " kernel rows, ", s.limits.max_api_names,
+        " API rows; a program has a few thousand): ", r.folded_kernels, " kernels and ",
+        r.folded_api_calls, " API calls of at least ", r.folded_names,
+        " further names are counted in one row, \"", NameTable::kOtherName,
+        "\". Counts and times stay exact; only their split by name is lost."));
   }
   if (s.ops_dropped > 0) {
     r.notes.push_back(absl::StrCat(s.ops_dropped,

@@ -47,6 +47,13 @@ struct StreamLimits {
   uint64_t exact_samples = uint64_t{1} << 18;
   // CPU operators and annotations kept for the operator table (they nest: kept whole).
   size_t max_cpu_ops = size_t{1} << 20;
+  // Distinct kernel and CUDA API names given a row of their own (each ~0.5 KB of state, and a
+  // row of the report); the others are counted together in one row named
+  // NameTable::kOtherName, and the report says how many events went there. A program has a few
+  // thousand kernels and a few hundred CUDA API functions; a generated or hostile trace
+  // millions. These hold for every analysis, Unbounded() too.
+  size_t max_kernel_names = size_t{1} << 14;
+  size_t max_api_names = size_t{1} << 12;
 
   // No reordering limit and nothing forgotten: for a trace already whole in memory.
   static StreamLimits Unbounded();

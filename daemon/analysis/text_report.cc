@@ -125,7 +125,7 @@ std::string RenderText(const Report& r) {
   absl::StrAppend(&out, "Trace: ", absl::StrJoin(inputs, ", "), "\n");
   absl::StrAppend(&out, "Window: ", Ns(r.window_ns), ", ", FormatCount(r.events), " events, ",
                   FormatCount(r.kernel_count), " kernels (", FormatCount(r.distinct_kernels),
-                  " distinct), kernel time ", Ns(r.kernel_time_ns), "\n");
+                  " distinct", FoldedText(r), "), kernel time ", Ns(r.kernel_time_ns), "\n");
   for (const DeviceSummary& d : r.devices) {
     absl::StrAppend(&out, "GPU ", d.id, ": ", Printable(d.name),
                     d.num_sms ? absl::StrCat(", ", d.num_sms, " SMs") : "",

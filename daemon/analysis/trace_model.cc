@@ -4,9 +4,34 @@
 
 namespace profd::analysis {
 
+NameTable& NameTable::operator=(const NameTable& other) {
+  if (this == &other) return *this;
+  limits_ = other.limits_;
+  bytes_ = other.bytes_;
+  folded_ = other.folded_;
+  other_ = other.other_;
+  names_ = other.names_;
+  ids_.clear();
+  ids_.reserve(names_.size());
+  for (uint32_t id = 0; id < names_.size(); ++id) {
+    if (id != other_) ids_.emplace(names_[id], id);
+  }
+  return *this;
+}
+
 uint32_t NameTable::Intern(std::string_view name) {
-  auto it = ids_.find(absl::string_view(name.data(), name.size()));
+  auto it = ids_.find(name);
   if (it != ids_.end()) return it->second;
+  if (names_.size() >= limits_.max_names || bytes_ + name.size() > limits_.max_bytes) {
+    ++folded_;
+    if (other_ == UINT32_MAX) {
+      // The one name past the limits: kept apart from ids_, so a trace naming a kernel
+      // "[other names]" still gets a row of its own.
+      other_ = static_cast<uint32_t>(names_.size());
+      names_.emplace_back(kOtherName);
+    }
+    return other_;
+  }
   uint32_t id = static_cast<uint32_t>(names_.size());
   names_.emplace_back(name);
   bytes_ += name.size();
@@ -32,6 +57,7 @@ uint32_t Trace::InternLaunchConfig(const LaunchConfig& config) {
   }
   auto it = config_ids_.find(config);
   if (it != config_ids_.end()) return it->second;
+  if (launch_configs.size() >= kMaxLaunchConfigs) return 0;
   uint32_t id = static_cast<uint32_t>(launch_configs.size());
   launch_configs.push_back(config);
   config_ids_.emplace(config, id);

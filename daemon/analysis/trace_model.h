@@ -7,6 +7,7 @@
 
 #include <array>
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -35,18 +36,45 @@ inline bool TimeWithinLimits(int64_t start_ns, int64_t dur_ns) {
          dur_ns <= kMaxDurationNs;
 }
 
-// Interns strings (kernel and API names repeat millions of times) into dense ids.
+// Interns strings (kernel and API names repeat millions of times) into dense ids. The names come
+// from a trace or an agent, which may send millions of distinct ones (each costing the analysis a
+// row): the table keeps at most Limits::max_names names in Limits::max_bytes, and gives every
+// name past either the one id of kOtherName, so every table of the report folds them into one
+// row ("[other names]") and says how many occurrences went there (folded()).
 class NameTable {
  public:
+  static constexpr char kOtherName[] = "[other names]";
+  struct Limits {
+    // A model has a few hundred to a few thousand distinct kernel, API and operator names; a
+    // generated or hostile trace, millions (each ~1-2 KB of analysis state and report row).
+    size_t max_names = size_t{1} << 16;
+    uint64_t max_bytes = uint64_t{16} << 20;
+  };
+
+  NameTable() = default;
+  explicit NameTable(const Limits& limits) : limits_(limits) {}
+  NameTable(const NameTable& other) { *this = other; }
+  NameTable& operator=(const NameTable& other);
+  NameTable(NameTable&&) = default;  // deque elements keep their addresses: the views stay valid
+  NameTable& operator=(NameTable&&) = default;
+
   uint32_t Intern(std::string_view name);
   const std::string& Name(uint32_t id) const { return names_[id]; }
   size_t size() const { return names_.size(); }
   uint64_t bytes() const { return bytes_; }  // of the distinct names
+  // Whether id is kOtherName's: the names past the limits.
+  bool IsOther(uint32_t id) const { return id == other_; }
+  // Interns past the limits (occurrences, not distinct names: those are not kept to count).
+  uint64_t folded() const { return folded_; }
+  const Limits& limits() const { return limits_; }
 
  private:
+  Limits limits_;
   uint64_t bytes_ = 0;
-  std::vector<std::string> names_;
-  absl::flat_hash_map<std::string, uint32_t> ids_;
+  uint64_t folded_ = 0;
+  uint32_t other_ = UINT32_MAX;    // kOtherName's id, once a name was folded
+  std::deque<std::string> names_;  // a deque: a string never moves, so ids_ may view it
+  absl::flat_hash_map<std::string_view, uint32_t> ids_;
 };
 
 // Grid, block, registers and shared memory of a launch. Interned too: a model launches a few
@@ -200,6 +228,9 @@ struct Trace {
   bool has_base_time = false;
   int64_t base_time_ns = 0;
 
+  // Distinct launch configurations kept (each a row of every kernel's occupancy estimate); past
+  // it a configuration is interned as unknown (0). Models launch a few hundred.
+  static constexpr size_t kMaxLaunchConfigs = size_t{1} << 16;
   uint32_t InternLaunchConfig(const LaunchConfig& config);
   // Widens the window to cover [start, end].
   void Cover(int64_t start_ns, int64_t end_ns) {

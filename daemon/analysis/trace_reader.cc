@@ -28,6 +28,8 @@ constexpr int kChunks = 4;
 // RapidJSON's reader recurses once per level, so an unbounded depth is a stack overflow: a
 // 100,000-deep document crashed profd's gRPC thread. Far deeper than any real trace.
 constexpr int kMaxJsonDepth = 64;
+// deviceProperties entries kept per file: a node has at most a few dozen GPUs.
+constexpr size_t kMaxDevices = 1024;
 
 // Produces the uncompressed JSON bytes, chunk by chunk. Called on the prefetch thread only.
 class ChunkSource {
@@ -125,6 +127,17 @@ class MemorySource : public ChunkSource {
   bool in_member_ = false;
   bool done_ = false;
   z_stream z_;
+};
+
+// Bytes handed over by a function (the Kineto copy, which tees what it reads into the analysis).
+class FunctionSource : public ChunkSource {
+ public:
+  explicit FunctionSource(const ReadChunk& read) : read_(read) {}
+  absl::StatusOr<size_t> Read(char* buf, size_t cap) override { return read_(buf, cap); }
+  bool gzip() const override { return false; }
+
+ private:
+  const ReadChunk& read_;
 };
 
 // A RapidJSON input stream over the chunks of a ChunkSource, read ahead by its own thread so that
@@ -318,8 +331,14 @@ std::optional<int64_t> InRange(std::optional<int64_t> v, int64_t lo, int64_t hi)
 // The SAX handler: a small state machine over the few places of the document we read.
 class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, TraceHandler> {
  public:
-  TraceHandler(Trace* trace, uint16_t file, const ReadLimits& limits)
-      : trace_(trace), file_(file), limits_(limits) {}
+  // sink: where the events go; null to keep them in *trace.
+  TraceHandler(Trace* trace, uint16_t file, TraceEventSink* sink, const ReadLimits& limits)
+      : trace_(trace),
+        file_(file),
+        sink_(sink),
+        limits_(limits),
+        // Correlation and External ids are per process: files are kept apart.
+        id_offset_(static_cast<int64_t>(file) << kCorrelationBits) {}
 
   bool StartObject() {
     if (!Deeper()) return false;
@@ -365,7 +384,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         level_ = Level::kEvent;
         break;
       case Level::kDevice:
-        if (!dev_invalid_) trace_->devices.push_back(dev_);
+        if (!dev_invalid_ && trace_->devices.size() < kMaxDevices) trace_->devices.push_back(dev_);
         dev_invalid_ = false;
         level_ = Level::kDevices;
         break;
@@ -579,6 +598,9 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   int64_t start_ns() const { return start_ns_; }
   int64_t end_ns() const { return end_ns_; }
   bool saw_events() const { return saw_events_; }
+  bool events_in_root_array() const { return events_in_root_array_; }
+  // Sink mode: impossible events and those the file's clock shift moved out of the model's range.
+  uint64_t sink_invalid() const { return sink_invalid_; }
 
  private:
   enum class Level { kRoot, kTop, kEvents, kEvent, kArgs, kArgArray, kDevices, kDevice, kDone };
@@ -876,6 +898,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
           if (std::optional<int64_t> base = InRange(i, 0, kMaxTimeNs)) {
             base_time_ns_ = *base;
             has_base_time_ = true;
+            if (sink_ != nullptr && !AlignClock()) return false;
           } else {
             Fail(absl::StatusCode::kInvalidArgument,
                  absl::StrCat("baseTimeNanoseconds ", v.d,
@@ -891,6 +914,34 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     }
     key_ = Field::kNone;
     return true;
+  }
+
+  // Sink mode: events go out as they are read, so this file's clock shift onto the trace's (the
+  // first file's baseTimeNanoseconds) must be known before its first event. Trace writers put the
+  // base in the header; a file that gives it after events it would have moved is refused.
+  bool AlignClock() {
+    if (!trace_->has_base_time) {
+      trace_->has_base_time = true;
+      trace_->base_time_ns = base_time_ns_;
+    }
+    shift_ = base_time_ns_ - trace_->base_time_ns;  // both in [0, kMaxTimeNs]: fits
+    if (emitted_ && shift_ != 0) {
+      Fail(absl::StatusCode::kInvalidArgument,
+           "baseTimeNanoseconds comes after events that it would move onto the first file's clock",
+           "Analyse this file on its own, or put baseTimeNanoseconds before \"traceEvents\".");
+      return false;
+    }
+    return true;
+  }
+
+  // Sink mode: the event onto the trace's clock, or false (counted) if that moves it out of range.
+  template <typename E>
+  bool Shift(E& e) {
+    emitted_ = true;
+    e.start_ns += shift_;  // |start| <= 2^62 and |shift| <= 2^62: no overflow
+    if (TimeWithinLimits(e.start_ns, e.dur_ns)) return true;
+    ++sink_invalid_;
+    return false;
   }
 
   // False stops the parse (a limit was reached; error_ says which).
@@ -910,20 +961,13 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     if (*start + *dur > end_ns_) end_ns_ = *start + *dur;
     if (ev_.cat == Cat::kOther) return true;
     if (ev_.cat == Cat::kCpuOp && IsFilteredOperator(ev_.name)) return true;
-    if (trace_->gpu.size() + trace_->host.size() + trace_->ops.size() >= limits_.max_events) {
+    if (sink_ == nullptr &&
+        trace_->gpu.size() + trace_->host.size() + trace_->ops.size() >= limits_.max_events) {
       Fail(absl::StatusCode::kResourceExhausted,
            absl::StrCat("more than ", limits_.max_events,
                         " GPU and CUDA API events, the most one analysis holds"),
            "Analyse a shorter capture, or fewer files at once. (PyTorch's CPU operators count "
            "as events here too.)");
-      return false;
-    }
-    if (trace_->names.bytes() + ev_.name.size() > limits_.max_name_bytes) {
-      Fail(absl::StatusCode::kResourceExhausted,
-           absl::StrCat("more than ", limits_.max_name_bytes,
-                        " bytes of distinct kernel and API names, the most one analysis holds"),
-           "A real trace has a few thousand names (kernels, API calls, operators): this one is "
-           "corrupt or generated.");
       return false;
     }
     StoreEvent(*start, *dur);
@@ -936,7 +980,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     std::optional<int64_t> start = ScaledRound(ev_.ts, 1000.0, kMinTimeNs, kMaxTimeNs);
     std::optional<int64_t> dur = ScaledRound(ev_.dur, 1000.0, 0, kMaxDurationNs);
     if (!start || !dur || *dur == 0 || ev_.invalid) return true;
-    if (trace_->counters.size() >= limits_.max_events) {
+    if (sink_ == nullptr && trace_->counters.size() >= limits_.max_events) {
       Fail(absl::StatusCode::kResourceExhausted,
            absl::StrCat("more than ", limits_.max_events,
                         " hardware counter samples, the most one analysis holds"),
@@ -949,7 +993,11 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     c.device = ev_.pid;
     c.file = file_;
     c.values = ev_.counters;
-    trace_->counters.push_back(c);
+    if (sink_ == nullptr) {
+      trace_->counters.push_back(c);
+    } else if (Shift(c)) {
+      sink_->Add(c);
+    }
     return true;
   }
 
@@ -961,12 +1009,12 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         GpuActivity a;
         a.start_ns = start;
         a.dur_ns = dur;
-        a.correlation = ev_.correlation;
+        a.correlation = Offset(ev_.correlation);
         a.bytes = ev_.bytes;
         a.name = trace_->names.Intern(ev_.name);
         a.device = static_cast<int32_t>(ev_.device >= 0 ? ev_.device : ev_.pid);
         a.stream = static_cast<int32_t>(ev_.stream >= 0 ? ev_.stream : ev_.tid);
-        a.external_id = ev_.external_id;
+        a.external_id = Offset(ev_.external_id);
         a.file = file_;
         if (ev_.cat == Cat::kKernel) {
           a.type = GpuActivity::Type::kKernel;
@@ -980,7 +1028,11 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         } else {
           a.type = GpuActivity::Type::kMemset;
         }
-        trace_->gpu.push_back(a);
+        if (sink_ == nullptr) {
+          trace_->gpu.push_back(a);
+        } else if (Shift(a)) {
+          sink_->Add(a);
+        }
         break;
       }
       case Cat::kRuntime:
@@ -989,7 +1041,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         HostCall c;
         c.start_ns = start;
         c.dur_ns = dur;
-        c.correlation = ev_.correlation;
+        c.correlation = Offset(ev_.correlation);
         c.name = trace_->names.Intern(ev_.name);
         c.pid = static_cast<int32_t>(ev_.pid);
         c.tid = static_cast<int32_t>(ev_.tid);
@@ -997,7 +1049,15 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         c.type = ev_.cat == Cat::kRuntime  ? HostCall::Type::kRuntime
                  : ev_.cat == Cat::kDriver ? HostCall::Type::kDriver
                                            : HostCall::Type::kSync;
-        trace_->host.push_back(c);
+        if (sink_ == nullptr) {
+          trace_->host.push_back(c);
+        } else {
+          // The process that issued the file's CUDA calls: here the first one's (a file holds
+          // one process's calls); ReadTraceFile's in-memory count takes the most frequent.
+          InputFile& f = trace_->files[file_];
+          if (f.host_pid < 0 && c.type != HostCall::Type::kSync) f.host_pid = c.pid;
+          if (Shift(c)) sink_->Add(c);
+        }
         break;
       }
       case Cat::kCpuOp:
@@ -1006,7 +1066,7 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         CpuOp op;
         op.start_ns = start;
         op.dur_ns = dur;
-        op.external_id = ev_.external_id;
+        op.external_id = Offset(ev_.external_id);
         op.name = trace_->names.Intern(OperatorKey(ev_.name));
         op.pid = ev_.pid;
         op.tid = ev_.tid;
@@ -1014,7 +1074,11 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
         op.kind = ev_.cat == Cat::kCpuOp            ? CpuOp::Kind::kOperator
                   : ev_.cat == Cat::kUserAnnotation ? CpuOp::Kind::kUserAnnotation
                                                     : CpuOp::Kind::kOverhead;
-        trace_->ops.push_back(op);
+        if (sink_ == nullptr) {
+          trace_->ops.push_back(op);
+        } else if (Shift(op)) {
+          sink_->Add(op);
+        }
         break;
       }
       case Cat::kOther:
@@ -1023,9 +1087,16 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
     }
   }
 
+  int64_t Offset(int64_t id) const { return id >= 0 ? id + id_offset_ : id; }
+
   Trace* trace_;
   uint16_t file_;
+  TraceEventSink* const sink_;
   const ReadLimits limits_;
+  const int64_t id_offset_;
+  int64_t shift_ = 0;     // sink mode: this file's clock onto the trace's
+  bool emitted_ = false;  // sink mode: an event went out
+  uint64_t sink_invalid_ = 0;
   Level level_ = Level::kRoot;
   Field key_ = Field::kNone;
   Field array_key_ = Field::kNone;
@@ -1052,14 +1123,17 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
 };
 
 absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
-                   const ReadLimits& limits) {
+                   TraceEventSink* sink, const ReadLimits& limits) {
   if (trace->files.size() >= 0xffff) {
     return absl::InvalidArgumentError("more than 65535 trace files in one analysis");
   }
   uint16_t file = static_cast<uint16_t>(trace->files.size());
   size_t gpu_before = trace->gpu.size(), host_before = trace->host.size(),
          ops_before = trace->ops.size(), counters_before = trace->counters.size();
-  TraceHandler handler(trace, file, limits);
+  // In place from the start: a sink's analysis looks the file up while the events come.
+  trace->files.emplace_back();
+  trace->files.back().path = label;
+  TraceHandler handler(trace, file, sink, limits);
   rapidjson::Reader reader;
   rapidjson::ParseResult result;
   size_t bytes = 0;
@@ -1092,16 +1166,17 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
         ". Expected Chrome trace-event JSON (an object with \"traceEvents\", as written by profd "
         "or torch.profiler's export_chrome_trace), plain or gzip."));
   }
-  if (!handler.saw_events()) {
+  if (!handler.saw_events() || (limits.require_object && handler.events_in_root_array())) {
     return absl::InvalidArgumentError(absl::StrCat(
         label,
-        ": no \"traceEvents\" array found. Expected Chrome trace-event JSON as written by "
-        "profd or torch.profiler's export_chrome_trace."));
+        ": no \"traceEvents\" array found in a top-level object. Expected Chrome trace-event "
+        "JSON as written by profd or torch.profiler's export_chrome_trace."));
   }
-  uint64_t invalid = handler.invalid_events();
+  uint64_t invalid = handler.invalid_events() + handler.sink_invalid();
   // Align this file's clock with the first file's (our writer stores ts relative to its base).
   // Both bases lie in [0, kMaxTimeNs], so the shift fits; a shifted event can still leave the
-  // model's range (a base a century off): those are dropped like any impossible time.
+  // model's range (a base a century off): those are dropped like any impossible time. A sink's
+  // events were shifted as they went out (TraceHandler::AlignClock).
   int64_t shift = 0;
   if (handler.has_base_time()) {
     if (!trace->has_base_time) {
@@ -1111,7 +1186,7 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
       shift = handler.base_time_ns() - trace->base_time_ns;
     }
   }
-  if (shift != 0) {
+  if (shift != 0 && sink == nullptr) {
     auto shifted_out = [&](auto& event) {
       event.start_ns += shift;  // |start| <= 2^62 and |shift| <= 2^62: no overflow
       return !TimeWithinLimits(event.start_ns, event.dur_ns);
@@ -1133,46 +1208,37 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
     trace->Cover(clamp(SaturatingAdd(handler.start_ns(), shift)),
                  clamp(SaturatingAdd(handler.end_ns(), shift)));
   }
-  // Correlation and External ids are per process: keep files apart.
-  if (file > 0) {
-    int64_t offset = static_cast<int64_t>(file) << 40;
-    for (size_t i = gpu_before; i < trace->gpu.size(); ++i) {
-      if (trace->gpu[i].correlation >= 0) trace->gpu[i].correlation += offset;
-      if (trace->gpu[i].external_id >= 0) trace->gpu[i].external_id += offset;
-    }
-    for (size_t i = ops_before; i < trace->ops.size(); ++i) {
-      if (trace->ops[i].external_id >= 0) trace->ops[i].external_id += offset;
-    }
-    for (size_t i = host_before; i < trace->host.size(); ++i) {
-      if (trace->host[i].correlation >= 0) trace->host[i].correlation += offset;
-    }
-  }
-  InputFile f;
-  f.path = label;
+  InputFile& f = trace->files[file];
   f.format = handler.saw_profd() ? "profd" : "kineto";
   f.gzip = source->gzip();
   f.bytes_read = bytes;
   // A profd trace counts what its capture counted; any other trace every event it holds.
   f.events = handler.saw_profd() ? handler.records() : handler.events();
   f.invalid_events = invalid;
-  absl::flat_hash_map<int32_t, uint64_t> calls_per_pid;
-  for (size_t i = host_before; i < trace->host.size(); ++i) {
-    if (trace->host[i].type != HostCall::Type::kSync) ++calls_per_pid[trace->host[i].pid];
-  }
-  uint64_t best = 0;
-  for (const auto& [pid, n] : calls_per_pid) {
-    if (n > best || (n == best && pid < f.host_pid)) {
-      best = n;
-      f.host_pid = pid;
+  if (sink == nullptr) {
+    absl::flat_hash_map<int32_t, uint64_t> calls_per_pid;
+    for (size_t i = host_before; i < trace->host.size(); ++i) {
+      if (trace->host[i].type != HostCall::Type::kSync) ++calls_per_pid[trace->host[i].pid];
+    }
+    uint64_t best = 0;
+    for (const auto& [pid, n] : calls_per_pid) {
+      if (n > best || (n == best && pid < f.host_pid)) {
+        best = n;
+        f.host_pid = pid;
+      }
     }
   }
-  trace->files.push_back(std::move(f));
   return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::Status ReadTraceFile(const std::string& path, Trace* trace, const ReadLimits& limits) {
+  return StreamTraceFile(path, trace, nullptr, limits);
+}
+
+absl::Status StreamTraceFile(const std::string& path, Trace* tables, TraceEventSink* sink,
+                             const ReadLimits& limits) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (f == nullptr) {
     return absl::NotFoundError(absl::StrCat("cannot open trace ", path, ": ", std::strerror(errno),
@@ -1180,13 +1246,19 @@ absl::Status ReadTraceFile(const std::string& path, Trace* trace, const ReadLimi
   }
   gzbuffer(f, 1 << 20);
   GzFileSource source(f);
-  return Parse(&source, path, trace, limits);
+  return Parse(&source, path, tables, sink, limits);
+}
+
+absl::Status StreamTrace(const ReadChunk& read, const std::string& label, Trace* tables,
+                         TraceEventSink* sink, const ReadLimits& limits) {
+  FunctionSource source(read);
+  return Parse(&source, label, tables, sink, limits);
 }
 
 absl::Status ReadTraceBuffer(std::string_view data, const std::string& label, Trace* trace,
                              const ReadLimits& limits) {
   MemorySource source(data);
-  return Parse(&source, label, trace, limits);
+  return Parse(&source, label, trace, nullptr, limits);
 }
 
 absl::StatusOr<Trace> ReadTraceFiles(const std::vector<std::string>& paths,

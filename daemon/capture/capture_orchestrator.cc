@@ -624,8 +624,29 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         kineto |= f.format() == CaptureFolder::kKinetoTrace;
       }
       absl::Status s;
-      absl::StatusOr<analysis::Report> report =
-          kineto ? analysis::AnalyzeTraceFiles(paths) : analysis_->Finish();
+      absl::StatusOr<analysis::Report> report;
+      if (kineto) {
+        uint64_t events = 0;
+        for (const Process& proc : processes_) {
+          if (proc.kineto) events = SaturatingAdd(events, proc.kineto->trace_events());
+        }
+        const uint64_t exact = owner_->options_.kineto_max_exact_events;
+        if (events <= exact) {
+          report = analysis::AnalyzeTraceFiles(paths);
+        } else {
+          report = analysis::AnalyzeTraceFilesStreaming(paths);
+          if (report.ok()) {
+            report->notes.push_back(absl::StrCat(
+                "The Kineto traces hold ", events, " events, more than profd analyses in memory (",
+                exact,
+                ", CaptureOptions::kineto_max_exact_events): they were analysed streaming, "
+                "so the operator table has no CUDA time. `profctl report` on the trace "
+                "file gives it."));
+          }
+        }
+      } else {
+        report = analysis_->Finish();
+      }
       if (report.ok()) {
         *info_.mutable_summary() = SummaryOf(*report, dropped);
         // Each process is counted as the report counts its trace.
@@ -1044,9 +1065,19 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
     return info;
   }
   info.set_location(path);
-  std::vector<std::string> paths;
-  for (const v1::TraceFile& f : info.files()) paths.push_back(f.path());
-  absl::StatusOr<analysis::Report> report = analysis::AnalyzeTraceFiles(paths);
+  // The report of what the repaired traces hold, each read back by its format's reader, in the
+  // bounded memory of a capture's own analysis (a killed capture may be as large as any).
+  std::vector<std::pair<std::string, TraceFormat>> traces_written;
+  for (const v1::TraceFile& f : info.files()) {
+    traces_written.emplace_back(f.path(), f.format() == TraceManifestFormat(TraceFormat::kPerfetto)
+                                              ? TraceFormat::kPerfetto
+                                              : TraceFormat::kChromeJson);
+  }
+  absl::StatusOr<analysis::Report> report = AnalyzeWrittenTraces(traces_written);
+  if (!report.ok()) {
+    LogWarning(kComponent, "capture %s: no report of its repaired traces: %s", info.capture_id(),
+               report.status().message());
+  }
   absl::Status written;
   if (report.ok()) {
     *info.mutable_summary() = SummaryOf(*report, 0);
@@ -1102,6 +1133,8 @@ std::vector<std::string> CaptureOrchestrator::RecoverUnfinished() {
     recovered_.push_back(*std::move(info));
     if (recovered_.size() > kKeepFinished) recovered_.erase(recovered_.begin());
   }
+  // The analyses of the repaired traces are gone: so are their pages (ReleaseWorkingState).
+  if (!folders.empty()) malloc_trim(0);
   return ids;
 }
 

@@ -48,9 +48,16 @@ struct CaptureOptions {
   TraceFormat trace_format = TraceFormat::kChromeJson;
   // Through Kineto: the largest trace profd takes from a process (--kineto_max_trace_bytes).
   uint64_t kineto_max_trace_bytes = uint64_t{2} << 30;
-  // What one process's string table (kernel, API and NVTX names) may hold; past it that process's
-  // trace stops. Real captures need a few MiB; the agent chooses ids and texts.
-  uint64_t max_string_bytes_per_process = 64u << 20;
+  // Through Kineto: the capture's report holds the traces in memory (the operator table's CUDA
+  // time needs every CPU operator, API call and kernel at once: ~150 bytes per event at its
+  // peak) up to this many events in all; past it they are analysed streaming, in bounded memory,
+  // and the operator table has no CUDA time. ~300 k events keep profd within its budget of
+  // 100 MB + 16 MB per process; a 3 s on-demand trace of a large model has ~1 M.
+  uint64_t kineto_max_exact_events = 300'000;
+  // What one process's string table (kernel, API and NVTX names) may hold, as malloc counts it;
+  // past it that process's trace stops. Real captures need a few MiB (100 k names of 40 bytes
+  // fit); the agent chooses ids and texts, and profd's budget is 16 MB per process captured.
+  uint64_t max_string_bytes_per_process = 12u << 20;
   // Also keep the raw event batches (batches-<pid>.pb, varint-delimited EventBatch) for replay
   // in tests and bug reports.
   bool record_batches = false;

@@ -8,9 +8,24 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/analysis/trace_reader.h"
 #include "daemon/kineto/kineto_trace_file.h"
 
 namespace profd {
+namespace {
+
+ssize_t read_fd(int fd, char* buf, size_t cap) { return read(fd, buf, cap); }
+
+// The copy's parse keeps no event.
+class DiscardEvents : public analysis::TraceEventSink {
+ public:
+  void Add(const analysis::GpuActivity&) override {}
+  void Add(const analysis::HostCall&) override {}
+  void Add(const analysis::CpuOp&) override {}
+  void Add(const analysis::CounterSample&) override {}
+};
+
+}  // namespace
 
 KinetoSource::KinetoSource(kineto::KinetoIpcServer* server, uint32_t pid, uid_t uid,
                            std::string folder, uint64_t max_trace_bytes, int gzip_level)
@@ -59,27 +74,36 @@ absl::Status KinetoSource::TryCollect() {
     return absl::ResourceExhaustedError(
         absl::StrCat("cannot create ", path, ": ", std::strerror(errno)));
   }
-  std::vector<char> buf(1 << 20);
+  // Each chunk read goes to the copy and to the parser; a copy error stops the parse with it.
   uint64_t copied = 0;
-  absl::Status status;
-  while (true) {
-    ssize_t n = read(file->fd(), buf.data(), buf.size());
-    if (n == 0) break;
+  const analysis::ReadChunk read = [&](char* buf, size_t cap) -> absl::StatusOr<size_t> {
+    const ssize_t n = read_fd(file->fd(), buf, cap);
     if (n < 0) {
-      status = absl::InternalError(absl::StrCat("reading Kineto's trace: ", std::strerror(errno)));
-      break;
+      return absl::InternalError(absl::StrCat("reading Kineto's trace: ", std::strerror(errno)));
     }
     copied += static_cast<uint64_t>(n);
     if (copied > max_trace_bytes_) {
-      status = absl::ResourceExhaustedError(
+      return absl::ResourceExhaustedError(
           absl::StrCat("Kineto's trace grew past the ", max_trace_bytes_,
                        "-byte limit while profd read it (profd --kineto_max_trace_bytes)"));
-      break;
     }
-    if (gzwrite(out, buf.data(), static_cast<unsigned>(n)) != n) {
-      status = absl::ResourceExhaustedError(absl::StrCat("writing ", path, " failed (disk full?)"));
-      break;
+    if (n > 0 && gzwrite(out, buf, static_cast<unsigned>(n)) != n) {
+      return absl::ResourceExhaustedError(absl::StrCat("writing ", path, " failed (disk full?)"));
     }
+    return static_cast<size_t>(n);
+  };
+  // Names only (bounded by its NameTable): the events are counted and dropped; the capture's
+  // report reads the copy once it is whole (CaptureOrchestrator's Finalize).
+  analysis::Trace tables;
+  DiscardEvents discard;
+  analysis::ReadLimits limits;
+  limits.require_object = true;
+  absl::Status status = analysis::StreamTrace(read, absl::StrCat("Kineto's trace of pid ", pid_),
+                                              &tables, &discard, limits);
+  if (!status.ok() && status.code() == absl::StatusCode::kInvalidArgument) {
+    status = absl::InvalidArgumentError(absl::StrCat(
+        status.message(), " (", copied,
+        " bytes read; the file the process wrote where Kineto writes its trace is not one)"));
   }
   if (gzclose(out) != Z_OK && status.ok()) {
     status = absl::ResourceExhaustedError(absl::StrCat("writing ", path, " failed (disk full?)"));
@@ -89,6 +113,7 @@ absl::Status KinetoSource::TryCollect() {
     return status;
   }
   trace_bytes_ = copied;
+  trace_events_ = tables.files.empty() ? 0 : tables.files.back().events;
   // It is profd's now: the process's /tmp does not keep a copy of every capture.
   (void)file->Remove();
   return absl::OkStatus();

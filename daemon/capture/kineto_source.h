@@ -1,6 +1,10 @@
 // One process of a capture reached through Kineto (docs/KINETO.md): the on-demand config offered
 // to the process's next poll of the Kineto socket, then the trace Kineto writes in the process's
-// own /tmp, copied (gzip) into the capture folder and removed from the process.
+// own /tmp, copied (gzip) into the capture folder and removed from the process. The copy is read
+// once, streaming, and parsed as it goes (analysis/trace_reader.h with no events kept): a file
+// that is not Kineto's trace (NULs, JSON nested past the reader's depth, no object with
+// "traceEvents") fails the process's capture with the reader's reason at the first chunk that
+// shows it, instead of being copied whole and reported as a trace of 0 events.
 //
 // Lives on its capture's pipeline thread. The Kineto server calls `notify` from its own thread
 // when the config goes out or the offer expires; notify must only queue.
@@ -43,6 +47,8 @@ class KinetoSource {
   absl::Status TryCollect();
   const std::string& file_name() const { return file_name_; }
   uint64_t trace_bytes() const { return trace_bytes_; }
+  // The trace events the collected file holds (every kind, metadata included), as read.
+  uint64_t trace_events() const { return trace_events_; }
 
  private:
   kineto::KinetoIpcServer* const server_;
@@ -56,6 +62,7 @@ class KinetoSource {
   int32_t pid_in_namespace_ = 0;
   bool offered_ = false;
   uint64_t trace_bytes_ = 0;
+  uint64_t trace_events_ = 0;
 };
 
 }  // namespace profd

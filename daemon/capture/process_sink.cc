@@ -23,7 +23,10 @@ ProcessSink::ProcessSink(TraceProcess process, std::vector<v1::DeviceInfo> devic
       folder_(folder),
       analysis_(analysis),
       options_(options),
-      devices_(std::move(devices)) {}
+      devices_(std::move(devices)),
+      // ChargeStrings stops the trace at its estimate of the names; the table holds itself to
+      // the same bound as malloc counts it (demangling may lengthen a name 4-fold).
+      names_(options.max_string_bytes) {}
 
 std::string ProcessSink::ChargeStrings(const v1::EventBatch& batch) {
   uint32_t top = 0;
@@ -37,7 +40,16 @@ std::string ProcessSink::ChargeStrings(const v1::EventBatch& batch) {
   string_slots_ = std::max(string_slots_, top + 1);
   string_bytes_ += slots * 2 * sizeof(std::string) + 2 * text;
   const uint64_t limit = options_.max_string_bytes;
-  if (string_bytes_ <= limit) return "";
+  // The estimate first (before any demangling), then what the table really takes: a name may
+  // demangle to 4 times its length, and each entry has its slot in the table.
+  bool over = string_bytes_ > limit;
+  if (!over) {
+    const uint64_t rejected_before = names_.rejected();
+    names_.Add(batch);
+    charged_ = &batch;
+    over = names_.rejected() != rejected_before;
+  }
+  if (!over) return "";
   return absl::StrCat("the agent's kernel and API names need more than ", limit >> 20,
                       " MiB (string ids up to ", top,
                       "): the trace stops there (CaptureOptions::max_string_bytes_per_process)");
@@ -79,7 +91,8 @@ absl::Status ProcessSink::StartTrace() {
 absl::Status ProcessSink::Write(const v1::EventBatch& batch, absl::string_view bytes,
                                 bool files_ok) {
   const uint64_t rejected_before = names_.rejected();
-  names_.Add(batch);
+  if (charged_ != &batch) names_.Add(batch);  // ChargeStrings added them
+  charged_ = nullptr;
   if (names_.rejected() != rejected_before) {
     // Once per batch that had refused names; their events are written with an empty name.
     LogWarning(kComponent, "capture %s pid %u: %s", process_.capture_id, process_.pid,

@@ -26,16 +26,16 @@ class ProcessSink {
   struct Options {
     TraceFormat trace_format = TraceFormat::kChromeJson;
     int gzip_level = 1;
-    uint64_t max_string_bytes = 64u << 20;
-    bool record_batches = false;  // batches-<pid>.pb: varint-delimited EventBatch
+    uint64_t max_string_bytes = 12u << 20;  // CaptureOptions::max_string_bytes_per_process
+    bool record_batches = false;            // batches-<pid>.pb: varint-delimited EventBatch
   };
 
   // folder and analysis belong to the capture and outlive the sink.
   ProcessSink(TraceProcess process, std::vector<v1::DeviceInfo> devices, CaptureFolder* folder,
               CaptureAnalysis* analysis, Options options);
 
-  // Charges the batch's strings against max_string_bytes; returns why the batch is refused, or
-  // "". Call before Write.
+  // Charges the batch's strings against max_string_bytes (and adds them to the string table);
+  // returns why the batch is refused, or "". Call before Write.
   std::string ChargeStrings(const v1::EventBatch& batch);
 
   // Drops the events of batch past max_events for this process (0: no limit), in the batch's
@@ -72,6 +72,7 @@ class ProcessSink {
   const Options options_;
   std::vector<v1::DeviceInfo> devices_;  // from the target, then from the batches
   StringTable names_;
+  const v1::EventBatch* charged_ = nullptr;  // the batch whose strings ChargeStrings added
   // What names_ holds, against max_string_bytes: a slot per id up to the largest, and the text
   // of each string.
   uint64_t string_bytes_ = 0;

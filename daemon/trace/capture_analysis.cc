@@ -2,8 +2,10 @@
 
 #include <algorithm>
 
+#include "daemon/analysis/analysis.h"
 #include "daemon/trace/event_limits.h"
 #include "daemon/trace/event_names.h"
+#include "daemon/trace/perfetto_trace_reader.h"
 
 namespace profd {
 namespace {
@@ -32,6 +34,8 @@ size_t CaptureAnalysis::AddProcess(uint32_t pid, const std::string& trace_path) 
   f.path = trace_path;
   f.format = "profd";
   f.gzip = true;
+  // Its GPU work is the process's, also what comes before its first CUDA call.
+  f.host_pid = pid <= INT32_MAX ? static_cast<int32_t>(pid) : -1;
   tables_.files.push_back(f);
   Process p;
   p.pid = pid;
@@ -42,9 +46,12 @@ size_t CaptureAnalysis::AddProcess(uint32_t pid, const std::string& trace_path) 
 }
 
 uint32_t CaptureAnalysis::NameOf(Process& p, uint32_t string_id, const StringTable& names) {
-  auto [it, inserted] = p.names.try_emplace(string_id, 0);
-  if (inserted) it->second = tables_.names.Intern(names.Text(string_id));
-  return it->second;
+  if (auto it = p.names.find(string_id); it != p.names.end()) return it->second;
+  const uint32_t id = tables_.names.Intern(names.Text(string_id));
+  // Ids past the NameTable's limits all name its one "other" row: not remembered, so that this
+  // map stays as bounded as the table however many ids the agent uses.
+  if (!tables_.names.IsOther(id)) p.names.emplace(string_id, id);
+  return id;
 }
 
 bool CaptureAnalysis::Interval(size_t process, uint64_t start, uint64_t end, bool impossible,
@@ -140,7 +147,6 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     c.file = file;
     c.type =
         a.domain() == v1::API_DOMAIN_DRIVER ? HostCall::Type::kDriver : HostCall::Type::kRuntime;
-    tables_.files[process].host_pid = static_cast<int32_t>(p.pid);
     analysis_.Add(c);
   }
   for (const v1::Synchronization& s : batch.syncs()) {
@@ -217,5 +223,21 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
 }
 
 analysis::Report CaptureAnalysis::Finish() { return analysis_.Finish(); }
+
+absl::StatusOr<analysis::Report> AnalyzeWrittenTraces(
+    const std::vector<std::pair<std::string, TraceFormat>>& files,
+    const analysis::AnalysisOptions& options, const analysis::StreamLimits& limits) {
+  return analysis::AnalyzeStream(
+      [&](analysis::Trace* tables, analysis::TraceEventSink* sink) {
+        for (const auto& [path, format] : files) {
+          absl::Status s = format == TraceFormat::kPerfetto
+                               ? StreamPerfettoTrace(path, tables, sink)
+                               : analysis::StreamTraceFile(path, tables, sink);
+          if (!s.ok()) return s;
+        }
+        return absl::OkStatus();
+      },
+      options, limits);
+}
 
 }  // namespace profd

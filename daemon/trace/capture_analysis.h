@@ -15,14 +15,17 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "daemon/analysis/report.h"
 #include "daemon/analysis/streaming_analysis.h"
 #include "daemon/analysis/trace_model.h"
 #include "daemon/metrics/gpu_counters.h"
 #include "daemon/trace/string_table.h"
+#include "daemon/trace/trace_writer.h"
 #include "profd/v1/events.pb.h"
 
 namespace profd {
@@ -61,5 +64,14 @@ class CaptureAnalysis {
   analysis::StreamingAnalysis analysis_;
   std::vector<Process> processes_;
 };
+
+// The report of trace files already written (a capture repaired when profd starts), each read
+// back streaming by its own format's reader (JSON: analysis/trace_reader.h; Perfetto:
+// perfetto_trace_reader.h) into one StreamingAnalysis with `limits`: the report the capture's
+// own CaptureAnalysis would have made from the events the files hold, in the same bounded memory
+// whatever their size.
+absl::StatusOr<analysis::Report> AnalyzeWrittenTraces(
+    const std::vector<std::pair<std::string, TraceFormat>>& files,
+    const analysis::AnalysisOptions& options = {}, const analysis::StreamLimits& limits = {});
 
 }  // namespace profd

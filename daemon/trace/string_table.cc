@@ -2,8 +2,10 @@
 
 #include <cxxabi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -120,9 +122,21 @@ std::string StringTable::JsonQuote(std::string_view text) {
 }
 
 size_t StringTable::Cost(const Name& e) {
-  // The hash map's slot and the two strings' heap blocks, roughly: what memory it really takes.
-  return sizeof(uint32_t) + sizeof(Name) + e.text.capacity() + e.quoted.capacity();
+  // The two strings' heap blocks as malloc hands them out (a 16-byte multiple past an 8-byte
+  // header, at least 32), none for a string held inline. The slots are charged apart (SlotBytes).
+  auto heap = [](const std::string& s) -> size_t {
+    if (s.capacity() <= 15) return 0;  // libstdc++'s small-string buffer
+    return std::max<size_t>(32, (s.capacity() + 1 + 8 + 15) & ~size_t{15});
+  };
+  return heap(e.text) + heap(e.quoted);
 }
+
+size_t StringTable::SlotBytes(size_t capacity) {
+  // A slot per capacity (the table doubles: up to twice the entries) and a control byte each.
+  return capacity * (sizeof(std::pair<const uint32_t, Name>) + 1);
+}
+
+size_t StringTable::bytes() const { return bytes_ + SlotBytes(entries_.capacity()); }
 
 void StringTable::Add(const v1::EventBatch& batch) {
   for (const v1::StringDef& def : batch.strings()) {
@@ -138,10 +152,14 @@ void StringTable::Add(const v1::EventBatch& batch) {
                           e.text.find("Memcpy") != std::string::npos ||
                           e.text.find("Memset") != std::string::npos;
     e.text.shrink_to_fit();
+    e.quoted.shrink_to_fit();
     auto it = entries_.find(def.id());
     size_t old_cost = it == entries_.end() ? 0 : Cost(it->second);
     size_t new_cost = Cost(e);
-    if (bytes_ - old_cost + new_cost > max_bytes_) {
+    // A new entry may make the table grow: charged at the capacity it would grow to.
+    size_t slots = entries_.capacity();
+    if (it == entries_.end() && entries_.size() + 1 > slots * 7 / 8) slots = slots * 2 + 1;
+    if (bytes_ - old_cost + new_cost + SlotBytes(slots) > max_bytes_) {
       if (rejected_ == 0) first_rejected_id_ = def.id();
       ++rejected_;
       continue;
@@ -159,7 +177,7 @@ absl::Status StringTable::status() const {
   if (rejected_ == 0) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "string table full: ", rejected_, " string(s) not stored (first id ", first_rejected_id_,
-      "), the table holds ", entries_.size(), " strings in ", bytes_, " of ", max_bytes_,
+      "), the table holds ", entries_.size(), " strings in ", bytes(), " of ", max_bytes_,
       " bytes; their events get an empty name. The agent sends far more distinct names than a "
       "CUDA program has (a unique NVTX text per call?)"));
 }

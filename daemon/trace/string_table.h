@@ -24,8 +24,9 @@ class StringTable {
   // Mangled names longer than this are kept mangled: the demangler's time and output grow with
   // the nesting of its input, which the agent chooses.
   static constexpr size_t kMaxDemangleBytes = 16 << 10;
-  // All strings of one table together (text + quoted + bookkeeping per entry). A real capture
-  // has a few thousand names; NVTX ranges with unique texts a few hundred thousand.
+  // All strings of one table together, as malloc holds them (text + quoted + the slot of each
+  // entry). A real capture has a few thousand names; NVTX ranges with unique texts a few hundred
+  // thousand.
   static constexpr size_t kDefaultMaxBytes = 256 << 20;
 
   StringTable() : StringTable(kDefaultMaxBytes) {}
@@ -54,7 +55,8 @@ class StringTable {
   const std::string& Quoted(uint32_t id) const;
 
   size_t size() const { return entries_.size(); }
-  size_t bytes() const { return bytes_; }
+  // What the table takes: its strings' heap blocks and its slots; at most max_bytes.
+  size_t bytes() const;
   uint64_t rejected() const { return rejected_; }
 
   static std::string Demangle(const std::string& name);
@@ -66,10 +68,11 @@ class StringTable {
 
  private:
   static size_t Cost(const Name& e);
+  static size_t SlotBytes(size_t capacity);
 
   const size_t max_bytes_;
   absl::flat_hash_map<uint32_t, Name> entries_;
-  size_t bytes_ = 0;
+  size_t bytes_ = 0;  // the strings' heap blocks
   uint64_t rejected_ = 0;
   uint32_t first_rejected_id_ = 0;
 };

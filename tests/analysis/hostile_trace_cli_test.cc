@@ -88,6 +88,40 @@ TEST_F(HostileTraceCliTest, ProfctlReportSkipsImpossibleTimes) {
   EXPECT_THAT(r.out, HasSubstr("3 events skipped: impossible numbers"));
 }
 
+// A trace naming every kernel differently (a Kineto trace of 2 M distinct names took profctl
+// ~1.7 KB and a growing time per name): the report keeps a row for the first 16,384 kernel names
+// and counts the others in one row, "[other names]", and says so in text, JSON and HTML.
+TEST_F(HostileTraceCliTest, ProfctlReportOfTooManyDistinctNamesCountsTheRestInOneRow) {
+  constexpr int kNames = 70'000, kRows = 16'384;
+  std::string json = R"({"traceEvents":[)";
+  for (int i = 0; i < kNames; ++i) {
+    absl::StrAppend(&json, i ? "," : "", R"({"ph":"X","cat":"kernel","name":"kernel_)", i,
+                    R"(","ts":)", i * 2, R"(,"dur":1,"args":{"device":0,"stream":7}})");
+  }
+  json += "]}";
+  const std::string file = Write("names.json.gz", json, /*gzip=*/true);
+  const std::string html = dir_.File("names.html");
+  RunResult text =
+      profd::testing::Run({BuildPath("client/profctl"), "--target", "unix:/nonexistent/profd.sock",
+                           "report", file, "--html", html});
+  ASSERT_EQ(text.exit_code, 0) << Crash(text);
+  EXPECT_THAT(text.out, HasSubstr("[other names]"));
+  EXPECT_THAT(text.out, HasSubstr("counted in one row"));
+  EXPECT_THAT(profd::testing::ReadFileOrEmpty(html), HasSubstr("[other names]"));
+  EXPECT_THAT(profd::testing::ReadFileOrEmpty(html), HasSubstr("counted in one row"));
+  RunResult json_out =
+      profd::testing::Run({BuildPath("client/profctl"), "--target", "unix:/nonexistent/profd.sock",
+                           "report", "--json", file});
+  ASSERT_EQ(json_out.exit_code, 0) << Crash(json_out);
+  rapidjson::Document r;
+  r.Parse(json_out.out.c_str());
+  ASSERT_TRUE(r.IsObject()) << json_out.out.substr(0, 200);
+  EXPECT_EQ(r["kernel_count"].GetUint64(), uint64_t{kNames});
+  EXPECT_LE(r["distinct_kernels"].GetUint64(), uint64_t{kRows + 1});
+  EXPECT_EQ(r["folded_kernels"].GetUint64(), uint64_t{kNames - kRows});
+  EXPECT_STREQ(r["top_kernels"][0]["name"].GetString(), "[other names]");
+}
+
 TEST_F(HostileTraceCliTest, ProfdSurvivesImportingEachOfThem) {
   TempDir state;
   ProfdProcess profd({"--store=file://" + state.File("store"), "--spool_dir=" + state.File("spool"),

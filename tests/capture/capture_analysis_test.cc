@@ -87,6 +87,40 @@ TEST(CaptureAnalysisTest, TheReportIsTheTraceFilesReadBack) {
   EXPECT_EQ(WithoutInputs(streamed), WithoutInputs(read));
 }
 
+// A Perfetto trace read back (daemon/trace/perfetto_trace_reader.h: how a capture repaired after
+// its profd was killed gets its report) gives the report its batches gave, event for event: the
+// recorded capture, and a batch of every kind of event at the edges of what is possible.
+TEST(CaptureAnalysisTest, ThePerfettoTraceReadBackGivesTheSameReport) {
+  TempDir dir;
+  const uint64_t t0 = 1764520000123456789;
+  v1::EventBatch second = testing::EveryKindOfEvent(t0 + 1000000);
+  second.clear_strings();  // ids from the first batch still name its events
+  const Capture every_kind{{testing::EveryKindOfEvent(t0), second},
+                           static_cast<int64_t>(t0 - 1000)};
+  for (const Capture& c : {Recorded(), every_kind}) {
+    const std::string path = dir.File("trace-4242.pftrace.gz");
+    TraceProcess process;
+    process.pid = 4242;
+    process.base_time_ns = c.base_time_ns;
+    auto writer = TraceWriter::Create(TraceFormat::kPerfetto, path, process);
+    ASSERT_TRUE(writer.ok());
+    StringTable names;
+    TraceWriter::Footer footer;
+    for (const v1::EventBatch& b : c.batches) {
+      names.Add(b);
+      ASSERT_TRUE((*writer)->Write(b, names).ok());
+      if (b.devices_size() > 0) footer.devices.assign(b.devices().begin(), b.devices().end());
+    }
+    ASSERT_TRUE((*writer)->Finish(footer).ok());
+    analysis::Report streamed = Streamed(c.batches, c.base_time_ns, path);
+    absl::StatusOr<analysis::Report> read = AnalyzeWrittenTraces({{path, TraceFormat::kPerfetto}});
+    ASSERT_TRUE(read.ok()) << read.status();
+    EXPECT_GT(read->events, 0u);
+    EXPECT_EQ(read->events, streamed.events);
+    EXPECT_EQ(WithoutInputs(*read), WithoutInputs(streamed));
+  }
+}
+
 // An agent's batches interleave streams and API calls: events arriving out of start order
 // within the reorder window are analysed as if in order.
 TEST(CaptureAnalysisTest, EventsOutOfOrderWithinTheWindowGiveTheSameReport) {

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <thread>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -216,7 +217,7 @@ TEST_F(AgentAttackTest, StringIdsPastTheLimitCloseTheAgentNotProfd) {
 
 // An id within the protocol's range still may not make one process's string table large: the
 // capture's pipeline charges each table for its slots and texts, and stops that process's trace
-// (not the connection, not profd) past 64 MiB.
+// (not the connection, not profd) past 12 MiB.
 TEST_F(AgentAttackTest, AStringTableCannotGrowPastItsBudget) {
   StartProfd();
   StartWellBehavedAgent();
@@ -233,10 +234,67 @@ TEST_F(AgentAttackTest, AStringTableCannotGrowPastItsBudget) {
   ASSERT_TRUE(attacker.SendMessage(Status(capture_id, v1::CAPTURE_STATE_FINISHED)));
   capturing.join();
   EXPECT_EQ(capture.exit_code, 5) << capture.out << capture.err;
-  EXPECT_THAT(capture.err, HasSubstr("the agent's kernel and API names need more than 64 MiB"));
+  EXPECT_THAT(capture.err, HasSubstr("the agent's kernel and API names need more than 12 MiB"));
   EXPECT_FALSE(attacker.closed());
   EXPECT_EQ(profd_->Profctl({"status"}).exit_code, 0);
   ExpectEveryoneStillServed(32);
+}
+
+// An agent may name every kernel differently: profd 0.1's report kept state and a row for each
+// distinct name (1.21 GB for the names of one agent's string table). The capture's report keeps
+// a row for the first 16,384 kernel names and counts the others in one row, "[other names]",
+// with a note; counts and times stay exact.
+TEST_F(AgentAttackTest, DistinctKernelNamesPastTheCapAreCountedInOneRow) {
+  StartProfd();
+  RawAgent attacker(profd_->agent_socket());
+  ASSERT_TRUE(attacker.Register(RawAgent::DefaultHello("attacker")));
+  RunResult capture;
+  std::thread capturing([&] {
+    capture = profd_->Profctl(
+        {"--json", "capture", "--pid", std::to_string(getpid()), "--duration", "2s"});
+  });
+  const std::string capture_id = attacker.AwaitStartCapture();
+  ASSERT_FALSE(capture_id.empty());
+  ASSERT_TRUE(attacker.SendMessage(Status(capture_id, v1::CAPTURE_STATE_STARTED)));
+  constexpr int kNames = 40'000, kPerBatch = 4'000, kRows = 16'384;
+  for (int first = 0; first < kNames; first += kPerBatch) {
+    v1::AgentMessage batch = KernelBatch(capture_id, kPerBatch);
+    v1::EventBatch* events = batch.mutable_events();
+    events->clear_strings();
+    for (int i = 0; i < kPerBatch; ++i) {
+      const uint32_t id = static_cast<uint32_t>(first + i + 1);
+      v1::StringDef* name = events->add_strings();
+      name->set_id(id);
+      name->set_value(absl::StrCat("_Z15distinct_kernelILi", id, "EEvv"));
+      v1::Kernel* k = events->mutable_kernels(i);
+      k->set_name_id(id);
+      k->set_correlation(id);
+    }
+    ASSERT_TRUE(attacker.SendMessage(batch, absl::Seconds(10)));
+  }
+  ASSERT_TRUE(attacker.SendMessage(Status(capture_id, v1::CAPTURE_STATE_FINISHED)));
+  capturing.join();
+  ASSERT_EQ(capture.exit_code, 0) << capture.out << capture.err;
+  rapidjson::Document info;
+  info.Parse(capture.out.c_str());
+  ASSERT_TRUE(info.IsObject()) << capture.out;
+  EXPECT_STREQ(info["summary"]["top_kernels"][0]["name"].GetString(), "[other names]");
+  EXPECT_EQ(std::stoull(info["summary"]["top_kernels"][0]["count"].GetString()),
+            uint64_t{kNames - kRows});
+  rapidjson::Document summary =
+      ReadGzipJson(std::string(info["location"].GetString()) + "/summary.json");
+  EXPECT_EQ(summary["kernel_count"].GetUint64(), uint64_t{kNames});         // every kernel counted
+  EXPECT_LE(summary["distinct_kernels"].GetUint64(), uint64_t{kRows + 1});  // rows kept
+  EXPECT_EQ(summary["folded_kernels"].GetUint64(), uint64_t{kNames - kRows});
+  EXPECT_EQ(summary["folded_names"].GetUint64(), uint64_t{kNames - kRows});
+  bool noted = false;
+  for (const auto& n : summary["notes"].GetArray()) {
+    noted |= absl::StrContains(n.GetString(), "counted in one row, \"[other names]\"");
+  }
+  EXPECT_TRUE(noted);
+  // The report of that capture says so too.
+  RunResult report = profd_->Profctl({"report", info["capture_id"].GetString()});
+  EXPECT_THAT(report.out, HasSubstr("[other names]"));
 }
 
 // One 16 MiB frame of 8.4 M empty kernel records, sent before any hello: RSS 53 -> 990 MiB,

@@ -10,9 +10,12 @@
 // the same path, as the deploy snippets mount /run/profd/kineto.
 //
 //   fake_pytorch TRACE.json.gz [--poll-ms N] [--busy] [--never-write] [--link-to PATH]
+//                [--nuls BYTES] [--tmp-mib N]
 //   --busy: every poll says a trace is being collected (a torch.profiler session runs)
 //   --never-write: takes the config and writes nothing (Kineto pre-empted)
 //   --link-to: plants a symbolic link to PATH where the trace should be, instead of the trace
+//   --nuls: writes BYTES of NULs instead of the trace (a sparse file: no memory, no tmpfs space)
+//   --tmp-mib: the size of its private /tmp (256 MiB by default; benchmarks write larger traces)
 // Prints "ready <pid>" once polling. Runs until killed.
 #include <fcntl.h>
 #include <sched.h>
@@ -46,13 +49,14 @@ using profd::kineto::kMetadataBytes;
 }
 
 // A private /tmp, with the socket folder (under the real /tmp in tests) still at its path.
-void IsolateTmp(const std::string& socket_dir) {
+void IsolateTmp(const std::string& socket_dir, int tmp_mib) {
   if (unshare(CLONE_NEWNS) != 0) Die("unshare(CLONE_NEWNS)");
   if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) Die("mount private");
   // Opened in the new namespace: a bind mount's source must be one of its own mounts.
   int keep = open(socket_dir.c_str(), O_PATH | O_DIRECTORY);
   if (keep < 0) Die("open " + socket_dir);
-  if (mount("tmpfs", "/tmp", "tmpfs", 0, "size=256m,mode=1777") != 0) Die("mount tmpfs /tmp");
+  const std::string options = absl::StrCat("size=", tmp_mib, "m,mode=1777");
+  if (mount("tmpfs", "/tmp", "tmpfs", 0, options.c_str()) != 0) Die("mount tmpfs /tmp");
   std::string path;
   for (absl::string_view part : absl::StrSplit(socket_dir, '/', absl::SkipEmpty())) {
     absl::StrAppend(&path, "/", part);
@@ -65,15 +69,15 @@ void IsolateTmp(const std::string& socket_dir) {
   close(keep);
 }
 
-std::string Gunzip(const std::string& path) {
-  gzFile in = gzopen(path.c_str(), "rb");
-  if (in == nullptr) Die("open " + path);
-  std::string out;
+// The trace, streamed (a benchmark's is hundreds of MB): source is opened before /tmp is hidden.
+void CopyTrace(gzFile source, FILE* out) {
+  if (gzrewind(source) != 0) Die("rewind the trace");
   char buf[1 << 16];
   int n;
-  while ((n = gzread(in, buf, sizeof(buf))) > 0) out.append(buf, static_cast<size_t>(n));
-  gzclose(in);
-  return out;
+  while ((n = gzread(source, buf, sizeof(buf))) > 0) {
+    if (std::fwrite(buf, 1, static_cast<size_t>(n), out) != static_cast<size_t>(n)) Die("write");
+  }
+  if (n < 0) Die("read the trace");
 }
 
 std::string ConfigValue(const std::string& config, const std::string& key) {
@@ -93,20 +97,25 @@ int main(int argc, char** argv) {
   int poll_ms = 200;
   bool busy = false, never_write = false;
   std::string link_to;
+  int64_t nuls = -1;
+  int tmp_mib = 256;
   for (int i = 2; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--poll-ms" && i + 1 < argc) (void)absl::SimpleAtoi(argv[++i], &poll_ms);
     if (a == "--busy") busy = true;
     if (a == "--never-write") never_write = true;
     if (a == "--link-to" && i + 1 < argc) link_to = argv[++i];
+    if (a == "--nuls" && i + 1 < argc) (void)absl::SimpleAtoi(argv[++i], &nuls);
+    if (a == "--tmp-mib" && i + 1 < argc) (void)absl::SimpleAtoi(argv[++i], &tmp_mib);
   }
   const char* dir = std::getenv("KINETO_IPC_SOCKET_DIR");
   if (dir == nullptr || dir[0] == '\0') {
     std::fprintf(stderr, "fake_pytorch: KINETO_IPC_SOCKET_DIR is not set\n");
     return 2;
   }
-  const std::string trace = Gunzip(argv[1]);
-  IsolateTmp(dir);
+  gzFile trace = gzopen(argv[1], "rb");
+  if (trace == nullptr) Die(std::string("open ") + argv[1]);
+  IsolateTmp(dir, tmp_mib);
 
   int fd = socket(AF_UNIX, SOCK_DGRAM, 0);
   sockaddr_un me{};
@@ -145,7 +154,11 @@ int main(int argc, char** argv) {
           const std::string tmp = final_path + ".tmp";
           FILE* out = std::fopen(tmp.c_str(), "wb");
           if (out == nullptr) Die("create " + tmp);
-          std::fwrite(trace.data(), 1, trace.size(), out);
+          if (nuls >= 0) {
+            if (ftruncate(fileno(out), nuls) != 0) Die("ftruncate " + tmp);
+          } else {
+            CopyTrace(trace, out);
+          }
           std::fclose(out);
           std::rename(tmp.c_str(), final_path.c_str());
         }

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "profd/v1/profd.grpc.pb.h"
 #include "tests/support/fixtures.h"
+#include "tests/support/perfetto/perfetto_trace.h"
 #include "tests/support/profd_process.h"
 
 namespace profd::testing {
@@ -75,10 +76,18 @@ bool AllEventsIn(const ProfdProcess& profd, const std::string& id) {
 
 // profctl capture in the background, its stdout and stderr in out/.
 struct BackgroundCapture {
-  BackgroundCapture(const ProfdProcess& profd, pid_t pid, const std::string& duration)
-      : profctl({BuildPath("client/profctl"), "--target", profd.target(), "capture", "--pid",
-                 std::to_string(pid), "--duration", duration},
-                {}, out.File("profctl.out")) {}
+  BackgroundCapture(const ProfdProcess& profd, pid_t pid, const std::string& duration,
+                    std::vector<std::string> extra = {})
+      : profctl(Argv(profd, pid, duration, std::move(extra)), {}, out.File("profctl.out")) {}
+  static std::vector<std::string> Argv(const ProfdProcess& profd, pid_t pid,
+                                       const std::string& duration,
+                                       std::vector<std::string> extra) {
+    std::vector<std::string> argv = {
+        BuildPath("client/profctl"), "--target",   profd.target(), "capture", "--pid",
+        std::to_string(pid),         "--duration", duration};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return argv;
+  }
   std::string Said() {
     return ReadFileOrEmpty(out.File("profctl.out")) + ReadFileOrEmpty(out.File("profctl.out.err"));
   }
@@ -162,6 +171,57 @@ TEST_F(CaptureFaultsTest, CaptureOfAKilledProfdIsRepairedAndListedAtRestart) {
   profd_->Stop();
   profd_->Start();
   EXPECT_EQ(Listed(*profd_, id).first, "");
+}
+
+// kill -9 mid-capture of a Perfetto capture: the repaired trace (the packets that decompress
+// whole) is read back at the next start, and the capture's report (summary.json, the manifest's
+// counts) is that of the events it holds, as for a JSON trace; not 0 events and an empty report.
+TEST_F(CaptureFaultsTest, PerfettoCaptureOfAKilledProfdReportsWhatItsRepairedTraceHolds) {
+  // The recording 30 times over: enough that the trace is flushed to disk before the kill.
+  std::unique_ptr<Subprocess> agent = StartReplayAgent(profd_->agent_socket(), "--repeat=30");
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(5)));
+  BackgroundCapture capture(*profd_, agent->pid(), "8s", {"--format", "perfetto"});
+  std::string id;
+  ASSERT_TRUE(WaitFor([&] { return Running(*profd_, &id); }, absl::Seconds(5)));
+  const std::string trace = Folder(id) + "/trace-" + std::to_string(agent->pid()) + ".pftrace.gz";
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::error_code ec;
+        return std::filesystem::file_size(trace, ec) > 32 * 1024 && !ec;
+      },
+      absl::Seconds(10)))
+      << profd_->log();
+  profd_->Kill();
+  EXPECT_EQ(capture.profctl.Wait(), 1);
+
+  profd_->Start();
+  EXPECT_EQ(Listed(*profd_, id).first, "CAPTURE_PHASE_FAILED");
+  // What the repaired trace holds, decoded with Perfetto's own schema: the slices (kernels,
+  // API calls, ...) and the memory operations (instants), the records the capture counts.
+  testing::PerfettoTraceContents repaired = testing::ReadPerfettoTrace(trace);
+  uint64_t records = repaired.SliceCount(), kernels = 0;
+  for (const auto& [uuid, track] : repaired.tracks) {
+    if (track.name == "GPU memory") records += track.instants.size();
+    for (const testing::PerfettoSlice& slice : track.slices) kernels += slice.args.count("grid");
+  }
+  ASSERT_GT(kernels, 0u) << "nothing of the trace reached the disk before the kill";
+  rapidjson::Document manifest = ReadGzipJson(Folder(id) + "/manifest.json");
+  EXPECT_EQ(std::stoull(manifest["processes"][0]["events"].GetString()), records);
+  EXPECT_EQ(std::stoull(manifest["summary"]["events"].GetString()), records);
+  rapidjson::Document summary = ReadGzipJson(Folder(id) + "/summary.json");
+  EXPECT_EQ(summary["events"].GetUint64(), records);
+  EXPECT_EQ(summary["kernel_count"].GetUint64(), kernels);
+  EXPECT_GT(summary["top_kernels"].Size(), 0u);
+  EXPECT_GT(summary["gpus"].Size(), 0u);
+  // `profctl show ID` has it from the store.
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        RunResult show = profd_->Profctl({"--json", "show", id});
+        return show.exit_code == 0 &&
+               absl::StrContains(show.out, absl::StrCat("\"events\": \"", records, "\""));
+      },
+      absl::Seconds(10)))
+      << profd_->Profctl({"--json", "show", id}).out;
 }
 
 // SIGTERM mid-capture: the capture ends with its trace, and both the manifest and profctl say

@@ -13,6 +13,7 @@ namespace profd::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 const char kFixture[] = "tests/fixtures/torch/kineto_ondemand_gpt2_500ms.json.gz";
 
@@ -25,9 +26,9 @@ class KinetoCaptureTest : public ::testing::Test {
   std::string KinetoDir() const { return profd_.runtime_dir() + "/kineto"; }
 
   // Starts fake_pytorch and waits until profd lists it as polling.
-  pid_t StartPyTorch(std::vector<std::string> args = {}) {
-    std::vector<std::string> argv = {BuildPath("tests/integration/fake_pytorch"),
-                                     SourcePath(kFixture)};
+  pid_t StartPyTorch(std::vector<std::string> args = {},
+                     const std::string& trace = SourcePath(kFixture)) {
+    std::vector<std::string> argv = {BuildPath("tests/integration/fake_pytorch"), trace};
     argv.insert(argv.end(), args.begin(), args.end());
     out_ = dir_.File("fake_pytorch.out");
     kineto_ = std::make_unique<Subprocess>(
@@ -146,6 +147,47 @@ TEST_F(KinetoCaptureTest, ALinkPlantedWhereTheTraceGoesIsRefused) {
       profd_.Profctl({"--json", "capture", "--pid", std::to_string(pid), "--duration", "300ms"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.out + r.err, HasSubstr("symbolic link"));
+}
+
+// The file a process writes where Kineto's trace goes is parsed as profd copies it: one that is
+// not a trace fails the capture with the reason, at the first chunk that shows it (a 2 GB file
+// of NULs costs profd a few MiB of reading), instead of ending "done, 0 events".
+TEST_F(KinetoCaptureTest, AFileThatIsNotATraceFailsTheCaptureWithTheReason) {
+  auto write = [&](const std::string& name, const std::string& text) {
+    const std::string path = dir_.File(name);
+    FILE* f = std::fopen(path.c_str(), "w");
+    std::fwrite(text.data(), 1, text.size(), f);
+    std::fclose(f);
+    return path;
+  };
+  struct Case {
+    std::string what;
+    std::vector<std::string> args;
+    std::string trace;
+    std::string reason;
+  };
+  const std::vector<Case> cases = {
+      {"2 GB of NULs", {"--nuls", "2000000000"}, SourcePath(kFixture), "not a valid JSON trace"},
+      {"deep nesting",
+       {},
+       write("deep.json", std::string(200000, '[')),
+       "nested deeper than 64 levels"},
+      {"an array", {}, write("array.json", "[1, 2, 3]"), "no \"traceEvents\" array"},
+      {"an object without traceEvents",
+       {},
+       write("object.json", R"({"schemaVersion": 1})"),
+       "no \"traceEvents\" array"},
+  };
+  for (const Case& c : cases) {
+    const pid_t pid = StartPyTorch(c.args, c.trace);
+    RunResult r =
+        profd_.Profctl({"--json", "capture", "--pid", std::to_string(pid), "--duration", "300ms"});
+    EXPECT_NE(r.exit_code, 0) << c.what << ": " << r.out;
+    EXPECT_THAT(r.out + r.err, HasSubstr(c.reason)) << c.what;
+    EXPECT_THAT(r.out + r.err, HasSubstr("Kineto's trace of pid " + std::to_string(pid))) << c.what;
+    EXPECT_THAT(r.out, Not(HasSubstr("CAPTURE_PHASE_DONE"))) << c.what;
+    kineto_.reset();
+  }
 }
 
 TEST_F(KinetoCaptureTest, APathThatTheProcessDoesNotOfferSaysWhatToDo) {

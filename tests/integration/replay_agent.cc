@@ -1,11 +1,12 @@
 // A stand-in for a GPU process in tests that run without a GPU: the real agent (channel,
 // registration, heartbeats) with a capture backend that, instead of CUPTI, replays event batches
 // recorded from a real capture (tests/fixtures/), shifted to the current time.
-//   replay_agent <batches.pb> [--die-after-start | --never-finish]
+//   replay_agent <batches.pb> [--die-after-start | --never-finish | --repeat=N]
 // REPLAY_KERNEL_NAME=TEXT puts TEXT before every kernel's name (hostile names, in tests of what
 // profctl shows).
 // --never-finish: a stalled capture thread; it sends its batches, then ignores stop requests and
 // never reports the capture's end (the agent thread keeps heartbeating).
+// --repeat=N: the recording N times over, one after the other in time (a longer capture).
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -31,6 +32,7 @@ namespace {
 std::vector<profd::v1::EventBatch> g_batches;
 bool g_die_after_start = false;
 bool g_never_finish = false;
+int g_repeat = 1;
 
 uint64_t NowNs() {
   timespec ts;
@@ -96,22 +98,27 @@ class ReplayHandler final : public profagent::CaptureHandler {
       usleep(100000);
       _exit(3);
     }
-    uint64_t first = UINT64_MAX;
+    uint64_t first = UINT64_MAX, last = 0;
     for (const auto& b : g_batches) {
       for (const auto& k : b.kernels()) first = std::min<uint64_t>(first, k.start_ns());
       for (const auto& a : b.api_calls()) first = std::min<uint64_t>(first, a.start_ns());
+      for (const auto& k : b.kernels()) last = std::max<uint64_t>(last, k.end_ns());
+      for (const auto& a : b.api_calls()) last = std::max<uint64_t>(last, a.end_ns());
     }
-    int64_t shift =
+    const int64_t shift =
         static_cast<int64_t>(status.enabled_realtime_ns + 1000000) - static_cast<int64_t>(first);
+    const int64_t round = static_cast<int64_t>(last - first) + 1000000;
     uint64_t events = 0;
-    for (profd::v1::EventBatch b : g_batches) {
-      Shift(b, shift);
-      b.set_capture_id(request.capture_id);
-      events += b.kernels_size() + b.memcpys_size() + b.memsets_size() + b.api_calls_size() +
-                b.syncs_size();
-      profd::v1::AgentMessage message;
-      *message.mutable_events() = std::move(b);
-      agent_->Enqueue(message.SerializeAsString());
+    for (int r = 0; r < g_repeat; ++r) {
+      for (profd::v1::EventBatch b : g_batches) {
+        Shift(b, shift + r * round);
+        b.set_capture_id(request.capture_id);
+        events += b.kernels_size() + b.memcpys_size() + b.memsets_size() + b.api_calls_size() +
+                  b.syncs_size();
+        profd::v1::AgentMessage message;
+        *message.mutable_events() = std::move(b);
+        agent_->Enqueue(message.SerializeAsString());
+      }
     }
     if (g_never_finish) return;  // running_ stays set: later captures are ignored too
     {
@@ -149,8 +156,11 @@ int main(int argc, char** argv) {
       }
     }
   }
-  g_die_after_start = argc > 2 && std::strcmp(argv[2], "--die-after-start") == 0;
-  g_never_finish = argc > 2 && std::strcmp(argv[2], "--never-finish") == 0;
+  for (int i = 2; i < argc; ++i) {
+    g_die_after_start |= std::strcmp(argv[i], "--die-after-start") == 0;
+    g_never_finish |= std::strcmp(argv[i], "--never-finish") == 0;
+    if (std::strncmp(argv[i], "--repeat=", 9) == 0) g_repeat = std::max(1, std::atoi(argv[i] + 9));
+  }
   profagent::AgentOptions options;
   const char* socket = std::getenv(profd::v1::kAgentSocketEnv);
   options.socket_path = socket ? socket : profd::v1::kDefaultAgentSocket;

@@ -163,4 +163,29 @@ bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout) {
   return cond();
 }
 
+double ProcessMemoryMiB(pid_t pid, const char* field) {
+  std::istringstream status(ReadFileOrEmpty("/proc/" + std::to_string(pid) + "/status"));
+  const std::string prefix = std::string(field) + ":";
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind(prefix, 0) != 0) continue;
+    return std::strtod(line.c_str() + prefix.size(), nullptr) / 1024;  // "  12345 kB"
+  }
+  return 0;
+}
+
+double ProcessCpuSeconds(pid_t pid) {
+  const std::string stat = ReadFileOrEmpty("/proc/" + std::to_string(pid) + "/stat");
+  // Fields after the command (in parentheses, which may hold spaces): state is field 3, utime
+  // and stime fields 14 and 15.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(stat.substr(close + 2));
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i >= 14) ticks += std::strtod(field.c_str(), nullptr);
+  }
+  return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
 }  // namespace profd::testing

@@ -67,4 +67,9 @@ bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout);
 
 std::string ReadFileOrEmpty(const std::string& path);
 
+// A process's VmRSS or VmHWM (field) from /proc/<pid>/status, in MiB; 0 once it is gone.
+double ProcessMemoryMiB(pid_t pid, const char* field);
+// Its CPU time so far (utime + stime from /proc/<pid>/stat), in seconds; 0 once it is gone.
+double ProcessCpuSeconds(pid_t pid);
+
 }  // namespace profd::testing
