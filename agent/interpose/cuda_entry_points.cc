@@ -77,100 +77,87 @@ void* WrapDriverLookup(const char* symbol, void* fn, int cuda_version);
 // name cuGetProcAddress knows it by (driver API), and what a successful call means. Lookups
 // (kLookup) wrap what they return, whatever the call depth; the others count at depth 1 only.
 
-struct CudaLaunchKernel {
-  static constexpr const char* kNames[] = {"cudaLaunchKernel", "cudaLaunchKernel_ptsz"};
+// What most families share: counted (not a lookup); runtime API families have no driver name.
+struct Counted {
   static constexpr const char* kDriverName = nullptr;
   static constexpr bool kLookup = false;
+};
+struct Lookup {
+  static constexpr const char* kDriverName = nullptr;
+  static constexpr bool kLookup = true;
+};
+
+struct CudaLaunchKernel : Counted {
+  static constexpr const char* kNames[] = {"cudaLaunchKernel", "cudaLaunchKernel_ptsz"};
   using Fn = cudaError_t (*)(const void*, dim3, dim3, void**, size_t, cudaStream_t);
   static void After(const void*, dim3, dim3, void**, size_t, cudaStream_t) { Launched(false); }
 };
-struct CudaLaunchKernelExC {
+struct CudaLaunchKernelExC : Counted {
   static constexpr const char* kNames[] = {"cudaLaunchKernelExC", "cudaLaunchKernelExC_ptsz"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(const cudaLaunchConfig_t*, const void*, void**);
   static void After(const cudaLaunchConfig_t*, const void*, void**) { Launched(false); }
 };
-struct CudaLaunchCooperativeKernel {
+struct CudaLaunchCooperativeKernel : Counted {
   static constexpr const char* kNames[] = {"cudaLaunchCooperativeKernel",
                                            "cudaLaunchCooperativeKernel_ptsz"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(const void*, dim3, dim3, void**, size_t, cudaStream_t);
   static void After(const void*, dim3, dim3, void**, size_t, cudaStream_t) { Launched(false); }
 };
-struct CudaGraphLaunch {
+struct CudaGraphLaunch : Counted {
   static constexpr const char* kNames[] = {"cudaGraphLaunch", "cudaGraphLaunch_ptsz"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(cudaGraphExec_t, cudaStream_t);
   static void After(cudaGraphExec_t, cudaStream_t) { Launched(true); }
 };
-struct CudaMalloc {
+struct CudaMalloc : Counted {
   static constexpr const char* kNames[] = {"cudaMalloc"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(void**, size_t);
   static void After(void** p, size_t bytes) {
     if (p) Allocated(Key(*p), bytes);
   }
 };
-struct CudaMallocManaged {
+struct CudaMallocManaged : Counted {
   static constexpr const char* kNames[] = {"cudaMallocManaged"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(void**, size_t, unsigned int);
   static void After(void** p, size_t bytes, unsigned int) {
     if (p) Allocated(Key(*p), bytes);
   }
 };
-struct CudaMallocPitch {
+struct CudaMallocPitch : Counted {
   static constexpr const char* kNames[] = {"cudaMallocPitch"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(void**, size_t*, size_t, size_t);
   static void After(void** p, size_t* pitch, size_t, size_t height) {
     if (p && pitch) Allocated(Key(*p), *pitch * height);
   }
 };
-struct CudaMallocAsync {
+struct CudaMallocAsync : Counted {
   static constexpr const char* kNames[] = {"cudaMallocAsync", "cudaMallocAsync_ptsz"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(void**, size_t, cudaStream_t);
   static void After(void** p, size_t bytes, cudaStream_t) {
     if (p) Allocated(Key(*p), bytes);
   }
 };
-struct CudaMallocFromPoolAsync {
+struct CudaMallocFromPoolAsync : Counted {
   static constexpr const char* kNames[] = {"cudaMallocFromPoolAsync",
                                            "cudaMallocFromPoolAsync_ptsz"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(void**, size_t, cudaMemPool_t, cudaStream_t);
   static void After(void** p, size_t bytes, cudaMemPool_t, cudaStream_t) {
     if (p) Allocated(Key(*p), bytes);
   }
 };
-struct CudaFree {
+struct CudaFree : Counted {
   static constexpr const char* kNames[] = {"cudaFree"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(void*);
   static void After(void* p) { Freed(Key(p)); }
 };
-struct CudaFreeAsync {
+struct CudaFreeAsync : Counted {
   static constexpr const char* kNames[] = {"cudaFreeAsync", "cudaFreeAsync_ptsz"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = false;
   using Fn = cudaError_t (*)(void*, cudaStream_t);
   static void After(void* p, cudaStream_t) { Freed(Key(p)); }
 };
 
-struct CuLaunchKernel {
+struct CuLaunchKernel : Counted {
   static constexpr const char* kNames[] = {"cuLaunchKernel", "cuLaunchKernel_ptsz"};
   static constexpr const char* kDriverName = "cuLaunchKernel";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                           unsigned, CUstream, void**, void**);
   static void After(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -178,18 +165,16 @@ struct CuLaunchKernel {
     Launched(false);
   }
 };
-struct CuLaunchKernelEx {
+struct CuLaunchKernelEx : Counted {
   static constexpr const char* kNames[] = {"cuLaunchKernelEx", "cuLaunchKernelEx_ptsz"};
   static constexpr const char* kDriverName = "cuLaunchKernelEx";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(const CUlaunchConfig*, CUfunction, void**, void**);
   static void After(const CUlaunchConfig*, CUfunction, void**, void**) { Launched(false); }
 };
-struct CuLaunchCooperativeKernel {
+struct CuLaunchCooperativeKernel : Counted {
   static constexpr const char* kNames[] = {"cuLaunchCooperativeKernel",
                                            "cuLaunchCooperativeKernel_ptsz"};
   static constexpr const char* kDriverName = "cuLaunchCooperativeKernel";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
                           unsigned, CUstream, void**);
   static void After(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
@@ -197,77 +182,68 @@ struct CuLaunchCooperativeKernel {
     Launched(false);
   }
 };
-struct CuGraphLaunch {
+struct CuGraphLaunch : Counted {
   static constexpr const char* kNames[] = {"cuGraphLaunch", "cuGraphLaunch_ptsz"};
   static constexpr const char* kDriverName = "cuGraphLaunch";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUgraphExec, CUstream);
   static void After(CUgraphExec, CUstream) { Launched(true); }
 };
-struct CuMemAlloc {
+struct CuMemAlloc : Counted {
   static constexpr const char* kNames[] = {"cuMemAlloc_v2"};
   static constexpr const char* kDriverName = "cuMemAlloc";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUdeviceptr*, size_t);
   static void After(CUdeviceptr* p, size_t bytes) {
     if (p) Allocated(*p, bytes);
   }
 };
-struct CuMemAllocPitch {
+struct CuMemAllocPitch : Counted {
   static constexpr const char* kNames[] = {"cuMemAllocPitch_v2"};
   static constexpr const char* kDriverName = "cuMemAllocPitch";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUdeviceptr*, size_t*, size_t, size_t, unsigned int);
   static void After(CUdeviceptr* p, size_t* pitch, size_t, size_t height, unsigned int) {
     if (p && pitch) Allocated(*p, *pitch * height);
   }
 };
-struct CuMemAllocManaged {
+struct CuMemAllocManaged : Counted {
   static constexpr const char* kNames[] = {"cuMemAllocManaged"};
   static constexpr const char* kDriverName = "cuMemAllocManaged";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUdeviceptr*, size_t, unsigned int);
   static void After(CUdeviceptr* p, size_t bytes, unsigned int) {
     if (p) Allocated(*p, bytes);
   }
 };
-struct CuMemAllocAsync {
+struct CuMemAllocAsync : Counted {
   static constexpr const char* kNames[] = {"cuMemAllocAsync", "cuMemAllocAsync_ptsz"};
   static constexpr const char* kDriverName = "cuMemAllocAsync";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUdeviceptr*, size_t, CUstream);
   static void After(CUdeviceptr* p, size_t bytes, CUstream) {
     if (p) Allocated(*p, bytes);
   }
 };
-struct CuMemAllocFromPoolAsync {
+struct CuMemAllocFromPoolAsync : Counted {
   static constexpr const char* kNames[] = {"cuMemAllocFromPoolAsync",
                                            "cuMemAllocFromPoolAsync_ptsz"};
   static constexpr const char* kDriverName = "cuMemAllocFromPoolAsync";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUdeviceptr*, size_t, CUmemoryPool, CUstream);
   static void After(CUdeviceptr* p, size_t bytes, CUmemoryPool, CUstream) {
     if (p) Allocated(*p, bytes);
   }
 };
-struct CuMemFree {
+struct CuMemFree : Counted {
   static constexpr const char* kNames[] = {"cuMemFree_v2"};
   static constexpr const char* kDriverName = "cuMemFree";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUdeviceptr);
   static void After(CUdeviceptr p) { Freed(p); }
 };
-struct CuMemFreeAsync {
+struct CuMemFreeAsync : Counted {
   static constexpr const char* kNames[] = {"cuMemFreeAsync", "cuMemFreeAsync_ptsz"};
   static constexpr const char* kDriverName = "cuMemFreeAsync";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUdeviceptr, CUstream);
   static void After(CUdeviceptr p, CUstream) { Freed(p); }
 };
-struct CuMemCreate {
+struct CuMemCreate : Counted {
   static constexpr const char* kNames[] = {"cuMemCreate"};
   static constexpr const char* kDriverName = "cuMemCreate";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUmemGenericAllocationHandle*, size_t, const CUmemAllocationProp*,
                           unsigned long long);
   static void After(CUmemGenericAllocationHandle* h, size_t bytes, const CUmemAllocationProp* prop,
@@ -281,28 +257,23 @@ struct CuMemCreate {
     }
   }
 };
-struct CuMemRelease {
+struct CuMemRelease : Counted {
   static constexpr const char* kNames[] = {"cuMemRelease"};
   static constexpr const char* kDriverName = "cuMemRelease";
-  static constexpr bool kLookup = false;
   using Fn = CUresult (*)(CUmemGenericAllocationHandle);
   static void After(CUmemGenericAllocationHandle h) { Freed(HandleKey(h)); }
 };
 
 // The lookups: what they hand back is wrapped in turn.
-struct CuGetProcAddressV1 {
+struct CuGetProcAddressV1 : Lookup {
   static constexpr const char* kNames[] = {"cuGetProcAddress"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = true;
   using Fn = CUresult (*)(const char*, void**, int, cuuint64_t);
   static void After(const char* symbol, void** pfn, int version, cuuint64_t) {
     if (symbol && pfn && *pfn) *pfn = WrapDriverLookup(symbol, *pfn, version);
   }
 };
-struct CuGetProcAddressV2 {
+struct CuGetProcAddressV2 : Lookup {
   static constexpr const char* kNames[] = {"cuGetProcAddress_v2", "cuGetProcAddress_v2_ptsz"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = true;
   using Fn = CUresult (*)(const char*, void**, int, cuuint64_t, CUdriverProcAddressQueryResult*);
   static void After(const char* symbol, void** pfn, int version, cuuint64_t,
                     CUdriverProcAddressQueryResult*) {
@@ -311,11 +282,9 @@ struct CuGetProcAddressV2 {
 };
 // The runtime's own lookups answer for the runtime's version of the driver API.
 constexpr int kRuntimeLookupVersion = CUDART_VERSION;
-struct CudaGetDriverEntryPoint {
+struct CudaGetDriverEntryPoint : Lookup {
   static constexpr const char* kNames[] = {"cudaGetDriverEntryPoint",
                                            "cudaGetDriverEntryPoint_ptsz"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = true;
   using Fn = cudaError_t (*)(const char*, void**, unsigned long long,
                              cudaDriverEntryPointQueryResult*);
   static void After(const char* symbol, void** pfn, unsigned long long,
@@ -323,11 +292,9 @@ struct CudaGetDriverEntryPoint {
     if (symbol && pfn && *pfn) *pfn = WrapDriverLookup(symbol, *pfn, kRuntimeLookupVersion);
   }
 };
-struct CudaGetDriverEntryPointByVersion {
+struct CudaGetDriverEntryPointByVersion : Lookup {
   static constexpr const char* kNames[] = {"cudaGetDriverEntryPointByVersion",
                                            "cudaGetDriverEntryPointByVersion_ptsz"};
-  static constexpr const char* kDriverName = nullptr;
-  static constexpr bool kLookup = true;
   using Fn = cudaError_t (*)(const char*, void**, unsigned int, unsigned long long,
                              cudaDriverEntryPointQueryResult*);
   static void After(const char* symbol, void** pfn, unsigned int version, unsigned long long,
