@@ -24,7 +24,7 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DPROFD_BUILD_BENCHES=OFF \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread"
 fi
-tests=(launch_counters_unittest cupti_broker_unittest got_patcher_unittest wire_unittest
+tests=(launch_counters_unittest cuda_entry_points_unittest cupti_broker_unittest got_patcher_unittest wire_unittest
   agent_channel_server_test agent_registry_test agent_event_batch_test spool_test retention_test
   capture_session_test process_sink_test kineto_ipc_server_test metrics_server_test
   capture_test faults_test cupti_sharing_test)

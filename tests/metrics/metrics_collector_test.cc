@@ -118,6 +118,40 @@ class MetricsCollectorTest : public ::testing::Test {
   return HasSubstr("\n" + line + "\n");
 }
 
+// How each agent counts is on its info series; the CUPTI route also says when it steps aside for
+// the process's own profiler. Older agents that sampled keep their label.
+TEST_F(MetricsCollectorTest, LaunchCountingRouteAndPausedCountersAreShown) {
+  gpus_.PublishForTesting(TwoGpus(/*with_process=*/false));
+  registry_.Register(1, kPid, 1000, Hello("entry", {{0, kUuid3}}), absl::Now());
+  v1::Heartbeat entry = Counters(0, 10, 0, 0, 0);
+  entry.set_launch_counting(v1::LAUNCH_COUNTING_ENTRY_POINTS);
+  entry.set_launch_sample_every(1);
+  registry_.Heartbeat(1, entry, absl::Now());
+  registry_.Register(2, kPid + 1, 1000, Hello("cupti", {{0, kUuid3}}), absl::Now());
+  v1::Heartbeat cupti = Counters(0, 10, 0, 0, 0);
+  cupti.set_launch_counting(v1::LAUNCH_COUNTING_CUPTI);
+  cupti.set_counters_paused(true);
+  registry_.Heartbeat(2, cupti, absl::Now());
+  registry_.Register(3, kPid + 2, 1000, Hello("old", {{0, kUuid3}}), absl::Now());
+  v1::Heartbeat old = Counters(0, 10, 0, 0, 0);
+  old.set_launch_sample_every(10);
+  registry_.Heartbeat(3, old, absl::Now());
+
+  const std::string text = Scrape();
+  EXPECT_THAT(text, HasSubstr("pod=\"entry\",agent_version=\"0.1.0\",injected=\"true\","
+                              "launch_counting=\"entry-points\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("pod=\"cupti\",agent_version=\"0.1.0\",injected=\"true\","
+                              "launch_counting=\"cupti\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("pod=\"old\",agent_version=\"0.1.0\",injected=\"true\","
+                              "launch_counting=\"sampled-1/10\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("profd_process_counters_paused{comm=\"\",container=\"vllm\","
+                              "hostname=\"node-a\",namespace=\"serving\",pid=\"4000002\","
+                              "pod=\"cupti\"} 1\n"));
+  // Only the CUPTI route can pause.
+  EXPECT_THAT(text, Not(HasSubstr("profd_process_counters_paused{comm=\"\",container=\"vllm\","
+                                  "hostname=\"node-a\",namespace=\"serving\",pid=\"4000001\"")));
+}
+
 TEST_F(MetricsCollectorTest, AgentCountersCarryProcessAndGpuLabels) {
   gpus_.PublishForTesting(TwoGpus(/*with_process=*/true));
   // CUDA ordinal 0 in the process is the GPU NVML calls 3 (CUDA_VISIBLE_DEVICES=3).
