@@ -508,7 +508,10 @@ void GotPatcher::ScanData(bool everything) {
 
 // The object is held open by the caller. Reads its writable segments word by word (or only the
 // pages around earlier finds) and points each word equal to an original at its replacement.
-void GotPatcher::ScanDataLocked(Object* object, bool everything) {
+// Reading another object's data whole is the point: not a bug for the sanitizers to report (an
+// ASan build's globals have redzones between them).
+__attribute__((no_sanitize("address", "thread"))) void GotPatcher::ScanDataLocked(Object* object,
+                                                                                  bool everything) {
   if (data_hooks_.empty()) return;
   constexpr uintptr_t kHotMargin = 64 * 1024;
   std::vector<Range> ranges;
