@@ -238,6 +238,18 @@ void CuptiCapture::Run(wire::StartCapture request) {
       if (info.kind == kind) wanted.push_back(info.cupti);
     }
   }
+  // CUPTI counts the records it dropped for want of a buffer until they are read: those of the
+  // time before this capture (a record completing after the previous capture stopped, another
+  // profiler's session) are not this capture's, and were charged to it (one "dropped record"
+  // in back-to-back captures). Read them now; the capture counts from here.
+  if (cupti.ActivityGetNumDroppedRecords != nullptr) {
+    size_t before = 0;
+    cupti.ActivityGetNumDroppedRecords(nullptr, 0, &before);
+    if (before > 0) {
+      Log(LogLevel::kInfo, "capture %s: %zu records CUPTI dropped before it began are not its own",
+          id.c_str(), before);
+    }
+  }
   // If another profiler in the process starts tracing while this capture runs, the broker cuts
   // the capture short (after flushing its buffers to us) and OnCutShort wakes this thread.
   broker.SetCutShortListener(&CuptiCapture::OnCutShort, this);

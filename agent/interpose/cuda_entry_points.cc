@@ -17,8 +17,7 @@
 namespace profagent {
 namespace {
 
-// --- What a wrapper does once the real call returned
-// ----------------------------------------------
+// What a wrapper does once the real call returned.
 
 std::atomic<bool> g_single_device{false};
 // The driver's current-context calls, for the device a call was made on (more than one device).
@@ -71,7 +70,7 @@ uint64_t HandleKey(CUmemGenericAllocationHandle h) {
 
 void* WrapDriverLookup(const char* symbol, void* fn, int cuda_version);
 
-// --- The entry points --------------------------------------------------------------------------
+// The entry points.
 //
 // One struct per family of functions that share a signature: the names it is exported as, the
 // name cuGetProcAddress knows it by (driver API), and what a successful call means. Lookups
@@ -303,7 +302,7 @@ struct CudaGetDriverEntryPointByVersion : Lookup {
   }
 };
 
-// --- Wrappers ----------------------------------------------------------------------------------
+// Wrappers.
 //
 // A family's wrappers are kSlots copies of one function, each calling the real function held in
 // its slot: a lookup may hand back several real functions for one family (the _ptsz form, a
@@ -471,7 +470,7 @@ void* WrapDriverLookup(const char* symbol, void* fn, int cuda_version) {
   return fn;
 }
 
-// --- dlsym and dlvsym --------------------------------------------------------------------------
+// dlsym and dlvsym.
 //
 // Libraries with their own static CUDA runtime (cuBLASLt, cuDNN, NCCL) and Triton find the driver
 // with dlopen + dlsym("cuGetProcAddress_v2") or dlsym("cuLaunchKernelEx"). dlsym's answer for

@@ -41,7 +41,7 @@ class CuptiSharingTest : public ::testing::Test {
 
   // The process: PyTorch-like libraries first, then CUDA starts and loads the agent; Kineto
   // initializes (subscribes) right after. SIGUSR1/SIGUSR2 start and stop a torch.profiler session.
-  std::unique_ptr<Subprocess> StartHost() {
+  std::unique_ptr<Subprocess> StartHost(std::vector<std::string> more = {}) {
     std::vector<std::string> argv = {BuildPath("tests/integration/agent_host"),
                                      BuildPath("agent/libprofagent.so"),
                                      "--preload",
@@ -54,6 +54,7 @@ class CuptiSharingTest : public ::testing::Test {
                                      "fakekineto_start_session",
                                      "--on-usr2",
                                      "fakekineto_stop_session"};
+    argv.insert(argv.end(), more.begin(), more.end());
     return std::make_unique<Subprocess>(
         argv,
         std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", profd_->agent_socket()},
@@ -174,6 +175,45 @@ TEST_F(CuptiSharingTest, TorchProfilerAndCapturesTakeTurns) {
         });
       },
       absl::Seconds(3)));
+}
+
+// CUPTI keeps counting records it dropped for want of a buffer until someone reads the count:
+// one dropped before a capture began (here at start-up; on a GPU, a kernel record completing after
+// the previous capture stopped) is not the capture's, which loses nothing of its own.
+TEST_F(CuptiSharingTest, ACaptureIsNotChargedWithRecordsDroppedBeforeIt) {
+  auto host = StartHost({"--call", "fakecupti_drop_one", "--on-usr1", "fakecupti_record_kernel"});
+  const std::string p = std::to_string(host->pid());
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)))
+      << HostOut() << HostLog();
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        rapidjson::Document doc = Agents();
+        return FindAgent(doc, host->pid()) != nullptr;
+      },
+      absl::Seconds(5)));
+  rapidjson::Document capture;
+  std::thread capturing([&] {
+    capture = profd_->ProfctlJson({"capture", "--pid", p, "--duration", "1s"});
+  });
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        rapidjson::Document d = profd_->ProfctlJson({"captures", "--limit", "1"});
+        return d.IsObject() && d.HasMember("captures") && d["captures"].Size() > 0 &&
+               std::string(d["captures"][0]["phase"].GetString()) == "CAPTURE_PHASE_RUNNING";
+      },
+      absl::Seconds(5)))
+      << profd_->log();
+  host->Signal(SIGUSR1);  // one kernel record, in the capture's buffer
+  capturing.join();
+  ASSERT_TRUE(capture.IsObject() && capture.HasMember("phase")) << profd_->log() << HostLog();
+  ASSERT_STREQ(capture["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log() << HostLog();
+  ASSERT_TRUE(capture["processes"].IsArray() && capture["processes"].Size() == 1);
+  EXPECT_STREQ(capture["processes"][0]["dropped_records"].GetString(), "0") << HostLog();
+  EXPECT_STREQ(capture["summary"]["dropped_records"].GetString(), "0");
+  EXPECT_NE(HostLog().find("records CUPTI dropped before it began are not its own"),
+            std::string::npos)
+      << HostLog();
 }
 
 TEST_F(CuptiSharingTest, SharingOffIsSaidLoudly) {

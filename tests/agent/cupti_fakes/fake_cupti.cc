@@ -57,6 +57,7 @@ struct State {
   size_t buffer_size = 0;
   size_t buffer_used = 0;
   int dropped = 0;
+  size_t pending_dropped = 0;  // what cuptiActivityGetNumDroppedRecords says next (then 0)
   int finalizes = 0;
   int enable_callback_calls = 0;
   size_t last_struct_size = 0;
@@ -364,8 +365,11 @@ CUptiResult CUPTIAPI cuptiActivityGetNextRecord(uint8_t* buffer, size_t valid_si
   return CUPTI_SUCCESS;
 }
 
+// As CUPTI: records dropped for want of a buffer since the last call, then reset.
 CUptiResult CUPTIAPI cuptiActivityGetNumDroppedRecords(CUcontext, uint32_t, size_t* dropped) {
-  *dropped = 0;
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  *dropped = S().pending_dropped;
+  S().pending_dropped = 0;
   return CUPTI_SUCCESS;
 }
 
@@ -398,6 +402,7 @@ void fakecupti_reset(void) {
   s.buffer = nullptr;  // the test owns (and may leak) buffers left with us
   s.buffer_size = s.buffer_used = 0;
   s.dropped = s.finalizes = s.enable_callback_calls = 0;
+  s.pending_dropped = 0;
   s.last_struct_size = 0;
   s.last_allow_multiple = -1;
   s.log.clear();
@@ -437,6 +442,7 @@ int fakecupti_record(int kind, uint64_t tag) {
   if (s.buffer == nullptr) {
     if (s.requested == nullptr) {
       ++s.dropped;
+      ++s.pending_dropped;
       return 0;
     }
     uint8_t* buffer = nullptr;
@@ -444,6 +450,7 @@ int fakecupti_record(int kind, uint64_t tag) {
     s.requested(&buffer, &size, &max_records);
     if (buffer == nullptr || size < sizeof(Record)) {
       ++s.dropped;
+      ++s.pending_dropped;
       return 0;
     }
     s.buffer = buffer;
@@ -515,6 +522,17 @@ int fakecupti_subscriber_callback(int index, CUpti_CallbackFunc* callback, void*
 }
 
 int fakecupti_dropped(void) { return S().dropped; }
+
+int fakecupti_drop_one(void) {
+  std::lock_guard<std::recursive_mutex> lock(S().mutex);
+  ++S().dropped;
+  ++S().pending_dropped;
+  return 0;
+}
+
+int fakecupti_record_kernel(void) {
+  return fakecupti_record(CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, 1);
+}
 int fakecupti_finalizes(void) { return S().finalizes; }
 int fakecupti_last_allow_multiple(void) { return S().last_allow_multiple; }
 
