@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <filesystem>
-#include <regex>
 
 #include "absl/strings/str_cat.h"
 #include "daemon/store/spool.h"
@@ -26,10 +25,18 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 
 // The value of an unlabelled-but-host sample of `metric` in a Prometheus text page, -1 if absent.
+// (Plain string search: libstdc++'s <regex> trips GCC 12's -Wmaybe-uninitialized in the
+// sanitizer build, where warnings are errors.)
 double Sample(const std::string& page, const std::string& metric) {
-  std::smatch m;
-  if (std::regex_search(page, m, std::regex("\n" + metric + R"((\{[^}]*\})? ([0-9.e+]+))"))) {
-    return std::stod(m[2]);
+  for (size_t at = page.find("\n" + metric); at != std::string::npos;
+       at = page.find("\n" + metric, at + 1)) {
+    const size_t name_end = at + 1 + metric.size();
+    if (name_end >= page.size() || (page[name_end] != '{' && page[name_end] != ' ')) continue;
+    const size_t eol = page.find('\n', name_end);
+    const std::string line = page.substr(name_end, eol == std::string::npos ? eol : eol - name_end);
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    return std::stod(line.substr(space + 1));
   }
   return -1;
 }
@@ -79,9 +86,12 @@ class SpoolFullTest : public ::testing::Test {
 
   std::string Capture(pid_t pid, RunResult* said) {
     *said = profd_->Profctl({"capture", "--pid", std::to_string(pid), "--duration", "300ms"});
-    std::smatch m;
-    std::regex_search(said->out, m, std::regex(R"(Capture (\S+):)"));
-    return m.size() > 1 ? m[1].str() : "";
+    const size_t at = said->out.find("Capture ");
+    if (at == std::string::npos) return "";
+    const size_t start = at + 8, end = said->out.find(':', start);
+    if (end == std::string::npos) return "";
+    const std::string id = said->out.substr(start, end - start);
+    return id.find(' ') == std::string::npos ? id : "";
   }
 
   std::string Metrics() {
