@@ -220,6 +220,29 @@ std::string CheckOutput(const std::string& output) {
   return "";
 }
 
+// A trace file's format by its name's suffix: "json", "perfetto", or "" for neither.
+std::string FormatOfName(const std::string& name) {
+  if (name.ends_with(".json") || name.ends_with(".json.gz")) return "json";
+  if (name.ends_with(".pftrace") || name.ends_with(".pftrace.gz")) return "perfetto";
+  return "";
+}
+
+// output with its suffix replaced by the trace's (x.json.gz -> x.pftrace.gz), or output itself
+// when it names no format or the same one.
+std::string WithSuffixOf(const std::string& output, const std::string& trace) {
+  const std::string want = FormatOfName(trace), have = FormatOfName(output);
+  if (want.empty() || have.empty() || want == have) return output;
+  static constexpr const char* kSuffixes[] = {".json.gz", ".json", ".pftrace.gz", ".pftrace"};
+  std::string stem = output;
+  for (const char* suffix : kSuffixes) {
+    if (stem.ends_with(suffix)) {
+      stem.resize(stem.size() - std::strlen(suffix));
+      break;
+    }
+  }
+  return stem + (want == "perfetto" ? ".pftrace.gz" : ".json.gz");
+}
+
 // Copies the trace(s) next to the user: one process -> FILE, several -> FILE is a folder.
 int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
   namespace fs = std::filesystem;
@@ -231,6 +254,16 @@ int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
   for (const auto& f : info.files()) {
     fs::path to = info.files_size() == 1 && !fs::is_directory(output) ? fs::path(output)
                                                                       : fs::path(output) / f.name();
+    // profd's --trace_format chose the format: a Perfetto trace is not copied under a JSON name
+    // (nor the reverse), where every reader would fail on it.
+    if (info.files_size() == 1 && !fs::is_directory(output)) {
+      if (const std::string renamed = WithSuffixOf(output, f.name()); renamed != output) {
+        to = renamed;
+        std::cout << "The trace is " << (FormatOfName(f.name()) == "perfetto" ? "Perfetto protobuf" : "JSON")
+                  << " (profd's --trace_format), so it is copied to " << to.string()
+                  << ", not " << output << "\n";
+      }
+    }
     if (info.files_size() > 1) fs::create_directory(output, ec);
     if (std::error_code source_ec; !fs::exists(f.path(), source_ec)) {
       std::cerr
@@ -338,6 +371,18 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   if (!f.output.empty()) {
     if (std::string bad = CheckOutput(f.output); !bad.empty()) {
       std::cerr << "profctl: " << bad << "\n";
+      return kExitUsage;
+    }
+    // A file name that says the other format: refused before anything is captured.
+    if (const std::string named = FormatOfName(f.output);
+        !f.format.empty() && !named.empty() && named != f.format &&
+        !std::filesystem::is_directory(f.output)) {
+      const std::string right = WithSuffixOf(
+          f.output, f.format == "perfetto" ? "trace.pftrace.gz" : "trace.json.gz");
+      std::cerr << "profctl: --output " << f.output << " names a " << named
+                << " trace, but --format " << f.format << " writes "
+                << (f.format == "perfetto" ? "Perfetto protobuf" : "Chrome JSON")
+                << ". Use --output " << right << " (or --format " << named << ")\n";
       return kExitUsage;
     }
   }

@@ -101,6 +101,9 @@ class TraceWriter {
   virtual void WriteMarker(const v1::Marker& m, const StringTable& names) = 0;
   virtual void WriteMemoryOp(const v1::MemoryOp& m) = 0;
   virtual void WriteOverhead(const v1::Overhead& o) = 0;
+  // The batch's string definitions, before its events (names already holds them): for a writer
+  // that keeps what it wrote of a name by its id.
+  virtual void WriteStrings(const v1::EventBatch& batch) {}
 
   const std::unique_ptr<TraceFile> file_;
   const TraceProcess process_;

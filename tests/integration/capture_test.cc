@@ -116,6 +116,58 @@ TEST_F(CaptureTest, PerfettoFormatWritesProtobufTracesWithTheSameSummary) {
   EXPECT_STREQ(e["files"][0]["format"].GetString(), "chrome-json-gz");
 }
 
+// A Perfetto capture is used as a JSON one is: `profctl report ID`, `report FILE` (also under
+// a name that hides its format), `diff` against a JSON trace; and its file never carries a JSON
+// name (--output x.json.gz with --format perfetto is refused; with profd's --trace_format
+// perfetto the copy is renamed).
+TEST_F(CaptureTest, PerfettoCapturesAreReportedDiffedAndNamedLikeJsonOnes) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  const std::string pid = std::to_string(agent->pid());
+  rapidjson::Document c =
+      profd_->ProfctlJson({"capture", "--pid", pid, "--duration", "300ms", "--format", "perfetto"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log();
+  const std::string id = c["capture_id"].GetString();
+  const std::string pftrace = c["files"][0]["path"].GetString();
+
+  RunResult by_id = profd_->Profctl({"report", id});
+  EXPECT_EQ(by_id.exit_code, 0) << by_id.err;
+  EXPECT_NE(by_id.out.find("profd_test_kernel(int*, int)"), std::string::npos) << by_id.out;
+  TempDir out;
+  std::filesystem::copy_file(pftrace, out.File("hidden.trace.gz"));
+  for (const std::string& file : {pftrace, out.File("hidden.trace.gz")}) {
+    rapidjson::Document r = profd_->ProfctlJson({"report", file});
+    ASSERT_TRUE(r.HasMember("kernel_count")) << file;
+    EXPECT_EQ(r["kernel_count"].GetUint64(), 1000u) << file;
+  }
+  rapidjson::Document j = profd_->ProfctlJson({"capture", "--pid", pid, "--duration", "300ms"});
+  const std::string json_trace = j["files"][0]["path"].GetString();
+  RunResult diff = profd_->Profctl({"diff", json_trace, pftrace});
+  EXPECT_EQ(diff.exit_code, 0) << diff.err;
+  EXPECT_NE(diff.out.find("profd_test_kernel"), std::string::npos) << diff.out;
+
+  RunResult refused = profd_->Profctl({"capture", "--pid", pid, "--duration", "300ms", "--format",
+                                       "perfetto", "--output", out.File("x.json.gz")});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--output " + out.File("x.pftrace.gz")), std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(out.File("x.json.gz")));
+
+  ProfdProcess perfetto_by_default({"--trace_format=perfetto"});
+  perfetto_by_default.Start();
+  auto second = StartReplayAgent(perfetto_by_default.agent_socket());
+  ASSERT_TRUE(
+      WaitFor([&] { return Registered(perfetto_by_default, second->pid()); }, absl::Seconds(2)));
+  RunResult renamed =
+      perfetto_by_default.Profctl({"capture", "--pid", std::to_string(second->pid()),
+                                   "--duration", "300ms", "--output", out.File("y.json.gz")});
+  EXPECT_EQ(renamed.exit_code, 0) << renamed.err;
+  EXPECT_TRUE(std::filesystem::exists(out.File("y.pftrace.gz"))) << renamed.out;
+  EXPECT_FALSE(std::filesystem::exists(out.File("y.json.gz"))) << renamed.out;
+  EXPECT_NE(renamed.out.find("copied to " + out.File("y.pftrace.gz")), std::string::npos)
+      << renamed.out;
+}
+
 // A number of profctl's --json output: proto JSON writes 64-bit integers as strings.
 double Num(const rapidjson::Value& v) {
   return v.IsString() ? std::stod(v.GetString()) : v.GetDouble();
