@@ -128,9 +128,14 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
   const profd::v1::CaptureSummary& s = info.summary();
   std::cout << "Capture " << info.capture_id() << ": " << PhaseName(info.phase());
   if (s.window_ns() > 0) {
-    std::cout << ", " << FormatDuration(static_cast<double>(s.window_ns())) << " captured, "
-              << FormatCount(s.events()) << " events, " << FormatCount(s.dropped_records())
-              << " dropped";
+    // The window is the events' own span (first start to last end), which a process that was
+    // idle for most of the capture makes much shorter than the duration asked for.
+    std::cout << ", " << FormatCount(s.events()) << " events, " << FormatCount(s.dropped_records())
+              << " dropped; the events span " << FormatDuration(static_cast<double>(s.window_ns()));
+    if (info.duration_ms() > 0) {
+      std::cout << " of the " << absl::FormatDuration(absl::Milliseconds(info.duration_ms()))
+                << " capture";
+    }
   }
   std::cout << "\n";
   // A failed capture's message goes to stderr, once (RunCapture).

@@ -168,6 +168,25 @@ TEST_F(CaptureTest, PerfettoCapturesAreReportedDiffedAndNamedLikeJsonOnes) {
       << renamed.out;
 }
 
+// --start-at: the capture starts at that wall-clock time (a common start across nodes), not at
+// the request, and runs its duration from there.
+TEST_F(CaptureTest, StartAtStartsTheCaptureThen) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  const absl::Time start = absl::Now() + absl::Milliseconds(1500);
+  RunResult r = profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration",
+                                 "300ms", "--start-at",
+                                 absl::FormatTime(absl::RFC3339_full, start, absl::UTCTimeZone())});
+  const absl::Time returned = absl::Now();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2,008 events"), std::string::npos) << r.out;
+  EXPECT_GE(returned, start + absl::Milliseconds(300)) << "returned before the window ended";
+  // The events are the window's: after the start asked for.
+  rapidjson::Document c = profd_->ProfctlJson({"captures", "--limit", "1"});
+  const auto& p = c["captures"][0]["processes"][0];
+  EXPECT_GE(std::stoll(p["enabled_unix_ns"].GetString()), absl::ToUnixNanos(start)) << r.out;
+}
+
 // A number of profctl's --json output: proto JSON writes 64-bit integers as strings.
 double Num(const rapidjson::Value& v) {
   return v.IsString() ? std::stod(v.GetString()) : v.GetDouble();
@@ -341,6 +360,9 @@ TEST_F(CaptureTest, HumanOutputAndOutputCopy) {
   RunResult r = profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration",
                                  "300ms", "--output", out.File("mine.json.gz")});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // What the time it prints is: the events' span within the window asked for.
+  EXPECT_NE(r.out.find(" events, 0 dropped; the events span "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" of the 300ms capture\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Top kernels by total GPU time"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("profd_test_kernel(int*, int)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1,000"), std::string::npos) << r.out;
