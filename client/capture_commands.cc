@@ -394,7 +394,8 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   profd::v1::CaptureRequest request;
   for (uint32_t pid : f.pids) request.add_pids(pid);
   request.set_all(f.all);
-  // NAMESPACE/POD, as `profctl agents` prints it, or --pod POD -n NAMESPACE.
+  // --pod POD -n NAMESPACE (the columns of `profctl agents`, the labels of /metrics), or
+  // NAMESPACE/POD.
   std::string pod = f.pod, pod_namespace = f.pod_namespace;
   if (size_t slash = pod.find('/'); slash != std::string::npos) {
     if (!pod_namespace.empty() && pod_namespace != pod.substr(0, slash)) {
@@ -658,8 +659,8 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   capture->add_option("--pid", f->pids, "Process to capture (repeat for several)");
   capture->add_flag("--all", f->all, "Every process with an agent on this node");
   capture->add_option("--pod", f->pod,
-                      "Every process of this Kubernetes pod (POD, or NAMESPACE/POD as `agents` "
-                      "prints it)");
+                      "Every process of this Kubernetes pod: POD (with -n NAMESPACE), or "
+                      "NAMESPACE/POD, as the POD and NAMESPACE columns of `agents` say");
   capture->add_option("-n,--namespace", f->pod_namespace, "Namespace of --pod");
   capture->add_option("--duration", f->duration, "How long to capture (default 5s)");
   capture->add_option("--delay", f->delay, "Start this long after the request (e.g. 2s)");
