@@ -76,8 +76,8 @@ int RunAgents(const GlobalOptions& g) {
                  "(and PROFD_AGENT_SOCKET if profd uses another agent socket).\n";
     return kExitOk;
   }
-  analysis::TextTable table({"PID>", "NAMESPACE", "POD", "CONTAINER", "GPUS", "CONNECTED", "VIA",
-                             "CUPTI", "COMMAND"});
+  analysis::TextTable table(
+      {"PID>", "NAMESPACE", "POD", "CONTAINER", "GPUS", "CONNECTED", "VIA", "CUPTI", "COMMAND"});
   std::vector<std::string> notes;
   for (const auto& a : response.agents()) {
     table.AddRow({std::to_string(a.pid()), LabelOf(a.pod_namespace()), LabelOf(a.pod_name()),

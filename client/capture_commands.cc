@@ -264,9 +264,10 @@ int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
     if (info.files_size() == 1 && !fs::is_directory(output)) {
       if (const std::string renamed = WithSuffixOf(output, f.name()); renamed != output) {
         to = renamed;
-        std::cout << "The trace is " << (FormatOfName(f.name()) == "perfetto" ? "Perfetto protobuf" : "JSON")
-                  << " (profd's --trace_format), so it is copied to " << to.string()
-                  << ", not " << output << "\n";
+        std::cout << "The trace is "
+                  << (FormatOfName(f.name()) == "perfetto" ? "Perfetto protobuf" : "JSON")
+                  << " (profd's --trace_format), so it is copied to " << to.string() << ", not "
+                  << output << "\n";
       }
     }
     if (info.files_size() > 1) fs::create_directory(output, ec);
@@ -382,8 +383,8 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     if (const std::string named = FormatOfName(f.output);
         !f.format.empty() && !named.empty() && named != f.format &&
         !std::filesystem::is_directory(f.output)) {
-      const std::string right = WithSuffixOf(
-          f.output, f.format == "perfetto" ? "trace.pftrace.gz" : "trace.json.gz");
+      const std::string right =
+          WithSuffixOf(f.output, f.format == "perfetto" ? "trace.pftrace.gz" : "trace.json.gz");
       std::cerr << "profctl: --output " << f.output << " names a " << named
                 << " trace, but --format " << f.format << " writes "
                 << (f.format == "perfetto" ? "Perfetto protobuf" : "Chrome JSON")
@@ -567,8 +568,8 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     for (const profd::v1::StoredTrace& t : WaitingForRoom(client, g)) {
       if (t.capture_id() != last.capture_id()) continue;
       std::cerr << "profctl: capture " << last.capture_id()
-                << " is done but NOT STORED: " << Printable(t.upload_error()) << ". The trace is kept in "
-                << Printable(t.location())
+                << " is done but NOT STORED: " << Printable(t.upload_error())
+                << ". The trace is kept in " << Printable(t.location())
                 << "; profd puts it in the spool when room returns (`profctl spool`)\n";
       rc = kExitError;
     }

@@ -29,8 +29,8 @@
 #include "daemon/analysis/render.h"
 #include "daemon/analysis/report_diff.h"
 #include "daemon/analysis/text_table.h"
-#include "daemon/common/printable.h"
 #include "daemon/common/file_name.h"
+#include "daemon/common/printable.h"
 #include "daemon/common/sha256.h"
 #include "daemon/trace/capture_analysis.h"
 #include "profd/v1/store.grpc.pb.h"
@@ -422,7 +422,8 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
     }
     for (const analysis::Finding& f : r.findings) findings.push_back(f.id);
     // TextTable makes its cells printable.
-    table.AddRow({by_name ? fs::path(p.path).filename().string() : p.path, pids.empty() ? "-" : absl::StrJoin(pids, ","),
+    table.AddRow({by_name ? fs::path(p.path).filename().string() : p.path,
+                  pids.empty() ? "-" : absl::StrJoin(pids, ","),
                   analysis::FormatDuration(static_cast<double>(r.window_ns)),
                   analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),
                   analysis::FormatDuration(static_cast<double>(r.kernel_time_ns)),
@@ -434,8 +435,7 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
   if (by_name && folders.size() == 1 && !folders.begin()->empty()) {
     where = absl::StrCat(", traces in ", Printable(*folders.begin()));
   }
-  return absl::StrCat("PER PROCESS (each trace analysed alone", where, ")\n", table.Render(),
-                      "\n");
+  return absl::StrCat("PER PROCESS (each trace analysed alone", where, ")\n", table.Render(), "\n");
 }
 
 // The joint report's JSON with "per_process": [{"trace", "report"}] added, one per trace.

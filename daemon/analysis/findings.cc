@@ -37,8 +37,7 @@ bool IsLaunchBound(const GpuRow& g, const AnalysisOptions& o) {
     return false;
   }
   const double short_fraction =
-      g.kernels_with_launch > 0 ? double(g.kernels_shorter_than_launch) / g.kernels_with_launch
-                                : 0;
+      g.kernels_with_launch > 0 ? double(g.kernels_shorter_than_launch) / g.kernels_with_launch : 0;
   const bool many_short =
       g.kernels_with_launch > 0 && short_fraction >= o.launch_bound_short_fraction;
   return many_short || g.median_kernel_ns < double(o.launch_bound_median_kernel_ns);
@@ -58,12 +57,11 @@ void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* ou
     // The host's time going to launching many short kernels is the launch_bound finding's: the
     // gaps are launch overhead, and more input workers would not fill them.
     const bool launch_bound = IsLaunchBound(g, o);
-    f.title =
-        absl::StrCat(GpuLabel(g), " is mostly idle: kernels ran ", FormatPercent(g.busy_ratio),
-                     " of the time",
-                     launch_bound ? " (launch-bound: see launch_bound)"
-                     : host_bound ? " (CPU- or input-bound)"
-                                  : "");
+    f.title = absl::StrCat(GpuLabel(g), " is mostly idle: kernels ran ",
+                           FormatPercent(g.busy_ratio), " of the time",
+                           launch_bound ? " (launch-bound: see launch_bound)"
+                           : host_bound ? " (CPU- or input-bound)"
+                                        : "");
     f.threshold = absl::StrCat("kernel busy time < ", FormatPercent(o.idle_busy_below),
                                " of the trace window");
     f.evidence.push_back(absl::StrCat(

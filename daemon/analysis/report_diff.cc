@@ -212,11 +212,14 @@ std::string RenderDiffText(const ReportDiff& d, const std::string& label_a,
   const bool per_unit = d.basis != "total";
   const std::string unit = d.basis == "per step" ? "step" : "s";
   if (per_unit) {
-    absl::StrAppend(
-        &out, "\nThe windows differ (A ", d.basis == "per step" ? FormatCount(uint64_t(d.units_a)) + " steps" : FormatDuration(d.units_a * 1e9),
-        ", B ", d.basis == "per step" ? FormatCount(uint64_t(d.units_b)) + " steps" : FormatDuration(d.units_b * 1e9),
-        "): totals and counts are compared ", d.basis, " of each side's own ",
-        d.basis == "per step" ? "steps" : "window", ".\n");
+    absl::StrAppend(&out, "\nThe windows differ (A ",
+                    d.basis == "per step" ? FormatCount(uint64_t(d.units_a)) + " steps"
+                                          : FormatDuration(d.units_a * 1e9),
+                    ", B ",
+                    d.basis == "per step" ? FormatCount(uint64_t(d.units_b)) + " steps"
+                                          : FormatDuration(d.units_b * 1e9),
+                    "): totals and counts are compared ", d.basis, " of each side's own ",
+                    d.basis == "per step" ? "steps" : "window", ".\n");
   }
   absl::StrAppend(&out, "\nOVERVIEW\n");
   TextTable o({"METRIC", "A>", "B>", "CHANGE>"});

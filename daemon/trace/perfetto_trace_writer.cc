@@ -425,8 +425,8 @@ uint64_t PerfettoTraceWriter::ThreadLaneOf(uint32_t tid, uint64_t start, uint64_
       fits = true;
     } else if (start >= lane.last_start) {  // in time order: within the slices still open
       while (!lane.open.empty() && lane.open.back().second <= start) lane.open.pop_back();
-      fits = lane.open.empty() ||
-             (end <= lane.open.back().second && lane.open.size() < kMaxNesting);
+      fits =
+          lane.open.empty() || (end <= lane.open.back().second && lane.open.size() < kMaxNesting);
     } else {
       fits = false;
     }

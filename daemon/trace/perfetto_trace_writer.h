@@ -69,9 +69,7 @@ class PerfettoTraceWriter : public TraceWriter {
         next_uuid_((uint64_t{sequence_id_} << kTrackBits) + 1) {}
 
   // A launch -> GPU arrow's id: the correlation id under the file's own bits.
-  uint64_t FlowId(uint32_t correlation) const {
-    return uint64_t{sequence_id_} << 32 | correlation;
-  }
+  uint64_t FlowId(uint32_t correlation) const { return uint64_t{sequence_id_} << 32 | correlation; }
 
   // The tracks: small uuids given in order of first use, each described (a TrackDescriptor
   // packet) before its first event.
@@ -155,8 +153,8 @@ class PerfettoTraceWriter : public TraceWriter {
   struct ThreadLane {
     uint64_t uuid = 0;
     uint64_t last_start = 0;
-    uint64_t end = 0;                                      // the latest end of its slices
-    std::vector<std::pair<uint64_t, uint64_t>> open;       // (start, end), outermost first
+    uint64_t end = 0;                                 // the latest end of its slices
+    std::vector<std::pair<uint64_t, uint64_t>> open;  // (start, end), outermost first
   };
   static constexpr size_t kMaxNesting = 64;
   absl::flat_hash_map<uint32_t, std::vector<ThreadLane>> thread_lanes_;

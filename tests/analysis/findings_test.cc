@@ -19,9 +19,9 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
-using ::testing::Not;
 using testing::KernelShape;
 using testing::KinetoTraceBuilder;
+using ::testing::Not;
 
 // A launch configuration that fills an H100 (100% estimated occupancy).
 const KernelShape kFull{{10000, 1, 1}, {256, 1, 1}, 32, 0};

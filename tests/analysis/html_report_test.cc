@@ -108,7 +108,8 @@ TEST(HtmlReportTest, ItsTermsLinkToDefinitionsInThePage) {
                            "def-occupancy", "def-findings", "def-window"}) {
     EXPECT_TRUE(links.count(term)) << term << " is not linked";
   }
-  for (const std::string& link : links) EXPECT_TRUE(anchors.count(link)) << link << " leads nowhere";
+  for (const std::string& link : links)
+    EXPECT_TRUE(anchors.count(link)) << link << " leads nowhere";
   EXPECT_THAT(page, HasSubstr("<h2 id=\"definitions\">Definitions</h2>"));
   EXPECT_THAT(page, Not(HasSubstr("docs/ANALYSIS.md. Generated")));
 }

@@ -55,7 +55,8 @@ TEST(ReportDiffTest, WindowsOfDifferentLengthAreComparedPerSecond) {
   EXPECT_THAT(text, HasSubstr("compared per second"));
   EXPECT_THAT(text, HasSubstr("TOTAL A/s"));
   // Not the +150 % totals would say.
-  EXPECT_THAT(text, ::testing::ContainsRegex("kernel time per second +100.00 ms +100.00 ms +\\+0.0%"));
+  EXPECT_THAT(text,
+              ::testing::ContainsRegex("kernel time per second +100.00 ms +100.00 ms +\\+0.0%"));
   EXPECT_THAT(text, ::testing::ContainsRegex("100.00 ms +100.00 ms +0 ns +\\+0.0% .* gemm"));
   EXPECT_THAT(DiffToJson(d, "a", "b"), HasSubstr("\"basis\": \"per second\""));
 }

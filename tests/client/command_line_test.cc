@@ -22,14 +22,14 @@ RunResult Profctl(std::vector<std::string> args) {
 TEST(CommandLineTest, EveryArgumentErrorSaysItIsProfctlsAndWhereToLook) {
   TempDir dir;
   const std::vector<std::vector<std::string>> bad = {
-      {"capture", "--pid", "abc"},                          // not a number (CLI11)
-      {"capture", "--bogus"},                               // unknown flag (CLI11)
-      {"capture", "--format", "xml", "--pid", "1"},         // not one of the choices (CLI11)
-      {"report"},                                           // a required argument (CLI11)
-      {"capture", "--pid", "1", "--duration", "5"},         // no unit (the command's own check)
-      {"capture", "--duration", "1s"},                      // nothing to capture
+      {"capture", "--pid", "abc"},                   // not a number (CLI11)
+      {"capture", "--bogus"},                        // unknown flag (CLI11)
+      {"capture", "--format", "xml", "--pid", "1"},  // not one of the choices (CLI11)
+      {"report"},                                    // a required argument (CLI11)
+      {"capture", "--pid", "1", "--duration", "5"},  // no unit (the command's own check)
+      {"capture", "--duration", "1s"},               // nothing to capture
       {"capture", "--pid", "1", "--output", dir.File("no/such/folder/t.json.gz")},
-      {"--timeout", "soon", "agents"},                      // a global option's own check
+      {"--timeout", "soon", "agents"},  // a global option's own check
       {"list", "--since", "yesterday"},
   };
   for (const std::vector<std::string>& args : bad) {

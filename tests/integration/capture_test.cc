@@ -159,8 +159,8 @@ TEST_F(CaptureTest, PerfettoCapturesAreReportedDiffedAndNamedLikeJsonOnes) {
   ASSERT_TRUE(
       WaitFor([&] { return Registered(perfetto_by_default, second->pid()); }, absl::Seconds(2)));
   RunResult renamed =
-      perfetto_by_default.Profctl({"capture", "--pid", std::to_string(second->pid()),
-                                   "--duration", "300ms", "--output", out.File("y.json.gz")});
+      perfetto_by_default.Profctl({"capture", "--pid", std::to_string(second->pid()), "--duration",
+                                   "300ms", "--output", out.File("y.json.gz")});
   EXPECT_EQ(renamed.exit_code, 0) << renamed.err;
   EXPECT_TRUE(std::filesystem::exists(out.File("y.pftrace.gz"))) << renamed.out;
   EXPECT_FALSE(std::filesystem::exists(out.File("y.json.gz"))) << renamed.out;

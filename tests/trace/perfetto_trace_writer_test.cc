@@ -389,11 +389,11 @@ TEST(PerfettoTraceWriterTest, OverlappingSlicesOfAHostThreadKeepTheirOwnEnds) {
     a->set_correlation(correlation);
     a->set_tid(9);
   };
-  call(10, 20, 1);      // inside "step"
-  call(50, 150, 2);     // starts inside "step", ends after it
-  call(160, 170, 3);    // after both
-  marker(0, 100, 1);    // "step", written after the calls it holds
-  marker(40, 60, 3);    // "forward": overlaps the second call's start only
+  call(10, 20, 1);    // inside "step"
+  call(50, 150, 2);   // starts inside "step", ends after it
+  call(160, 170, 3);  // after both
+  marker(0, 100, 1);  // "step", written after the calls it holds
+  marker(40, 60, 3);  // "forward": overlaps the second call's start only
   v1::Overhead* o = b.add_overheads();
   o->set_start_ns(t0 + 15);
   o->set_end_ns(t0 + 55);  // straddles the first two calls
@@ -485,9 +485,8 @@ TEST(PerfettoTraceWriterTest, ARedefinedStringIdTakesItsNewText) {
     k->set_correlation(static_cast<uint32_t>(at - t0));
     return b;
   };
-  const std::vector<v1::EventBatch> batches = {batch(t0, "first_kernel"),
-                                               batch(t0 + 100, "second_kernel"),
-                                               batch(t0 + 200, "first_kernel")};
+  const std::vector<v1::EventBatch> batches = {
+      batch(t0, "first_kernel"), batch(t0 + 100, "second_kernel"), batch(t0 + 200, "first_kernel")};
   TraceProcess process;
   process.pid = 23;
   process.base_time_ns = static_cast<int64_t>(t0);
@@ -523,7 +522,8 @@ TEST(PerfettoTraceWriterTest, TwoProcessesTracesKeepApartWhenMerged) {
     process.capture_id = "20261201T120000Z-node-1-0123abcd";
     process.base_time_ns = static_cast<int64_t>(batches[0].clock().realtime_ns());
     TempDir one;
-    traces.push_back(testing::ReadPerfettoTrace(Write(TraceFormat::kPerfetto, one, process, batches)));
+    traces.push_back(
+        testing::ReadPerfettoTrace(Write(TraceFormat::kPerfetto, one, process, batches)));
     EXPECT_TRUE(traces.back().problems.empty()) << absl::StrJoin(traces.back().problems, "\n");
   }
   EXPECT_NE(traces[0].sequence_id, traces[1].sequence_id);
