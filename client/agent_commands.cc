@@ -72,8 +72,9 @@ int RunAgents(const GlobalOptions& g) {
   }
   if (response.agents().empty() && response.omitted() == 0) {
     std::cout << "No agents connected to profd on " << Printable(response.hostname())
-              << ".\nStart the process with CUDA_INJECTION64_PATH=/usr/lib/profd/libprofagent.so "
-                 "(and PROFD_AGENT_SOCKET if profd uses another agent socket).\n";
+              << ".\nStart the process with CUDA_INJECTION64_PATH=/opt/profd/lib/libprofagent.so "
+                 "(where install.sh puts it; lib/ of an unpacked tarball), and PROFD_AGENT_SOCKET "
+                 "if profd uses another agent socket. Not listed still: docs/TROUBLESHOOTING.md.\n";
     return kExitOk;
   }
   analysis::TextTable table(
