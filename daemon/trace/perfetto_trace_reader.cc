@@ -702,10 +702,16 @@ bool IsPerfettoTraceFile(const std::string& path) {
   }
   gzFile in = gzopen(path.c_str(), "rb");  // reads plain files as they are
   if (in == nullptr) return false;
-  unsigned char first = 0;
-  const bool read = gzread(in, &first, 1) == 1;
+  unsigned char head[64];
+  const int n = gzread(in, head, sizeof(head));
   gzclose(in);
-  return read && first == ((kTracePacket << 3) | 2);
+  if (n <= 0 || head[0] != ((kTracePacket << 3) | 2)) return false;
+  // A JSON trace may start with a newline too (0x0a, torch's does): JSON is text, a Trace's first
+  // bytes are not (tags and lengths below 0x20).
+  for (int i = 0; i < n; ++i) {
+    if (head[i] < 0x20 && head[i] != '\n' && head[i] != '\r' && head[i] != '\t') return true;
+  }
+  return false;
 }
 
 absl::Status StreamPerfettoTrace(const std::string& path, analysis::Trace* tables,

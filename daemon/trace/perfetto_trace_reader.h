@@ -26,9 +26,9 @@ absl::Status StreamPerfettoTrace(const std::string& path, analysis::Trace* table
                                  analysis::TraceEventSink* sink);
 
 // Whether path holds a Perfetto trace rather than JSON: by its name (.pftrace, .pftrace.gz,
-// .perfetto-trace), else by its first byte once decompressed (a Trace starts with its first
-// packet's tag, 0x0a; a JSON trace with '{', '[' or white space). A copy renamed by hand is still
-// read with the right reader.
+// .perfetto-trace), else by its first bytes once decompressed (a Trace starts with its first
+// packet's tag, 0x0a, then binary; a JSON trace is text, which may start with a newline too). A
+// copy renamed by hand is still read with the right reader.
 bool IsPerfettoTraceFile(const std::string& path);
 
 }  // namespace profd
