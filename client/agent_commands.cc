@@ -15,15 +15,9 @@ namespace analysis = profd::analysis;
 using profd::Printable;
 namespace {
 
-std::string PodOf(const profd::v1::AgentInfo& a) {
-  if (!a.pod_name().empty()) {
-    std::string pod =
-        a.pod_namespace().empty() ? a.pod_name() : a.pod_namespace() + "/" + a.pod_name();
-    return a.container_name().empty() ? pod : pod + "/" + a.container_name();
-  }
-  if (!a.container_id().empty()) return a.container_id().substr(0, 12);
-  return "-";
-}
+// A label as /metrics and --json have it (namespace, pod, container), "-" when the process has
+// none: the same words in the three places, and the POD cell is what --pod takes (with -n).
+std::string LabelOf(const std::string& value) { return value.empty() ? "-" : value; }
 
 std::string GpusOf(const profd::v1::AgentInfo& a) {
   if (a.devices().empty()) return "-";
@@ -78,15 +72,17 @@ int RunAgents(const GlobalOptions& g) {
   }
   if (response.agents().empty() && response.omitted() == 0) {
     std::cout << "No agents connected to profd on " << Printable(response.hostname())
-              << ".\nStart the process with CUDA_INJECTION64_PATH=/usr/lib/profd/libprofagent.so "
-                 "(and PROFD_AGENT_SOCKET if profd uses another agent socket).\n";
+              << ".\nStart the process with CUDA_INJECTION64_PATH=/opt/profd/lib/libprofagent.so "
+                 "(where install.sh puts it; lib/ of an unpacked tarball), and PROFD_AGENT_SOCKET "
+                 "if profd uses another agent socket. Not listed still: docs/TROUBLESHOOTING.md.\n";
     return kExitOk;
   }
   analysis::TextTable table(
-      {"PID>", "POD/CONTAINER", "GPUS", "CONNECTED", "VIA", "CUPTI", "COMMAND"});
+      {"PID>", "NAMESPACE", "POD", "CONTAINER", "GPUS", "CONNECTED", "VIA", "CUPTI", "COMMAND"});
   std::vector<std::string> notes;
   for (const auto& a : response.agents()) {
-    table.AddRow({std::to_string(a.pid()), PodOf(a), GpusOf(a), Ago(a.connected_since_unix_ns()),
+    table.AddRow({std::to_string(a.pid()), LabelOf(a.pod_namespace()), LabelOf(a.pod_name()),
+                  LabelOf(a.container_name()), GpusOf(a), Ago(a.connected_since_unix_ns()),
                   ViaOf(a), CuptiOf(a), a.command_line().empty() ? a.comm() : a.command_line()});
     const profd::v1::CuptiSharing& s = a.cupti_sharing();
     std::string pid = "pid " + std::to_string(a.pid()) + ": ";

@@ -128,9 +128,14 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
   const profd::v1::CaptureSummary& s = info.summary();
   std::cout << "Capture " << info.capture_id() << ": " << PhaseName(info.phase());
   if (s.window_ns() > 0) {
-    std::cout << ", " << FormatDuration(static_cast<double>(s.window_ns())) << " captured, "
-              << FormatCount(s.events()) << " events, " << FormatCount(s.dropped_records())
-              << " dropped";
+    // The window is the events' own span (first start to last end), which a process that was
+    // idle for most of the capture makes much shorter than the duration asked for.
+    std::cout << ", " << FormatCount(s.events()) << " events, " << FormatCount(s.dropped_records())
+              << " dropped; the events span " << FormatDuration(static_cast<double>(s.window_ns()));
+    if (info.duration_ms() > 0) {
+      std::cout << " of the " << absl::FormatDuration(absl::Milliseconds(info.duration_ms()))
+                << " capture";
+    }
   }
   std::cout << "\n";
   // A failed capture's message goes to stderr, once (RunCapture).
@@ -220,6 +225,29 @@ std::string CheckOutput(const std::string& output) {
   return "";
 }
 
+// A trace file's format by its name's suffix: "json", "perfetto", or "" for neither.
+std::string FormatOfName(const std::string& name) {
+  if (name.ends_with(".json") || name.ends_with(".json.gz")) return "json";
+  if (name.ends_with(".pftrace") || name.ends_with(".pftrace.gz")) return "perfetto";
+  return "";
+}
+
+// output with its suffix replaced by the trace's (x.json.gz -> x.pftrace.gz), or output itself
+// when it names no format or the same one.
+std::string WithSuffixOf(const std::string& output, const std::string& trace) {
+  const std::string want = FormatOfName(trace), have = FormatOfName(output);
+  if (want.empty() || have.empty() || want == have) return output;
+  static constexpr const char* kSuffixes[] = {".json.gz", ".json", ".pftrace.gz", ".pftrace"};
+  std::string stem = output;
+  for (const char* suffix : kSuffixes) {
+    if (stem.ends_with(suffix)) {
+      stem.resize(stem.size() - std::strlen(suffix));
+      break;
+    }
+  }
+  return stem + (want == "perfetto" ? ".pftrace.gz" : ".json.gz");
+}
+
 // Copies the trace(s) next to the user: one process -> FILE, several -> FILE is a folder.
 int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
   namespace fs = std::filesystem;
@@ -231,6 +259,17 @@ int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
   for (const auto& f : info.files()) {
     fs::path to = info.files_size() == 1 && !fs::is_directory(output) ? fs::path(output)
                                                                       : fs::path(output) / f.name();
+    // profd's --trace_format chose the format: a Perfetto trace is not copied under a JSON name
+    // (nor the reverse), where every reader would fail on it.
+    if (info.files_size() == 1 && !fs::is_directory(output)) {
+      if (const std::string renamed = WithSuffixOf(output, f.name()); renamed != output) {
+        to = renamed;
+        std::cout << "The trace is "
+                  << (FormatOfName(f.name()) == "perfetto" ? "Perfetto protobuf" : "JSON")
+                  << " (profd's --trace_format), so it is copied to " << to.string() << ", not "
+                  << output << "\n";
+      }
+    }
     if (info.files_size() > 1) fs::create_directory(output, ec);
     if (std::error_code source_ec; !fs::exists(f.path(), source_ec)) {
       std::cerr
@@ -340,11 +379,24 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
       std::cerr << "profctl: " << bad << "\n";
       return kExitUsage;
     }
+    // A file name that says the other format: refused before anything is captured.
+    if (const std::string named = FormatOfName(f.output);
+        !f.format.empty() && !named.empty() && named != f.format &&
+        !std::filesystem::is_directory(f.output)) {
+      const std::string right =
+          WithSuffixOf(f.output, f.format == "perfetto" ? "trace.pftrace.gz" : "trace.json.gz");
+      std::cerr << "profctl: --output " << f.output << " names a " << named
+                << " trace, but --format " << f.format << " writes "
+                << (f.format == "perfetto" ? "Perfetto protobuf" : "Chrome JSON")
+                << ". Use --output " << right << " (or --format " << named << ")\n";
+      return kExitUsage;
+    }
   }
   profd::v1::CaptureRequest request;
   for (uint32_t pid : f.pids) request.add_pids(pid);
   request.set_all(f.all);
-  // NAMESPACE/POD, as `profctl agents` prints it, or --pod POD -n NAMESPACE.
+  // --pod POD -n NAMESPACE (the columns of `profctl agents`, the labels of /metrics), or
+  // NAMESPACE/POD.
   std::string pod = f.pod, pod_namespace = f.pod_namespace;
   if (size_t slash = pod.find('/'); slash != std::string::npos) {
     if (!pod_namespace.empty() && pod_namespace != pod.substr(0, slash)) {
@@ -516,8 +568,8 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     for (const profd::v1::StoredTrace& t : WaitingForRoom(client, g)) {
       if (t.capture_id() != last.capture_id()) continue;
       std::cerr << "profctl: capture " << last.capture_id()
-                << " is done but NOT STORED: " << Printable(t.upload_error()) << ". The trace is kept in "
-                << Printable(t.location())
+                << " is done but NOT STORED: " << Printable(t.upload_error())
+                << ". The trace is kept in " << Printable(t.location())
                 << "; profd puts it in the spool when room returns (`profctl spool`)\n";
       rc = kExitError;
     }
@@ -608,8 +660,8 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   capture->add_option("--pid", f->pids, "Process to capture (repeat for several)");
   capture->add_flag("--all", f->all, "Every process with an agent on this node");
   capture->add_option("--pod", f->pod,
-                      "Every process of this Kubernetes pod (POD, or NAMESPACE/POD as `agents` "
-                      "prints it)");
+                      "Every process of this Kubernetes pod: POD (with -n NAMESPACE), or "
+                      "NAMESPACE/POD, as the POD and NAMESPACE columns of `agents` say");
   capture->add_option("-n,--namespace", f->pod_namespace, "Namespace of --pod");
   capture->add_option("--duration", f->duration, "How long to capture (default 5s)");
   capture->add_option("--delay", f->delay, "Start this long after the request (e.g. 2s)");

@@ -4,10 +4,35 @@
 #include <iostream>
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "client/commands.h"
 
 namespace profctl {
 namespace {
+
+// "" when target is one profctl can dial, else what is wrong and what a target looks like.
+std::string CheckTarget(const std::string& target) {
+  for (const char* scheme : {"unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:"}) {
+    if (target.starts_with(scheme)) return "";
+  }
+  // HOST:PORT, [IPV6]:PORT
+  const size_t colon = target.rfind(':');
+  int port = 0;
+  if (colon != std::string::npos && colon > 0 &&
+      absl::SimpleAtoi(target.substr(colon + 1), &port) && port > 0 && port < 65536) {
+    return "";
+  }
+  std::string hint;
+  if (target.starts_with("/")) hint = absl::StrCat(" (a socket path: unix:", target, ")");
+  return absl::StrCat("--target ", target,
+                      " is not a profd address. A target is unix:/path/to/profd.sock (a profd on "
+                      "this machine; the default is ",
+                      kDefaultTarget,
+                      ") or HOST:PORT of a profd started with --grpc_address (e.g. "
+                      "node17:7465)",
+                      hint);
+}
 
 // Every command takes the global options after its name too (`profctl agents --json` as well as
 // `profctl --json agents`), and lists --json in its own --help.
@@ -63,14 +88,19 @@ int main(int argc, char** argv) {
       ->envname("PROFD_TLS_SERVER_NAME");
   // Once, before any subcommand runs: a missing or unreadable PEM file is a usage error.
   app.parse_complete_callback([&g] {
+    if (!g.target.empty()) {
+      if (std::string bad = CheckTarget(g.target); !bad.empty()) {
+        throw CLI::ValidationError(bad);
+      }
+    }
     absl::Duration timeout;
     if (std::string bad = ParseDurationFlag("--timeout", g.timeout, absl::Milliseconds(1),
                                             absl::Hours(24), &timeout);
         !bad.empty()) {
-      throw CLI::ValidationError("profctl: " + bad);
+      throw CLI::ValidationError(bad);
     }
     if (absl::Status loaded = g.tls.Load(); !loaded.ok()) {
-      throw CLI::ValidationError("profctl: " + std::string(loaded.message()));
+      throw CLI::ValidationError(std::string(loaded.message()));
     }
   });
 
@@ -83,20 +113,34 @@ int main(int argc, char** argv) {
   AcceptGlobalOptionsAfter(&app, g);
   const std::string commands = app.help();  // before parsing selects a command
 
+  // Every argument error, CLI11's and the commands' own, says it is profctl's and where to look.
+  auto hint = [&app] {
+    std::string command;
+    for (const CLI::App* sub : app.get_subcommands()) command += " " + sub->get_name();
+    std::cerr << "Run `profctl" << command << " --help` for "
+              << (command.empty() ? "the commands and options" : "its options") << ".\n";
+  };
   try {
     app.parse(argc, argv);
   } catch (const CLI::ExtrasError& e) {
-    if (!app.get_subcommands().empty() || app.remaining().empty()) return app.exit(e), kExitUsage;
-    std::cerr << "profctl: unknown command '" << app.remaining().front() << "'\n\n" << commands;
+    if (app.get_subcommands().empty() && !app.remaining().empty()) {
+      std::cerr << "profctl: unknown command '" << app.remaining().front() << "'\n\n" << commands;
+      return kExitUsage;
+    }
+    std::cerr << "profctl: " << e.what() << "\n";
+    hint();
     return kExitUsage;
   } catch (const CLI::ParseError& e) {
-    int code = app.exit(e);
-    return code == 0 ? kExitOk : kExitUsage;
+    if (e.get_exit_code() == 0) return app.exit(e), kExitOk;  // --help, --version
+    std::cerr << "profctl: " << e.what() << "\n";
+    hint();
+    return kExitUsage;
   }
   if (app.get_subcommands().empty() || help->parsed()) {
     // A bare `profctl` (or `profctl help`): the commands, as --help prints them.
     std::cout << commands;
     return help->parsed() ? kExitOk : kExitUsage;
   }
+  if (rc == kExitUsage) hint();
   return rc;
 }

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -28,9 +29,10 @@
 #include "daemon/analysis/render.h"
 #include "daemon/analysis/report_diff.h"
 #include "daemon/analysis/text_table.h"
-#include "daemon/common/printable.h"
 #include "daemon/common/file_name.h"
+#include "daemon/common/printable.h"
 #include "daemon/common/sha256.h"
+#include "daemon/trace/capture_analysis.h"
 #include "profd/v1/store.grpc.pb.h"
 #include "rapidjson/document.h"
 #include "rapidjson/prettywriter.h"
@@ -79,18 +81,19 @@ bool IsFolder(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-// Capture ids look like 20260101T120000Z-host-1a2b3c4d: no slash, no .json suffix.
+// Capture ids look like 20260101T120000Z-host-1a2b3c4d: no slash, no trace file suffix.
 bool LooksLikeCaptureId(const std::string& s) {
   return !s.empty() && s.find('/') == std::string::npos && !absl::EndsWith(s, ".json") &&
-         !absl::EndsWith(s, ".gz");
+         !absl::EndsWith(s, ".gz") && !absl::EndsWith(s, ".pftrace");
 }
 
-// A process's trace in a capture folder (docs/TRACE_FORMAT.md): trace-<pid>.json.gz, or a trace
-// file another tool left there (rank0.json, *.pt.trace.json.gz). Not manifest.json or
-// summary.json, which are no traces.
+// A process's trace in a capture folder (docs/TRACE_FORMAT.md): trace-<pid>.json.gz or
+// trace-<pid>.pftrace.gz, or a trace file another tool left there (rank0.json,
+// *.pt.trace.json.gz). Not manifest.json or summary.json, which are no traces.
 bool IsTraceName(const std::string& name) {
   if (name == kManifestName || name == kSummaryName || absl::StartsWith(name, ".")) return false;
-  return absl::EndsWith(name, ".json") || absl::EndsWith(name, ".json.gz");
+  return absl::EndsWith(name, ".json") || absl::EndsWith(name, ".json.gz") ||
+         absl::EndsWith(name, ".pftrace") || absl::EndsWith(name, ".pftrace.gz");
 }
 
 // Folders profctl made for traces it fetched from the store; removed when the report is done.
@@ -145,8 +148,9 @@ int FolderTraces(const std::string& folder, std::vector<std::string>* out) {
   }
   if (found.empty()) {
     std::cerr << "profctl: the folder " << folder
-              << " holds no trace (.json or .json.gz besides manifest.json and summary.json). "
-                 "Give a capture folder (trace-<pid>.json.gz per process) or trace files.\n";
+              << " holds no trace (.json, .json.gz or .pftrace.gz besides manifest.json and "
+                 "summary.json). Give a capture folder (a trace-<pid>.json.gz or "
+                 "trace-<pid>.pftrace.gz per process) or trace files.\n";
     return kExitNotFound;
   }
   std::sort(found.begin(), found.end());
@@ -299,8 +303,9 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, FetchedTraces*
   if (IsFolder(arg)) return FolderTraces(arg, out);
   if (!LooksLikeCaptureId(arg)) {
     std::cerr << "profctl: no trace file " << arg
-              << ". Give a .json or .json.gz trace (profd capture, torch.profiler "
-                 "export_chrome_trace), a capture folder, or a capture id from `profctl list`.\n";
+              << ". Give a trace file (profd's .json.gz or .pftrace.gz, torch.profiler's "
+                 "export_chrome_trace .json), a capture folder, or a capture id from `profctl "
+                 "list`.\n";
     return kExitNotFound;
   }
   ProfdClient client(ResolveTarget(g.target), g.tls);
@@ -364,7 +369,7 @@ int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
   }
   auto analyze = [](const std::vector<std::string>& files,
                     const analysis::AnalysisOptions& o) -> absl::StatusOr<analysis::Report> {
-    absl::StatusOr<analysis::Report> r = analysis::AnalyzeTraceFiles(files, o);
+    absl::StatusOr<analysis::Report> r = profd::AnalyzeTraceFilesOfAnyFormat(files, o);
     if (!r.ok()) std::cerr << "profctl: " << Printable(std::string(r.status().message())) << "\n";
     return r;
   };
@@ -394,11 +399,19 @@ int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
   return kExitOk;
 }
 
-// Per process, side by side: each trace's own window, busy GPUs, kernels and findings.
+// Per process, side by side: each trace's own window, busy GPUs, kernels and findings. Each row
+// is named by its trace's file name (trace-<pid>.json.gz), which a long folder path would push
+// out of the column; the folder is said once above when they share one.
 std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
   analysis::TextTable table({"TRACE", "PID>", "WINDOW>", "EVENTS>", "KERNELS>", "KERNEL TIME>",
                              "GPU BUSY", "TOP KERNEL", "FINDINGS"},
                             48);
+  std::set<std::string> folders, names;
+  for (const ProcessReport& p : processes) {
+    folders.insert(fs::path(p.path).parent_path().string());
+    names.insert(fs::path(p.path).filename().string());
+  }
+  const bool by_name = names.size() == processes.size();
   for (const ProcessReport& p : processes) {
     const analysis::Report& r = p.report;
     std::vector<std::string> pids, busy, findings;
@@ -409,7 +422,8 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
     }
     for (const analysis::Finding& f : r.findings) findings.push_back(f.id);
     // TextTable makes its cells printable.
-    table.AddRow({p.path, pids.empty() ? "-" : absl::StrJoin(pids, ","),
+    table.AddRow({by_name ? fs::path(p.path).filename().string() : p.path,
+                  pids.empty() ? "-" : absl::StrJoin(pids, ","),
                   analysis::FormatDuration(static_cast<double>(r.window_ns)),
                   analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),
                   analysis::FormatDuration(static_cast<double>(r.kernel_time_ns)),
@@ -417,7 +431,11 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
                   r.top_kernels.empty() ? "-" : r.top_kernels[0].name,
                   findings.empty() ? "-" : absl::StrJoin(findings, ", ")});
   }
-  return absl::StrCat("PER PROCESS (each trace analysed alone)\n", table.Render(), "\n");
+  std::string where;
+  if (by_name && folders.size() == 1 && !folders.begin()->empty()) {
+    where = absl::StrCat(", traces in ", Printable(*folders.begin()));
+  }
+  return absl::StrCat("PER PROCESS (each trace analysed alone", where, ")\n", table.Render(), "\n");
 }
 
 // The joint report's JSON with "per_process": [{"trace", "report"}] added, one per trace.
@@ -508,8 +526,8 @@ void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   CLI::App* report = app.add_subcommand(
       "report",
       "Bottleneck report of a trace: GPU busy/idle, operators (torch.profiler's key_averages), "
-      "top kernels, CUDA API, copies, syncs, findings with advice. Reads profd and PyTorch "
-      "profiler traces (.json or .json.gz); "
+      "top kernels, CUDA API, copies, syncs, findings with advice. Reads profd's traces "
+      "(.json.gz, .pftrace.gz) and PyTorch profiler traces (.json or .json.gz); "
       "no profd needed for a file or folder");
   report
       ->add_option("trace", rf->inputs,

@@ -502,8 +502,16 @@ void HoldFreedMemoryBriefly() {
 
 int Main(int argc, char** argv) {
   HoldFreedMemoryBriefly();
-  absl::SetProgramUsageMessage("profd: on-demand GPU profiling daemon. See README.md.");
+  // absl prints "profd: " before the message, and "Flags from FILE" over each file's flags:
+  // profd's are all "profd", not the source path the build saw.
+  absl::SetProgramUsageMessage(
+      "on-demand GPU profiling daemon (profctl is its command line; README.md, docs/).");
   absl::FlagsUsageConfig usage;
+  usage.normalize_filename = [](absl::string_view file) {
+    return absl::StrContains(file, "daemon/") ? std::string("profd") : std::string(file);
+  };
+  usage.contains_help_flags = [](absl::string_view file) { return file == "profd"; };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
   usage.version_string = [] { return std::string("profd ") + PROFD_VERSION + "\n"; };
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);

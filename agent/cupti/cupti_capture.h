@@ -8,7 +8,7 @@
 // are handed by CUPTI's thread to this capture's converter thread and converted there: CUPTI
 // calls BufferCompleted under its own lock, which application threads wait on when they need a
 // new buffer, so that callback only queues (measured: converting inline doubled the capture's
-// cost on a launch-bound loop; docs/OVERHEAD.md).
+// cost on a launch-bound loop; docs/measurements/overhead.md).
 #pragma once
 
 #include <atomic>

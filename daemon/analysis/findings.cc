@@ -31,6 +31,18 @@ std::string Launchers(const std::vector<OperatorLaunches>& ops) {
   return out;
 }
 
+// The launch_bound finding's test (LaunchBound below): many short kernels, launched one by one.
+bool IsLaunchBound(const GpuRow& g, const AnalysisOptions& o) {
+  if (g.kernels < o.launch_bound_min_kernels || g.busy_ratio >= o.launch_bound_busy_below) {
+    return false;
+  }
+  const double short_fraction =
+      g.kernels_with_launch > 0 ? double(g.kernels_shorter_than_launch) / g.kernels_with_launch : 0;
+  const bool many_short =
+      g.kernels_with_launch > 0 && short_fraction >= o.launch_bound_short_fraction;
+  return many_short || g.median_kernel_ns < double(o.launch_bound_median_kernel_ns);
+}
+
 void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* out) {
   for (const GpuRow& g : r.gpus) {
     if (r.window_ns <= 0 || g.busy_ratio >= o.idle_busy_below) continue;
@@ -42,9 +54,14 @@ void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* ou
         SaturatingAdd(SaturatingAdd(g.idle.host_wait_ns, g.idle.kernel_wait_ns), g.idle.other_ns);
     // host wait >= half of idle, without doubling a time that may be near INT64_MAX.
     bool host_bound = idle > 0 && g.idle.host_wait_ns >= idle - g.idle.host_wait_ns;
-    f.title =
-        absl::StrCat(GpuLabel(g), " is mostly idle: kernels ran ", FormatPercent(g.busy_ratio),
-                     " of the time", host_bound ? " (CPU- or input-bound)" : "");
+    // The host's time going to launching many short kernels is the launch_bound finding's: the
+    // gaps are launch overhead, and more input workers would not fill them.
+    const bool launch_bound = IsLaunchBound(g, o);
+    f.title = absl::StrCat(GpuLabel(g), " is mostly idle: kernels ran ",
+                           FormatPercent(g.busy_ratio), " of the time",
+                           launch_bound ? " (launch-bound: see launch_bound)"
+                           : host_bound ? " (CPU- or input-bound)"
+                                        : "");
     f.threshold = absl::StrCat("kernel busy time < ", FormatPercent(o.idle_busy_below),
                                " of the trace window");
     f.evidence.push_back(absl::StrCat(
@@ -56,7 +73,12 @@ void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* ou
         " (", share(g.idle.host_wait_ns), "), kernel wait ", FormatDuration(g.idle.kernel_wait_ns),
         " (", share(g.idle.kernel_wait_ns), "), other ", FormatDuration(g.idle.other_ns), " (",
         share(g.idle.other_ns), ")"));
-    if (host_bound) {
+    if (launch_bound) {
+      f.advice.push_back(
+          "The host spends the gaps launching short kernels one by one: fix that first (the "
+          "launch_bound finding: CUDA Graphs, fused kernels, more work per kernel); input "
+          "loading is not what the GPU waits for.");
+    } else if (host_bound) {
       f.advice.push_back(
           "Host wait dominates: the CPU did not enqueue work fast enough. Look at the CPU side "
           "between steps (data loading and preprocessing, tokenization, Python overhead, "
@@ -74,15 +96,10 @@ void GpuIdle(const Report& r, const AnalysisOptions& o, std::vector<Finding>* ou
 
 void LaunchBound(const Report& r, const AnalysisOptions& o, std::vector<Finding>* out) {
   for (const GpuRow& g : r.gpus) {
-    if (g.kernels < o.launch_bound_min_kernels || g.busy_ratio >= o.launch_bound_busy_below) {
-      continue;
-    }
+    if (!IsLaunchBound(g, o)) continue;
     double short_fraction = g.kernels_with_launch > 0
                                 ? double(g.kernels_shorter_than_launch) / g.kernels_with_launch
                                 : 0;
-    bool many_short = g.kernels_with_launch > 0 && short_fraction >= o.launch_bound_short_fraction;
-    bool tiny = g.median_kernel_ns < double(o.launch_bound_median_kernel_ns);
-    if (!many_short && !tiny) continue;
     Finding f;
     f.id = "launch_bound";
     f.severity = "warning";

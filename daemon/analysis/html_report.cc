@@ -73,7 +73,7 @@ padding:1px 6px;border-radius:3px;color:#fff;margin-right:6px;background:#999}
 .plot h4{margin:0 0 4px;font-size:13px;color:#3a4354}svg text{font-size:11px;fill:#3a4354}
 .legend span{display:inline-block;margin-right:12px;font-size:12px}
 .legend i{display:inline-block;width:10px;height:10px;margin-right:4px;vertical-align:middle}
-.notes li{color:#5a6475}tr.sub td{color:#5a6475;font-size:12px;border-bottom:none}
+.notes li{color:#5a6475}a.def{color:inherit;text-decoration:underline dotted}dl.defs dt{font-weight:600;margin-top:6px}dl.defs dd{margin:0 0 0 16px;color:#3a4355}tr.sub td{color:#5a6475;font-size:12px;border-bottom:none}
 )css";
 
 // A horizontal bar chart: label on the left, bar, value text on the right.
@@ -190,11 +190,98 @@ std::string IdlePlot(const Report& r) {
   return svg + legend + "</div>";
 }
 
+// What the report's words mean, in the report itself (it is read far from profd's docs): each
+// column and finding that has a definition links to it, at the end of the page.
+struct Definition {
+  const char* anchor;
+  const char* term;
+  const char* text;
+};
+constexpr Definition kDefinitions[] = {
+    {"window", "Window", "From the first start to the last end of the trace's complete events."},
+    {"busy", "Busy",
+     "The length of the union of kernel intervals on the GPU within the window; busy % is busy / "
+     "window."},
+    {"copies-only", "Copies only",
+     "Time with GPU copies or memsets running and no kernel: all GPU activity minus busy."},
+    {"idle", "Idle", "The window minus the union of all GPU activity."},
+    {"host-wait", "Host wait",
+     "Idle gaps that end with work whose launch call started after the gap began (the CPU had "
+     "not queued it yet), and the gap after the last work: the GPU waited for the host."},
+    {"kernel-wait", "Kernel wait",
+     "Idle gaps shorter than 30 µs before work that was already launched: the launch overhead "
+     "between back-to-back kernels."},
+    {"other", "Other",
+     "The remaining idle gaps: longer waits for work already launched "
+     "(events, other streams), or work without a known launch call."},
+    {"launch-rate", "Launch rate", "Kernels / window."},
+    {"launch-delay", "Launch delay",
+     "Kernel start minus the end of the launch call that queued it, matched by correlation id; "
+     "percentiles are nearest-rank."},
+    {"queue-depth", "Queue depth",
+     "Per stream: +1 at a launch call's start, −1 at its kernel's end; the maximum and the "
+     "time-weighted average over the window."},
+    {"occupancy", "Occupancy",
+     "Warps resident per SM over the SM's maximum. Estimated from the launch configuration and "
+     "the device (registers, shared memory, grid size), or measured by the GPU's counters with "
+     "--gpu-metrics."},
+    {"kernel-table", "Kernel table",
+     "Per kernel name, the columns of nsys stats cuda_gpu_kern_sum: Time % of all kernel time, "
+     "total, instances, average, median, minimum, maximum, sample standard deviation."},
+    {"bandwidth", "Bandwidth", "Bytes / GPU time of the copies."},
+    {"synchronization", "Synchronization",
+     "Calls that block the host (device, stream and event synchronizes, blocking and pageable "
+     "copies) and CUPTI's synchronization records."},
+    {"findings", "Findings",
+     "Each fires on the rule it prints, with the numbers it used. The thresholds are profd's "
+     "analysis options; profd's docs/ANALYSIS.md describes each finding."},
+};
+
+// The definition's anchor of a column or title, "" if none.
+const char* AnchorOf(const std::string& term) {
+  static const std::pair<const char*, const char*> kTerms[] = {
+      {"Busy", "busy"},
+      {"Copies only", "copies-only"},
+      {"Idle", "idle"},
+      {"Host wait", "host-wait"},
+      {"Kernel wait", "kernel-wait"},
+      {"Other", "other"},
+      {"Launch rate", "launch-rate"},
+      {"Launch delay p50", "launch-delay"},
+      {"Est. occupancy", "occupancy"},
+      {"Occupancy", "occupancy"},
+      {"Time %", "kernel-table"},
+      {"Bandwidth", "bandwidth"},
+      {"Max depth", "queue-depth"},
+      {"Avg depth", "queue-depth"},
+  };
+  for (const auto& [text, anchor] : kTerms) {
+    if (term == text) return anchor;
+  }
+  return "";
+}
+
+// A term linked to its definition.
+std::string Defined(const std::string& term, const char* anchor) {
+  return absl::StrCat("<a class=\"def\" href=\"#def-", anchor, "\">", Esc(term), "</a>");
+}
+
+std::string Definitions() {
+  std::string s = "<h2 id=\"definitions\">Definitions</h2><dl class=\"defs\">";
+  for (const Definition& d : kDefinitions) {
+    absl::StrAppend(&s, "<dt id=\"def-", d.anchor, "\">", d.term, "</dt><dd>", Esc(d.text),
+                    "</dd>");
+  }
+  return s + "</dl>";
+}
+
 std::string Th(const std::vector<std::string>& cols) {
   std::string s = "<tr>";
   for (const std::string& c : cols) {
     bool name = c == "Name" || c == "Kind" || c == "Host memory" || c == "Source";
-    absl::StrAppend(&s, name ? "<th class=\"name\">" : "<th>", Esc(c), "</th>");
+    const char* anchor = AnchorOf(c);
+    absl::StrAppend(&s, name ? "<th class=\"name\">" : "<th>",
+                    *anchor ? Defined(c, anchor) : Esc(c), "</th>");
   }
   return s + "</tr>";
 }
@@ -230,7 +317,7 @@ std::string RenderHtml(const Report& r, const std::string& title) {
                     d.assumed ? " (not in the trace: defaults assumed)" : "", "</p>");
   }
 
-  absl::StrAppend(&h, "<h2 id=\"findings\">Findings</h2>");
+  absl::StrAppend(&h, "<h2 id=\"findings\">", Defined("Findings", "findings"), "</h2>");
   if (r.findings.empty()) absl::StrAppend(&h, "<p>No finding fired.</p>");
   for (const Finding& f : r.findings) {
     absl::StrAppend(&h, "<div class=\"finding ", Esc(f.severity), "\" data-id=\"", Esc(f.id),
@@ -251,7 +338,8 @@ std::string RenderHtml(const Report& r, const std::string& title) {
                     r.gpus[gi].device, " (pid ", r.gpus[gi].pid, ")</span>");
   }
   absl::StrAppend(&h, "</div></div>");
-  absl::StrAppend(&h, "<h2>Where the window went</h2><div class=\"plot\">", IdlePlot(r), "</div>");
+  absl::StrAppend(&h, "<h2>Where the ", Defined("window", "window"),
+                  " went</h2><div class=\"plot\">", IdlePlot(r), "</div>");
 
   absl::StrAppend(
       &h, "<table>",
@@ -412,8 +500,8 @@ std::string RenderHtml(const Report& r, const std::string& title) {
     }
     absl::StrAppend(&hist, "</svg>");
   }
-  absl::StrAppend(&h,
-                  "<h2>Launch delay</h2><div class=\"plot\"><h4>Kernel start − launch call "
+  absl::StrAppend(&h, "<h2>", Defined("Launch delay", "launch-delay"),
+                  "</h2><div class=\"plot\"><h4>Kernel start − launch call "
                   "end (p50 ",
                   Esc(FormatDuration(r.launch_delay_p50_ns)), ", p90 ",
                   Esc(FormatDuration(r.launch_delay_p90_ns)), ", p99 ",
@@ -456,7 +544,7 @@ std::string RenderHtml(const Report& r, const std::string& title) {
   }
   absl::StrAppend(&h, "</table>");
 
-  absl::StrAppend(&h, "<h2>Synchronization</h2><table>",
+  absl::StrAppend(&h, "<h2>", Defined("Synchronization", "synchronization"), "</h2><table>",
                   Th({"Kind", "Source", "Count", "Total", "Max"}));
   for (const SyncRow& s : r.syncs) {
     absl::StrAppend(&h, "<tr><td class=\"name\">", Esc(s.kind), "</td><td class=\"name\">",
@@ -482,9 +570,8 @@ std::string RenderHtml(const Report& r, const std::string& title) {
     for (const std::string& n : r.notes) absl::StrAppend(&h, "<li>", Esc(n), "</li>");
     absl::StrAppend(&h, "</ul>");
   }
-  absl::StrAppend(&h,
-                  "<p class=\"meta\">Definitions and thresholds: docs/ANALYSIS.md. "
-                  "Generated by profctl report.</p></body></html>\n");
+  absl::StrAppend(&h, Definitions(), "<p class=\"meta\">Generated by profctl report (profd ",
+                  PROFD_VERSION, ").</p></body></html>\n");
   return h;
 }
 

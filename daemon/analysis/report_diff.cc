@@ -17,12 +17,21 @@
 namespace profd::analysis {
 namespace {
 
-void SortRows(std::vector<DeltaRow>* rows) {
-  std::sort(rows->begin(), rows->end(), [](const DeltaRow& x, const DeltaRow& y) {
-    int64_t mx = std::max(x.total_a_ns, x.total_b_ns), my = std::max(y.total_a_ns, y.total_b_ns);
+void SortRows(std::vector<DeltaRow>* rows, double units_a, double units_b) {
+  std::sort(rows->begin(), rows->end(), [&](const DeltaRow& x, const DeltaRow& y) {
+    double mx = std::max(x.total_a_ns / units_a, x.total_b_ns / units_b),
+           my = std::max(y.total_a_ns / units_a, y.total_b_ns / units_b);
     if (mx != my) return mx > my;
     return x.name < y.name;
   });
+}
+
+// Steps the trace marks: torch.profiler's ProfilerStep#N ranges (one operator row).
+uint64_t Steps(const Report& r) {
+  for (const OperatorRow& o : r.operators) {
+    if (o.user_annotation && o.name == "ProfilerStep*") return o.calls;
+  }
+  return 0;
 }
 
 std::string Change(double a, double b) {
@@ -52,14 +61,33 @@ int64_t OperatorDeltaRow::cuda_delta_ns() const {
 
 ReportDiff DiffReports(const Report& a, const Report& b) {
   ReportDiff d;
+  const double wa = double(a.window_ns), wb = double(b.window_ns);
+  if (wa > 0 && wb > 0 && std::abs(wa - wb) > kSameWindow * std::max(wa, wb)) {
+    const uint64_t sa = Steps(a), sb = Steps(b);
+    if (sa > 0 && sb > 0) {
+      d.basis = "per step";
+      d.units_a = double(sa);
+      d.units_b = double(sb);
+    } else {
+      d.basis = "per second";
+      d.units_a = wa / 1e9;
+      d.units_b = wb / 1e9;
+    }
+  }
+  const std::string per = d.basis == "total" ? "" : " " + d.basis;
   auto metric = [&](const std::string& name, double va, double vb, const std::string& unit) {
     d.overview.push_back({name, va, vb, unit});
   };
-  metric("window", double(a.window_ns), double(b.window_ns), "ns");
-  metric("kernel time", double(a.kernel_time_ns), double(b.kernel_time_ns), "ns");
-  metric("kernels", double(a.kernel_count), double(b.kernel_count), "count");
+  // A sum over the window, compared per unit when the windows differ.
+  auto summed = [&](const std::string& name, double va, double vb, const std::string& unit) {
+    metric(name + per, va / d.units_a, vb / d.units_b, unit);
+  };
+  metric("window", wa, wb, "ns");
+  if (d.basis == "per step") metric("steps", d.units_a, d.units_b, "count");
+  summed("kernel time", double(a.kernel_time_ns), double(b.kernel_time_ns), "ns");
+  summed("kernels", double(a.kernel_count), double(b.kernel_count), "count");
   metric("distinct kernels", double(a.distinct_kernels), double(b.distinct_kernels), "count");
-  metric("CUDA API time", double(a.api_time_ns), double(b.api_time_ns), "ns");
+  summed("CUDA API time", double(a.api_time_ns), double(b.api_time_ns), "ns");
   metric("launch delay p50", double(a.launch_delay_p50_ns), double(b.launch_delay_p50_ns), "ns");
   metric("launch delay p90", double(a.launch_delay_p90_ns), double(b.launch_delay_p90_ns), "ns");
   metric("launch delay p99", double(a.launch_delay_p99_ns), double(b.launch_delay_p99_ns), "ns");
@@ -68,7 +96,7 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
     for (const ProcessRow& p : r.processes) s += double(p.sync_ns);
     return s;
   };
-  metric("host blocked in sync", sum_sync(a), sum_sync(b), "ns");
+  summed("host blocked in sync", sum_sync(a), sum_sync(b), "ns");
   std::map<int32_t, std::pair<const GpuRow*, const GpuRow*>> gpus;  // by device
   for (const GpuRow& g : a.gpus) gpus[g.device].first = &g;
   for (const GpuRow& g : b.gpus) gpus[g.device].second = &g;
@@ -77,10 +105,10 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
     std::string gpu = absl::StrCat("GPU ", dev, " ");
     metric(gpu + "busy", get(p.first, [](const GpuRow& g) { return g.busy_ratio; }),
            get(p.second, [](const GpuRow& g) { return g.busy_ratio; }), "ratio");
-    metric(gpu + "idle host wait",
+    summed(gpu + "idle host wait",
            get(p.first, [](const GpuRow& g) { return double(g.idle.host_wait_ns); }),
            get(p.second, [](const GpuRow& g) { return double(g.idle.host_wait_ns); }), "ns");
-    metric(gpu + "idle kernel wait",
+    summed(gpu + "idle kernel wait",
            get(p.first, [](const GpuRow& g) { return double(g.idle.kernel_wait_ns); }),
            get(p.second, [](const GpuRow& g) { return double(g.idle.kernel_wait_ns); }), "ns");
     metric(gpu + "launch rate", get(p.first, [](const GpuRow& g) { return g.launch_rate_per_s; }),
@@ -163,9 +191,9 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
   for (auto& [n, r] : kernels) d.kernels.push_back(r);
   for (auto& [n, r] : apis) d.apis.push_back(r);
   for (auto& [n, r] : copies) d.copies.push_back(r);
-  SortRows(&d.kernels);
-  SortRows(&d.apis);
-  SortRows(&d.copies);
+  SortRows(&d.kernels, d.units_a, d.units_b);
+  SortRows(&d.apis, d.units_a, d.units_b);
+  SortRows(&d.copies, d.units_a, d.units_b);
 
   std::set<std::string> fa, fb;
   for (const Finding& f : a.findings) fa.insert(f.id);
@@ -180,8 +208,20 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
 
 std::string RenderDiffText(const ReportDiff& d, const std::string& label_a,
                            const std::string& label_b, size_t max_rows) {
-  std::string out =
-      absl::StrCat("A: ", Printable(label_a), "\nB: ", Printable(label_b), "\n\nOVERVIEW\n");
+  std::string out = absl::StrCat("A: ", Printable(label_a), "\nB: ", Printable(label_b), "\n");
+  const bool per_unit = d.basis != "total";
+  const std::string unit = d.basis == "per step" ? "step" : "s";
+  if (per_unit) {
+    absl::StrAppend(&out, "\nThe windows differ (A ",
+                    d.basis == "per step" ? FormatCount(uint64_t(d.units_a)) + " steps"
+                                          : FormatDuration(d.units_a * 1e9),
+                    ", B ",
+                    d.basis == "per step" ? FormatCount(uint64_t(d.units_b)) + " steps"
+                                          : FormatDuration(d.units_b * 1e9),
+                    "): totals and counts are compared ", d.basis, " of each side's own ",
+                    d.basis == "per step" ? "steps" : "window", ".\n");
+  }
+  absl::StrAppend(&out, "\nOVERVIEW\n");
   TextTable o({"METRIC", "A>", "B>", "CHANGE>"});
   for (const auto& m : d.overview) {
     o.AddRow({m.name, Value(m.a, m.unit), Value(m.b, m.unit), Change(m.a, m.b)});
@@ -189,13 +229,16 @@ std::string RenderDiffText(const ReportDiff& d, const std::string& label_a,
   out += o.Render();
   auto rows = [&](const char* title, const std::vector<DeltaRow>& v, const char* count_name) {
     absl::StrAppend(&out, "\n", title, "\n");
-    TextTable t({"TOTAL A>", "TOTAL B>", "DELTA>", "CHANGE>", std::string(count_name) + " A>",
-                 std::string(count_name) + " B>", "AVG A>", "AVG B>", "NAME"});
+    const std::string suffix = per_unit ? "/" + unit : "";
+    TextTable t({"TOTAL A" + suffix + ">", "TOTAL B" + suffix + ">", "DELTA>", "CHANGE>",
+                 std::string(count_name) + " A" + suffix + ">",
+                 std::string(count_name) + " B" + suffix + ">", "AVG A>", "AVG B>", "NAME"});
     for (size_t i = 0; i < v.size() && i < max_rows; ++i) {
       const DeltaRow& r = v[i];
-      t.AddRow({FormatDuration(r.total_a_ns), FormatDuration(r.total_b_ns),
-                (r.delta_ns() > 0 ? "+" : "") + FormatDuration(r.delta_ns()),
-                Change(r.total_a_ns, r.total_b_ns), FormatCount(r.count_a), FormatCount(r.count_b),
+      const double ta = r.total_a_ns / d.units_a, tb = r.total_b_ns / d.units_b;
+      t.AddRow({FormatDuration(ta), FormatDuration(tb),
+                (tb > ta ? "+" : "") + FormatDuration(tb - ta), Change(ta, tb),
+                Value(r.count_a / d.units_a, "count"), Value(r.count_b / d.units_b, "count"),
                 FormatDuration(r.avg_a_ns), FormatDuration(r.avg_b_ns), r.name});
     }
     out += t.empty() ? "  (none)\n" : t.Render();
@@ -243,6 +286,13 @@ std::string DiffToJson(const ReportDiff& d, const std::string& label_a,
   w.String(label_a.c_str());
   w.Key("b");
   w.String(label_b.c_str());
+  // How the overview was compared; rows keep totals (divide by units_a / units_b per unit).
+  w.Key("basis");
+  w.String(d.basis.c_str());
+  w.Key("units_a");
+  w.Double(d.units_a);
+  w.Key("units_b");
+  w.Double(d.units_b);
   w.Key("overview");
   w.StartArray();
   for (const auto& m : d.overview) {

@@ -41,7 +41,16 @@ struct ReportDiff {
   std::vector<DeltaRow> apis;
   std::vector<DeltaRow> copies;  // "HtoD Pageable", ...
   std::vector<std::string> findings_only_a, findings_only_b, findings_both;
+  // Windows of different length (more than kSameWindow apart) are compared per step when both
+  // traces mark steps (ProfilerStep#N), else per second: each side's totals and counts divided by
+  // its own steps or seconds (units_a, units_b). The rows keep the totals; the overview, the
+  // text's columns and the order are per unit. Windows alike: "total", units 1.
+  std::string basis = "total";  // "per second", "per step"
+  double units_a = 1, units_b = 1;
 };
+
+// Windows within this share of each other are compared as they are (totals).
+inline constexpr double kSameWindow = 0.10;
 
 // Reports should be computed with a large top_kernels/top_apis/top_operators so no row is cut.
 ReportDiff DiffReports(const Report& a, const Report& b);

@@ -240,4 +240,18 @@ absl::StatusOr<analysis::Report> AnalyzeWrittenTraces(
       options, limits);
 }
 
+absl::StatusOr<analysis::Report> AnalyzeTraceFilesOfAnyFormat(
+    const std::vector<std::string>& paths, const analysis::AnalysisOptions& options) {
+  std::vector<std::pair<std::string, TraceFormat>> files;
+  bool perfetto = false;
+  for (const std::string& path : paths) {
+    const TraceFormat format =
+        IsPerfettoTraceFile(path) ? TraceFormat::kPerfetto : TraceFormat::kChromeJson;
+    perfetto |= format == TraceFormat::kPerfetto;
+    files.emplace_back(path, format);
+  }
+  if (!perfetto) return analysis::AnalyzeTraceFiles(paths, options);
+  return AnalyzeWrittenTraces(files, options);
+}
+
 }  // namespace profd

@@ -74,4 +74,11 @@ absl::StatusOr<analysis::Report> AnalyzeWrittenTraces(
     const std::vector<std::pair<std::string, TraceFormat>>& files,
     const analysis::AnalysisOptions& options = {}, const analysis::StreamLimits& limits = {});
 
+// The report of trace files of either format, as `profctl report` and `diff` read them: JSON
+// traces alone (profd's, PyTorch's) as analysis::AnalyzeTraceFiles does, in memory, exactly;
+// with a Perfetto trace among them (IsPerfettoTraceFile), every file streamed by its own reader
+// as AnalyzeWrittenTraces does.
+absl::StatusOr<analysis::Report> AnalyzeTraceFilesOfAnyFormat(
+    const std::vector<std::string>& paths, const analysis::AnalysisOptions& options = {});
+
 }  // namespace profd

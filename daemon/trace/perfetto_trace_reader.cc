@@ -27,7 +27,10 @@ constexpr uint32_t kClocks = 1, kClockId = 1, kClockTimestamp = 2;
 constexpr uint32_t kEventNames = 2, kAnnotationNames = 3, kStringValues = 29, kIid = 1,
                    kInternedName = 2;
 constexpr uint32_t kDebugAnnotations = 4, kType = 9, kNameIid = 10, kTrackUuid = 11,
-                   kEventName = 23, kFlowIds = 47, kTerminatingFlowIds = 48;
+                   kEventName = 23, kFlowIds = 47, kTerminatingFlowIds = 48, kLegacyEvent = 6;
+// TrackEvent.LegacyEvent: the launch -> GPU arrows (older traces: flow_ids above).
+constexpr uint32_t kBindId = 8, kFlowDirection = 13;
+constexpr uint64_t kFlowIn = 1, kFlowOut = 2;
 constexpr uint32_t kAnnotationNameIid = 1, kUintValue = 3, kIntValue = 4, kStringValue = 6,
                    kStringValueIid = 17;
 constexpr uint32_t kUuid = 1, kTrackName = 2, kProcess = 3, kThread = 4, kParentUuid = 5,
@@ -290,7 +293,10 @@ class PerfettoReader {
       // Children of a GPU: its streams (with their overlap lanes), memory and counters; of the
       // process: the waits per stream (DescribeTrack's names).
       const Track& up = parent_track->second;
-      if (up.kind == Kind::kGpu) {
+      if (up.kind == Kind::kThread) {  // a thread's overlap lane
+        t.kind = Kind::kThread;
+        t.a = up.a;
+      } else if (up.kind == Kind::kGpu) {
         t.a = up.a;
         if (counter) {
           t.kind = Kind::kCounter;
@@ -475,6 +481,19 @@ class PerfettoReader {
         case kDebugAnnotations:
           if (!Annotation(f.bytes, &s)) return false;
           break;
+        case kLegacyEvent: {
+          Fields legacy(f.bytes);
+          Field l;
+          uint64_t bind_id = 0, direction = 0;
+          while (legacy.Next(&l)) {
+            if (l.number == kBindId) bind_id = l.value;
+            if (l.number == kFlowDirection) direction = l.value;
+          }
+          if (!legacy.ok()) return false;
+          if (direction == kFlowOut) s.flow = bind_id;
+          if (direction == kFlowIn) s.terminating_flow = bind_id;
+          break;
+        }
         default:
           break;
       }
@@ -542,7 +561,8 @@ class PerfettoReader {
   }
 
   int64_t Correlation(const Slice& s, uint64_t flow) const {
-    const uint64_t id = flow != 0 ? flow : s.correlation.value_or(0);
+    // A flow id is the 32-bit correlation id under the file's own bits.
+    const uint64_t id = flow != 0 ? flow & 0xffffffffu : s.correlation.value_or(0);
     return static_cast<int64_t>(id & analysis::kMaxCorrelation) + id_offset_;
   }
 
@@ -675,6 +695,24 @@ class PerfettoReader {
 };
 
 }  // namespace
+
+bool IsPerfettoTraceFile(const std::string& path) {
+  for (std::string_view suffix : {".pftrace", ".pftrace.gz", ".perfetto-trace"}) {
+    if (path.ends_with(suffix)) return true;
+  }
+  gzFile in = gzopen(path.c_str(), "rb");  // reads plain files as they are
+  if (in == nullptr) return false;
+  unsigned char head[64];
+  const int n = gzread(in, head, sizeof(head));
+  gzclose(in);
+  if (n <= 0 || head[0] != ((kTracePacket << 3) | 2)) return false;
+  // A JSON trace may start with a newline too (0x0a, torch's does): JSON is text, a Trace's first
+  // bytes are not (tags and lengths below 0x20).
+  for (int i = 0; i < n; ++i) {
+    if (head[i] < 0x20 && head[i] != '\n' && head[i] != '\r' && head[i] != '\t') return true;
+  }
+  return false;
+}
 
 absl::Status StreamPerfettoTrace(const std::string& path, analysis::Trace* tables,
                                  analysis::TraceEventSink* sink) {

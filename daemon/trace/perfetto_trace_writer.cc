@@ -52,8 +52,12 @@ constexpr uint32_t kTrackUuid = 11;
 constexpr uint32_t kDoubleCounterValue = 44;
 constexpr uint32_t kExtraDoubleCounterTracks = 45;
 constexpr uint32_t kExtraDoubleCounterValues = 46;
-constexpr uint32_t kFlowIds = 47;             // fixed64
-constexpr uint32_t kTerminatingFlowIds = 48;  // fixed64
+constexpr uint32_t kLegacyEvent = 6;
+// TrackEvent.LegacyEvent: a flow a reader binds to the slice; FLOW_OUT starts it, and each
+// FLOW_IN with the same id draws an arrow from there (TrackEvent's own terminating_flow_ids end
+// the flow at its first arrow: a graph launch would point at one of its kernels only).
+constexpr uint32_t kBindId = 8;
+constexpr uint32_t kFlowDirection = 13;
 // DebugAnnotation
 constexpr uint32_t kAnnotationNameIid = 1;
 constexpr uint32_t kBoolValue = 2;
@@ -79,6 +83,7 @@ constexpr uint32_t kUnitName = 6;
 }  // namespace field
 
 constexpr uint64_t kSliceBegin = 1, kSliceEnd = 2, kInstant = 3, kCounterValue = 4;
+constexpr uint64_t kFlowIn = 1, kFlowOut = 2;
 constexpr uint64_t kIncrementalStateCleared = 1, kNeedsIncrementalState = 2;
 constexpr uint64_t kBuiltinRealtime = 1, kBuiltinBoottime = 6;
 
@@ -263,6 +268,25 @@ std::string_view DimsText(char* text, int64_t x, int64_t y, int64_t z) {
 
 }  // namespace
 
+uint32_t PerfettoTraceWriter::SequenceIdOf(const TraceProcess& process) {
+  // FNV-1a over what tells one process's trace from another's (the host, the capture, the pid
+  // and its base time), then folded into kSequenceBits, never 0.
+  uint64_t h = 0xcbf29ce484222325u;
+  auto mix = [&h](std::string_view bytes) {
+    for (char c : bytes) {
+      h ^= static_cast<uint8_t>(c);
+      h *= 0x100000001b3u;
+    }
+    h ^= 0xff;  // a separator: ("ab", "c") and ("a", "bc") differ
+    h *= 0x100000001b3u;
+  };
+  mix(process.hostname);
+  mix(process.capture_id);
+  mix(absl::StrCat(process.pid, ":", process.base_time_ns));
+  h ^= h >> 29;
+  return static_cast<uint32_t>(h % ((uint64_t{1} << kSequenceBits) - 1)) + 1;
+}
+
 absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> PerfettoTraceWriter::Create(
     const std::string& path, const TraceProcess& process, int gzip_level, BytesObserver on_bytes) {
   absl::StatusOr<std::unique_ptr<TraceFile>> file =
@@ -272,7 +296,7 @@ absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> PerfettoTraceWriter::Create
 
   // The sequence starts: its incremental state cleared, the packets' clock, the annotation names.
   char* packet = w->BeginPacket(4096);
-  char* p = VarintField(packet, field::kSequenceId, kSequenceId);
+  char* p = VarintField(packet, field::kSequenceId, w->sequence_id_);
   p = VarintField(p, field::kSequenceFlags, kIncrementalStateCleared);
   char* defaults = Open(p, field::kPacketDefaults);
   p = Close(defaults, VarintField(defaults, field::kDefaultClockId, kClockId));
@@ -288,7 +312,7 @@ absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> PerfettoTraceWriter::Create
   // kClockId's origin is the process's base time, on CLOCK_REALTIME, the trace's own clock (and
   // BOOTTIME, the default trace clock of readers that do not take the primary clock from here).
   packet = w->BeginPacket(256);
-  p = VarintField(packet, field::kSequenceId, kSequenceId);
+  p = VarintField(packet, field::kSequenceId, w->sequence_id_);
   char* snapshot = Open(p, field::kClockSnapshot);
   p = snapshot;
   const uint64_t base = static_cast<uint64_t>(std::max<int64_t>(process.base_time_ns, 0));
@@ -307,7 +331,7 @@ absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> PerfettoTraceWriter::Create
   const std::string name =
       absl::StrCat(process.comm.empty() ? "process" : process.comm, " (pid ", process.pid, ")");
   packet = w->BeginPacket(256 + name.size() + process.command_line.size());
-  p = VarintField(packet, field::kSequenceId, kSequenceId);
+  p = VarintField(packet, field::kSequenceId, w->sequence_id_);
   char* track = Open(p, field::kTrackDescriptor);
   p = VarintField(track, field::kUuid, w->process_track_);
   char* descriptor = Open(p, field::kProcess);
@@ -340,7 +364,7 @@ char* PerfettoTraceWriter::PutEventPacketHeader(char* p, uint64_t ns, bool inter
   const uint64_t clock = Clock(ns);
   p = VarintField(p, field::kTimestamp, clock - last_clock_);
   last_clock_ = clock;
-  p = VarintField(p, field::kSequenceId, kSequenceId);
+  p = VarintField(p, field::kSequenceId, sequence_id_);
   // Only packets that refer to interned names say they need the sequence's state.
   return interned ? VarintField(p, field::kSequenceFlags, kNeedsIncrementalState) : p;
 }
@@ -387,11 +411,50 @@ uint64_t PerfettoTraceWriter::LaneOf(Track kind, uint32_t a, uint32_t b, uint64_
   return lanes.back().uuid;
 }
 
+uint64_t PerfettoTraceWriter::ThreadLaneOf(uint32_t tid, uint64_t start, uint64_t end) {
+  std::vector<ThreadLane>& lanes = thread_lanes_[tid];
+  if (lanes.empty()) {
+    lanes.emplace_back();
+    lanes.back().uuid = ThreadTrack(tid);
+  }
+  end = std::max(start, end);
+  for (ThreadLane& lane : lanes) {
+    bool fits;
+    if (start >= lane.end) {  // after everything on the lane
+      lane.open.clear();
+      fits = true;
+    } else if (start >= lane.last_start) {  // in time order: within the slices still open
+      while (!lane.open.empty() && lane.open.back().second <= start) lane.open.pop_back();
+      fits =
+          lane.open.empty() || (end <= lane.open.back().second && lane.open.size() < kMaxNesting);
+    } else {
+      fits = false;
+    }
+    if (fits) {
+      lane.open.emplace_back(start, end);
+      lane.last_start = start;
+      lane.end = std::max(lane.end, end);
+      return lane.uuid;
+    }
+  }
+  if (lanes.size() < kMaxLanes) {
+    const uint64_t uuid = next_uuid_++;
+    DescribeTrack(uuid, Track::kThread, tid, 0, lanes.size());
+    lanes.push_back({.uuid = uuid, .last_start = start, .end = end, .open = {{start, end}}});
+    return uuid;
+  }
+  ThreadLane& last = lanes.back();  // past the cap it may not nest
+  last.end = std::max(last.end, end);
+  return last.uuid;
+}
+
 void PerfettoTraceWriter::DescribeTrack(uint64_t uuid, Track kind, uint32_t a, uint32_t b,
                                         size_t lane) {
-  // A child's parent is described first.
+  // A child's parent is described first; a thread's lanes past the first are its children.
   uint64_t parent = 0;
-  if (kind == Track::kStream || kind == Track::kMemory || kind == Track::kCounter) {
+  if (kind == Track::kThread && lane > 0) {
+    parent = ThreadTrack(a);
+  } else if (kind == Track::kStream || kind == Track::kMemory || kind == Track::kCounter) {
     parent = TrackOf(Track::kGpu, a);
   } else if (kind == Track::kSync) {
     parent = process_track_;
@@ -419,11 +482,11 @@ void PerfettoTraceWriter::DescribeTrack(uint64_t uuid, Track kind, uint32_t a, u
   }
   if (lane > 0) absl::StrAppend(&name, " (overlap ", lane, ")");
   char* packet = BeginPacket(256 + name.size());
-  char* p = VarintField(packet, field::kSequenceId, kSequenceId);
+  char* p = VarintField(packet, field::kSequenceId, sequence_id_);
   char* track = Open(p, field::kTrackDescriptor);
   p = VarintField(track, field::kUuid, uuid);
   if (parent != 0) p = VarintField(p, field::kParentUuid, parent);
-  if (kind == Track::kThread) {
+  if (kind == Track::kThread && lane == 0) {
     char* thread = Open(p, field::kThread);
     p = VarintField(thread, field::kPid, process_.pid);
     p = VarintField(p, field::kTid, a);
@@ -440,9 +503,39 @@ void PerfettoTraceWriter::DescribeTrack(uint64_t uuid, Track kind, uint32_t a, u
   EndPacket(packet, Close(track, p));
 }
 
+bool PerfettoTraceWriter::Interned(uint32_t name_id) const {
+  if (name_id < kDenseIds) return !interned_dense_.empty() && interned_dense_[name_id];
+  return interned_ids_.contains(name_id);
+}
+
+void PerfettoTraceWriter::ForgetInterned(uint32_t name_id) {
+  if (name_id < kDenseIds) {
+    interned_dense_[name_id] = false;
+  } else {
+    interned_ids_.erase(name_id);
+  }
+}
+
+void PerfettoTraceWriter::WriteStrings(const v1::EventBatch& batch) {
+  for (const v1::StringDef& def : batch.strings()) {
+    if (!Interned(def.id())) continue;  // its first use interns the table's text then
+    ForgetInterned(def.id());
+    if (renamed_.size() >= kMaxInterned && !renamed_.contains(def.id())) {
+      names_inline_ = true;  // bounded whatever the agent redefines
+      continue;
+    }
+    renamed_[def.id()] = next_renamed_iid_;
+    next_renamed_iid_ += 2;
+  }
+}
+
 PerfettoTraceWriter::Name PerfettoTraceWriter::BatchName(uint32_t name_id,
                                                          const StringTable& names) {
+  if (names_inline_) return Name{.iid = 0, .intern = names.Text(name_id), .new_name = false};
   Name name{.iid = NameIid(name_id), .intern = {}, .new_name = false};
+  if (!renamed_.empty()) {
+    if (auto it = renamed_.find(name_id); it != renamed_.end()) name.iid = it->second;
+  }
   // Ids are small and dense in practice (the agent counts up): a bitmap, a set for the rest.
   bool added;
   if (name_id < kDenseIds) {
@@ -537,8 +630,13 @@ void PerfettoTraceWriter::WriteNamedEvent(uint64_t type, uint64_t track, uint64_
   p = VarintField(p, field::kTrackUuid, track);
   p = name.iid != 0 ? VarintField(p, field::kNameIid, name.iid)
                     : BytesField(p, field::kEventName, name.intern);
-  if (flow != 0) p = Fixed64Field(p, field::kFlowIds, flow);
-  if (terminating_flow != 0) p = Fixed64Field(p, field::kTerminatingFlowIds, terminating_flow);
+  // The launch starts its arrow; each GPU record of its correlation id ends one (a graph launch:
+  // one per kernel).
+  if (flow != 0 || terminating_flow != 0) {
+    char* legacy = Open(p, field::kLegacyEvent);
+    p = VarintField(legacy, field::kBindId, FlowId(static_cast<uint32_t>(flow | terminating_flow)));
+    p = Close(legacy, VarintField(p, field::kFlowDirection, flow != 0 ? kFlowOut : kFlowIn));
+  }
   p = annotate(p);
   EndPacket(packet, PutInterned(Close(event, p), name));
 }
@@ -606,7 +704,7 @@ void PerfettoTraceWriter::WriteMemset(const v1::Memset& m) {
 }
 
 void PerfettoTraceWriter::WriteApiCall(const v1::ApiCall& a, const StringTable& names) {
-  const uint64_t track = ThreadTrack(a.tid());
+  const uint64_t track = ThreadLaneOf(a.tid(), a.start_ns(), a.end_ns());
   // Launch -> GPU work arrows start at the calls that enqueue work (the kernel, copy or memset
   // with the same correlation id ends it).
   const uint64_t flow = names.Find(a.name_id()).enqueues_gpu_work ? a.correlation() : 0;
@@ -631,7 +729,7 @@ void PerfettoTraceWriter::WriteSync(const v1::Synchronization& s) {
 }
 
 void PerfettoTraceWriter::WriteMarker(const v1::Marker& m, const StringTable& names) {
-  const uint64_t track = ThreadTrack(m.tid());
+  const uint64_t track = ThreadLaneOf(m.tid(), m.start_ns(), m.end_ns());
   WriteSlice(track, m.start_ns(), m.end_ns(), BatchName(m.name_id(), names), 0, 0, 0,
              [](char* p) { return p; });
 }
@@ -648,7 +746,7 @@ void PerfettoTraceWriter::WriteMemoryOp(const v1::MemoryOp& m) {
 }
 
 void PerfettoTraceWriter::WriteOverhead(const v1::Overhead& o) {
-  const uint64_t track = ThreadTrack(o.tid());
+  const uint64_t track = ThreadLaneOf(o.tid(), o.start_ns(), o.end_ns());
   WriteSlice(track, o.start_ns(), o.end_ns(), OwnName(OverheadName(o.kind())), 0, 0, 0,
              [](char* p) { return p; });
 }

@@ -6,9 +6,14 @@
 // trace with it. docs/TRACE_FORMAT.md "Perfetto" says what goes where.
 //
 // What makes it small: one packet sequence whose incremental state holds every name once
-// (interned event and annotation names), small track ids, timestamps on a sequence-scoped clock
-// that starts just before the capture (5-6 byte varints instead of 9), and begin/end slices
-// instead of JSON text.
+// (interned event and annotation names), track ids counted up from the sequence's own base,
+// timestamps on a sequence-scoped clock that starts just before the capture (5-6 byte varints
+// instead of 9), and begin/end slices instead of JSON text.
+//
+// Files of several processes (and several nodes) open together: each file's packet sequence id,
+// track uuids and flow ids start from a base derived from its process (host, capture, pid), so
+// the traces of one capture concatenated (`cat trace-*.pftrace.gz > all.pftrace.gz`) read as one
+// trace with every process's rows and arrows apart.
 #pragma once
 
 #include <array>
@@ -37,7 +42,12 @@ class PerfettoTraceWriter : public TraceWriter {
   // timestamp field the difference from the previous packet's (mostly 1-3 byte varints).
   static constexpr uint32_t kClockId = 64;
   static constexpr uint64_t kClockOrigin = uint64_t{1} << 36;
-  static constexpr uint32_t kSequenceId = 1;
+  // Bits of a file's sequence id (its packets' trusted_packet_sequence_id, never 0), which also
+  // tops its track uuids (sequence id << kTrackBits | n) and flow ids (<< 32 | correlation id).
+  static constexpr int kSequenceBits = 21;  // a 3-byte varint
+  static constexpr int kTrackBits = 14;
+  static uint32_t SequenceIdOf(const TraceProcess& process);
+  uint32_t sequence_id() const { return sequence_id_; }
 
   // Creates (truncates) path and writes the sequence's first packets: the clock, the
   // annotation names and the process's track.
@@ -54,7 +64,12 @@ class PerfettoTraceWriter : public TraceWriter {
 
  private:
   PerfettoTraceWriter(std::unique_ptr<TraceFile> file, const TraceProcess& process)
-      : TraceWriter(std::move(file), process) {}
+      : TraceWriter(std::move(file), process),
+        sequence_id_(SequenceIdOf(process)),
+        next_uuid_((uint64_t{sequence_id_} << kTrackBits) + 1) {}
+
+  // A launch -> GPU arrow's id: the correlation id under the file's own bits.
+  uint64_t FlowId(uint32_t correlation) const { return uint64_t{sequence_id_} << 32 | correlation; }
 
   // The tracks: small uuids given in order of first use, each described (a TrackDescriptor
   // packet) before its first event.
@@ -68,6 +83,12 @@ class PerfettoTraceWriter : public TraceWriter {
   // by its start; lane k > 0 is the row's track named "... (overlap k)". Up to kMaxLanes.
   static constexpr size_t kMaxLanes = 8;
   uint64_t LaneOf(Track kind, uint32_t a, uint32_t b, uint64_t start, uint64_t end);
+  // A host thread's slices (API calls, NVTX ranges, CUPTI overhead) nest most of the time (a
+  // range around the calls it makes) but not always (a range pushed on one call and popped on
+  // another, overhead records that straddle a call): a slice stays on a lane when it nests in
+  // the lane's open slices, else it goes to the next lane ("thread T (overlap k)", a child of
+  // the thread's track). Out of time order, a lane takes it only after all its slices ended.
+  uint64_t ThreadLaneOf(uint32_t tid, uint64_t start, uint64_t end);
 
   // Packets. BeginPacket makes room for max_bytes and opens the packet; EndPacket closes it.
   char* BeginPacket(size_t max_bytes);
@@ -111,6 +132,9 @@ class PerfettoTraceWriter : public TraceWriter {
   void WriteMarker(const v1::Marker& m, const StringTable& names) override;
   void WriteMemoryOp(const v1::MemoryOp& m) override;
   void WriteOverhead(const v1::Overhead& o) override;
+  // An id defined again with another text after its first text was interned: its next use
+  // interns the new text under a new iid (a reader keeps an iid's first definition).
+  void WriteStrings(const v1::EventBatch& batch) override;
 
   uint64_t Clock(uint64_t ns) const;
 
@@ -126,11 +150,27 @@ class PerfettoTraceWriter : public TraceWriter {
   absl::node_hash_map<TrackKey, std::vector<Lane>> lanes_;  // stable addresses: last_lanes_
   TrackKey last_lanes_key_;
   std::vector<Lane>* last_lanes_ = nullptr;
-  uint64_t next_uuid_ = 1;
+  struct ThreadLane {
+    uint64_t uuid = 0;
+    uint64_t last_start = 0;
+    uint64_t end = 0;                                 // the latest end of its slices
+    std::vector<std::pair<uint64_t, uint64_t>> open;  // (start, end), outermost first
+  };
+  static constexpr size_t kMaxNesting = 64;
+  absl::flat_hash_map<uint32_t, std::vector<ThreadLane>> thread_lanes_;
+  const uint32_t sequence_id_;
+  uint64_t next_uuid_;
   uint64_t process_track_ = 0;
   static constexpr uint32_t kDenseIds = 1 << 16;
   std::vector<bool> interned_dense_;            // batch string ids < kDenseIds interned
   absl::flat_hash_set<uint32_t> interned_ids_;  // the others
+  bool Interned(uint32_t name_id) const;
+  void ForgetInterned(uint32_t name_id);
+  // Ids whose text changed after it was interned -> the iid of their current text (odd iids are
+  // profd's own names, 2 * id + 2 the first texts; these count on from 2^34).
+  absl::flat_hash_map<uint32_t, uint64_t> renamed_;
+  uint64_t next_renamed_iid_ = uint64_t{1} << 34;
+  bool names_inline_ = false;  // past kMaxInterned renamed ids: every batch name inline
   // What the sequence interns is bounded however many distinct values the agent sends (each
   // table up to kMaxInterned entries); past that, names and values are written inline.
   static constexpr size_t kMaxInterned = 1 << 16;

@@ -50,6 +50,7 @@ absl::Status TraceWriter::Write(const v1::EventBatch& batch, const StringTable& 
     events_ += ok;
     return ok;
   };
+  if (batch.strings_size() > 0) WriteStrings(batch);
   for (const v1::Kernel& k : batch.kernels()) {
     if (plausible(PlausibleInterval(k.start_ns(), k.end_ns()))) WriteKernel(k, names);
   }

@@ -1,7 +1,7 @@
 // A capture's trace of one process, in one of two formats: Chrome Trace Event JSON in Kineto's
 // conventions (ChromeTraceWriter: what HTA, TensorBoard and chrome://tracing read) or Perfetto's
 // protobuf TracePackets (PerfettoTraceWriter: what ui.perfetto.dev and trace_processor read, 2.5x
-// smaller and ~4x faster to write, docs/OVERHEAD.md). docs/TRACE_FORMAT.md describes both.
+// smaller and ~4x faster to write, docs/measurements/overhead.md). docs/TRACE_FORMAT.md describes both.
 //
 // This base class is the one pass over a batch both share: each record's times are checked
 // (event_limits.h), counted, and handed to the format's encoder; the encoders write into a
@@ -101,6 +101,9 @@ class TraceWriter {
   virtual void WriteMarker(const v1::Marker& m, const StringTable& names) = 0;
   virtual void WriteMemoryOp(const v1::MemoryOp& m) = 0;
   virtual void WriteOverhead(const v1::Overhead& o) = 0;
+  // The batch's string definitions, before its events (names already holds them): for a writer
+  // that keeps what it wrote of a name by its id.
+  virtual void WriteStrings(const v1::EventBatch& batch) {}
 
   const std::unique_ptr<TraceFile> file_;
   const TraceProcess process_;

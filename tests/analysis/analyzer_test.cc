@@ -300,8 +300,12 @@ TEST(AnalyzerTest, TextReportShowsCountersBoundAndMeasuredOccupancy) {
                               "memory-bound: fuse it with its neighbours\n"));
 
   std::string html = RenderHtml(r, "t");
-  EXPECT_THAT(html, HasSubstr("<th>Occupancy</th><th>Limiter</th><th>SM</th><th>Tensor</th>"
-                              "<th>DRAM</th><th>Bound</th>"));
+  EXPECT_THAT(
+      html,
+      HasSubstr(
+          "<th><a class=\"def\" "
+          "href=\"#def-occupancy\">Occupancy</a></th><th>Limiter</th><th>SM</th><th>Tensor</th>"
+          "<th>DRAM</th><th>Bound</th>"));
   EXPECT_THAT(html, HasSubstr("<td>31.0%</td>"));
   EXPECT_THAT(html, HasSubstr("<td>53.0%</td><td>0.0%</td><td>91.0%</td><td>memory</td>"));
   EXPECT_THAT(html, HasSubstr("<td>~12.5%</td><td>grid</td><td>20.0%</td><td>10.0%</td><td>-</td>"

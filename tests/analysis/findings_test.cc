@@ -21,6 +21,7 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using testing::KernelShape;
 using testing::KinetoTraceBuilder;
+using ::testing::Not;
 
 // A launch configuration that fills an H100 (100% estimated occupancy).
 const KernelShape kFull{{10000, 1, 1}, {256, 1, 1}, 32, 0};
@@ -92,6 +93,22 @@ TEST(FindingsTest, LaunchBoundFiresForManyKernelsShorterThanTheirLaunch) {
   EXPECT_THAT(f->evidence[1], HasSubstr("200 of 200 kernels (100.0%) ran shorter"));
   EXPECT_THAT(f->advice[0], HasSubstr("CUDA Graph"));
   EXPECT_THAT(f->advice[1], HasSubstr("torch.compile"));
+}
+
+// A launch-bound GPU is mostly idle too, with the host's time in the gaps: the idle finding
+// points at the launches, not at input loading (DataLoader workers would not help).
+TEST(FindingsTest, GpuIdleOfALaunchBoundGpuDefersToLaunchBound) {
+  // 200 kernels of 2 µs, each launched by a 5 µs call, one every 20 µs: 10% busy, host wait.
+  Report r = ReportOf(Periodic(200, 2, 20, 5));
+  ASSERT_NE(Find(r, "launch_bound"), nullptr) << ::testing::PrintToString(Ids(r));
+  const Finding* idle = Find(r, "gpu_idle");
+  ASSERT_NE(idle, nullptr);
+  EXPECT_THAT(idle->title, HasSubstr("launch-bound: see launch_bound"));
+  EXPECT_THAT(idle->title, Not(HasSubstr("input-bound")));
+  for (const std::string& advice : idle->advice) {
+    EXPECT_THAT(advice, Not(HasSubstr("DataLoader"))) << advice;
+  }
+  EXPECT_THAT(idle->advice[0], HasSubstr("launch_bound"));
 }
 
 TEST(FindingsTest, LaunchBoundFiresOnTinyMedianEvenWithShortLaunches) {

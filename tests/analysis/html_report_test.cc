@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <set>
 #include <string>
 
 #include "absl/strings/str_split.h"
@@ -16,6 +17,7 @@ namespace {
 
 using profd::testing::RunResult;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 std::string FindChromium() {
   const char* path = std::getenv("PATH");
@@ -81,6 +83,35 @@ TEST(HtmlReportTest, RendersInHeadlessChromiumWithEveryPlot) {
   EXPECT_THAT(dom, HasSubstr("<rect class=\"bar\""));
   EXPECT_THAT(dom, HasSubstr("data-id=\"launch_bound\""));
   EXPECT_THAT(dom, HasSubstr("sm90_xmma_gemm"));
+}
+
+// The report travels alone (mailed, attached to a ticket): its words link to their definitions
+// in the page itself, and every such link lands on one.
+TEST(HtmlReportTest, ItsTermsLinkToDefinitionsInThePage) {
+  profd::testing::TempDir dir;
+  const std::string html = dir.File("report.html");
+  RunResult report = profd::testing::Run(
+      {profd::testing::BuildPath("client/profctl"), "report",
+       profd::testing::SourcePath("tests/analysis/fixtures/gpt2_synthetic.json.gz"), "--html",
+       html});
+  ASSERT_EQ(report.exit_code, 0) << report.err;
+  const std::string page = profd::testing::ReadFileOrEmpty(html);
+  std::set<std::string> links, anchors;
+  for (size_t at = page.find("href=\"#"); at != std::string::npos;
+       at = page.find("href=\"#", at + 1)) {
+    links.insert(page.substr(at + 7, page.find('"', at + 7) - (at + 7)));
+  }
+  for (size_t at = page.find(" id=\""); at != std::string::npos; at = page.find(" id=\"", at + 1)) {
+    anchors.insert(page.substr(at + 5, page.find('"', at + 5) - (at + 5)));
+  }
+  for (const char* term : {"def-busy", "def-host-wait", "def-kernel-wait", "def-launch-delay",
+                           "def-occupancy", "def-findings", "def-window"}) {
+    EXPECT_TRUE(links.count(term)) << term << " is not linked";
+  }
+  for (const std::string& link : links)
+    EXPECT_TRUE(anchors.count(link)) << link << " leads nowhere";
+  EXPECT_THAT(page, HasSubstr("<h2 id=\"definitions\">Definitions</h2>"));
+  EXPECT_THAT(page, Not(HasSubstr("docs/ANALYSIS.md. Generated")));
 }
 
 }  // namespace

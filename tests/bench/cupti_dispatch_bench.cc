@@ -2,7 +2,7 @@
 // CUPTI called it before the broker) and through the broker's dispatch (as CUPTI calls it now),
 // alone and with a Kineto-like subscriber of its own beside it (RESOURCE callbacks only).
 // Prints ns per callback: median, min, max of 9 runs. CUPTI's own cost per callback (~3 % of a
-// ~4 us launch, docs/OVERHEAD.md) is not in these numbers.
+// ~4 us launch, docs/measurements/overhead.md) is not in these numbers.
 //   cupti_dispatch_bench [calls=20000000]
 #include <algorithm>
 #include <atomic>

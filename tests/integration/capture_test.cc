@@ -116,6 +116,77 @@ TEST_F(CaptureTest, PerfettoFormatWritesProtobufTracesWithTheSameSummary) {
   EXPECT_STREQ(e["files"][0]["format"].GetString(), "chrome-json-gz");
 }
 
+// A Perfetto capture is used as a JSON one is: `profctl report ID`, `report FILE` (also under
+// a name that hides its format), `diff` against a JSON trace; and its file never carries a JSON
+// name (--output x.json.gz with --format perfetto is refused; with profd's --trace_format
+// perfetto the copy is renamed).
+TEST_F(CaptureTest, PerfettoCapturesAreReportedDiffedAndNamedLikeJsonOnes) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  const std::string pid = std::to_string(agent->pid());
+  rapidjson::Document c =
+      profd_->ProfctlJson({"capture", "--pid", pid, "--duration", "300ms", "--format", "perfetto"});
+  ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log();
+  const std::string id = c["capture_id"].GetString();
+  const std::string pftrace = c["files"][0]["path"].GetString();
+
+  RunResult by_id = profd_->Profctl({"report", id});
+  EXPECT_EQ(by_id.exit_code, 0) << by_id.err;
+  EXPECT_NE(by_id.out.find("profd_test_kernel(int*, int)"), std::string::npos) << by_id.out;
+  TempDir out;
+  std::filesystem::copy_file(pftrace, out.File("hidden.trace.gz"));
+  for (const std::string& file : {pftrace, out.File("hidden.trace.gz")}) {
+    rapidjson::Document r = profd_->ProfctlJson({"report", file});
+    ASSERT_TRUE(r.HasMember("kernel_count")) << file;
+    EXPECT_EQ(r["kernel_count"].GetUint64(), 1000u) << file;
+  }
+  rapidjson::Document j = profd_->ProfctlJson({"capture", "--pid", pid, "--duration", "300ms"});
+  const std::string json_trace = j["files"][0]["path"].GetString();
+  RunResult diff = profd_->Profctl({"diff", json_trace, pftrace});
+  EXPECT_EQ(diff.exit_code, 0) << diff.err;
+  EXPECT_NE(diff.out.find("profd_test_kernel"), std::string::npos) << diff.out;
+
+  RunResult refused = profd_->Profctl({"capture", "--pid", pid, "--duration", "300ms", "--format",
+                                       "perfetto", "--output", out.File("x.json.gz")});
+  EXPECT_EQ(refused.exit_code, 2) << refused.err;
+  EXPECT_NE(refused.err.find("--output " + out.File("x.pftrace.gz")), std::string::npos)
+      << refused.err;
+  EXPECT_FALSE(std::filesystem::exists(out.File("x.json.gz")));
+
+  ProfdProcess perfetto_by_default({"--trace_format=perfetto"});
+  perfetto_by_default.Start();
+  auto second = StartReplayAgent(perfetto_by_default.agent_socket());
+  ASSERT_TRUE(
+      WaitFor([&] { return Registered(perfetto_by_default, second->pid()); }, absl::Seconds(2)));
+  RunResult renamed =
+      perfetto_by_default.Profctl({"capture", "--pid", std::to_string(second->pid()), "--duration",
+                                   "300ms", "--output", out.File("y.json.gz")});
+  EXPECT_EQ(renamed.exit_code, 0) << renamed.err;
+  EXPECT_TRUE(std::filesystem::exists(out.File("y.pftrace.gz"))) << renamed.out;
+  EXPECT_FALSE(std::filesystem::exists(out.File("y.json.gz"))) << renamed.out;
+  EXPECT_NE(renamed.out.find("copied to " + out.File("y.pftrace.gz")), std::string::npos)
+      << renamed.out;
+}
+
+// --start-at: the capture starts at that wall-clock time (a common start across nodes), not at
+// the request, and runs its duration from there.
+TEST_F(CaptureTest, StartAtStartsTheCaptureThen) {
+  auto agent = StartReplayAgent(profd_->agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(*profd_, agent->pid()); }, absl::Seconds(2)));
+  const absl::Time start = absl::Now() + absl::Milliseconds(1500);
+  RunResult r = profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration",
+                                 "300ms", "--start-at",
+                                 absl::FormatTime(absl::RFC3339_full, start, absl::UTCTimeZone())});
+  const absl::Time returned = absl::Now();
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("2,008 events"), std::string::npos) << r.out;
+  EXPECT_GE(returned, start + absl::Milliseconds(300)) << "returned before the window ended";
+  // The events are the window's: after the start asked for.
+  rapidjson::Document c = profd_->ProfctlJson({"captures", "--limit", "1"});
+  const auto& p = c["captures"][0]["processes"][0];
+  EXPECT_GE(std::stoll(p["enabled_unix_ns"].GetString()), absl::ToUnixNanos(start)) << r.out;
+}
+
 // A number of profctl's --json output: proto JSON writes 64-bit integers as strings.
 double Num(const rapidjson::Value& v) {
   return v.IsString() ? std::stod(v.GetString()) : v.GetDouble();
@@ -289,6 +360,9 @@ TEST_F(CaptureTest, HumanOutputAndOutputCopy) {
   RunResult r = profd_->Profctl({"capture", "--pid", std::to_string(agent->pid()), "--duration",
                                  "300ms", "--output", out.File("mine.json.gz")});
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  // What the time it prints is: the events' span within the window asked for.
+  EXPECT_NE(r.out.find(" events, 0 dropped; the events span "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find(" of the 300ms capture\n"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("Top kernels by total GPU time"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("profd_test_kernel(int*, int)"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("1,000"), std::string::npos) << r.out;

@@ -222,6 +222,10 @@ TEST_F(CaptureFaultsTest, PerfettoCaptureOfAKilledProfdReportsWhatItsRepairedTra
       },
       absl::Seconds(10)))
       << profd_->Profctl({"--json", "show", id}).out;
+  // `profctl report ID` reads the repaired trace: the same kernels.
+  rapidjson::Document report = profd_->ProfctlJson({"report", id});
+  ASSERT_TRUE(report.HasMember("kernel_count")) << profd_->Profctl({"report", id}).err;
+  EXPECT_EQ(report["kernel_count"].GetUint64(), kernels);
 }
 
 // SIGTERM mid-capture: the capture ends with its trace, and both the manifest and profctl say

@@ -8,7 +8,9 @@
 #include <cstring>
 #include <filesystem>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/support/profd_process.h"
@@ -31,8 +33,9 @@ bool Listed(const ProfdProcess& profd, pid_t pid) {
 TEST(RegistrationTest, AgentRegistersReconnectsAndIsReaped) {
   ProfdProcess profd;
   profd.Start();
-  auto host = StartAgentHost(profd.agent_socket(), {},
-                             {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}});
+  auto host = StartAgentHost(
+      profd.agent_socket(), {},
+      {{"POD_NAME", "llm-7f9c"}, {"POD_NAMESPACE", "serving"}, {"CONTAINER_NAME", "server"}});
 
   ASSERT_TRUE(WaitFor([&] { return Listed(profd, host->pid()); }, absl::Seconds(2))) << profd.log();
   rapidjson::Document doc = profd.ProfctlJson({"agents"});
@@ -50,7 +53,20 @@ TEST(RegistrationTest, AgentRegistersReconnectsAndIsReaped) {
   RunResult table = profd.Profctl({"agents"});
   EXPECT_EQ(table.exit_code, 0);
   EXPECT_NE(table.out.find(std::to_string(host->pid())), std::string::npos) << table.out;
-  EXPECT_NE(table.out.find("serving/llm-7f9c"), std::string::npos) << table.out;
+  // Namespace, pod and container are the words of --json and of /metrics' labels, each in its
+  // own column: the POD cell is what `profctl capture --pod` takes (with -n NAMESPACE).
+  EXPECT_NE(table.out.find("NAMESPACE"), std::string::npos) << table.out;
+  std::vector<std::string> cells;
+  for (absl::string_view line : absl::StrSplit(table.out, '\n')) {
+    if (absl::StrContains(line, std::to_string(host->pid()))) {
+      cells = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    }
+  }
+  ASSERT_GE(cells.size(), 4u) << table.out;
+  EXPECT_EQ(cells[1], "serving") << table.out;
+  EXPECT_EQ(cells[2], "llm-7f9c") << table.out;
+  EXPECT_EQ(cells[3], "server") << table.out;
+  EXPECT_STREQ((*agent)["container_name"].GetString(), "server");
 
   // profd dies and comes back: the agent finds it again by itself (back-off tops out at 5 s).
   profd.Kill();

@@ -1,6 +1,7 @@
 // A stand-in for a GPU process in tests that run without a GPU: the real agent (channel,
 // registration, heartbeats) with a capture backend that, instead of CUPTI, replays event batches
-// recorded from a real capture (tests/fixtures/), shifted to the current time.
+// recorded from a real capture (tests/fixtures/), shifted to the current time (the capture's
+// --start-at, when it asks for one).
 //   replay_agent <batches.pb> [--die-after-start | --never-finish | --repeat=N]
 // REPLAY_KERNEL_NAME=TEXT puts TEXT before every kernel's name (hostile names, in tests of what
 // profctl shows).
@@ -89,6 +90,12 @@ class ReplayHandler final : public profagent::CaptureHandler {
   }
 
   void Run(profagent::wire::StartCapture request) {
+    // A common start (--start-at), as the CUPTI backend waits for it: stopped early, at once.
+    if (request.start_at_realtime_ns > NowNs()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::nanoseconds(request.start_at_realtime_ns - NowNs()),
+                   [this] { return stop_; });
+    }
     profagent::wire::CaptureStatus status;
     status.capture_id = request.capture_id;
     status.state = profagent::wire::CaptureState::kStarted;

@@ -124,8 +124,15 @@ TEST(ReportStoredTest, ACaptureFromBeforeARestartAndItsFolderPerProcess) {
   ASSERT_EQ(text.exit_code, 0) << text.out << text.err;
   EXPECT_NE(text.out.find("PER PROCESS"), std::string::npos) << text.out;
   EXPECT_NE(text.out.find("ALL 2 PROCESSES TOGETHER"), std::string::npos) << text.out;
+  // Each row is named by its trace's file name, whole; the capture they came from is said once.
+  EXPECT_NE(text.out.find("traces in " + id), std::string::npos) << text.out;
+  RunResult by_folder = profd.Profctl({"report", folder});
+  ASSERT_EQ(by_folder.exit_code, 0) << by_folder.err;
+  EXPECT_NE(by_folder.out.find("traces in " + folder), std::string::npos) << by_folder.out;
   for (const auto& f : c["files"].GetArray()) {
-    EXPECT_NE(text.out.find(id + "/" + f["name"].GetString()), std::string::npos) << text.out;
+    const std::string row_start = std::string("\n  ") + f["name"].GetString() + " ";
+    EXPECT_NE(text.out.find(row_start), std::string::npos) << text.out;
+    EXPECT_NE(by_folder.out.find(row_start), std::string::npos) << by_folder.out;
   }
 
   for (const std::vector<std::string>& args :

@@ -17,6 +17,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/trace_repair.h"
 #include "gtest/gtest.h"
@@ -141,12 +142,15 @@ std::vector<Slice> PerfettoSlices(const PerfettoTraceContents& trace, int64_t ba
     for (const auto& s : t.slices) {
       out.push_back({row, s.name, static_cast<int64_t>(s.start) - base,
                      static_cast<int64_t>(s.end) - base, s.args});
-      // A slice with an arrow carries its correlation id as the flow's id only.
+      // A slice with an arrow carries its correlation id as the flow's id only (its low 32
+      // bits: the file's own bits are above).
       for (const auto& flow : {s.flows, s.terminating_flows}) {
-        if (!flow.empty()) out.back().args.try_emplace("correlation", absl::StrCat(flow[0]));
+        if (!flow.empty()) {
+          out.back().args.try_emplace("correlation", absl::StrCat(flow[0] & 0xffffffffu));
+        }
       }
-      for (uint64_t f : s.flows) flows->starts.insert(f);
-      for (uint64_t f : s.terminating_flows) flows->ends.insert(f);
+      for (uint64_t f : s.flows) flows->starts.insert(f & 0xffffffffu);
+      for (uint64_t f : s.terminating_flows) flows->ends.insert(f & 0xffffffffu);
     }
   }
   std::sort(out.begin(), out.end());
@@ -354,6 +358,192 @@ TEST(PerfettoTraceWriterTest, InterningIsBoundedAndWhatIsPastItIsWrittenInline) 
   Flows json_flows, perfetto_flows;
   ExpectSameSlices(JsonSlices(json, process.pid, &json_flows),
                    PerfettoSlices(trace, process.base_time_ns, &perfetto_flows));
+}
+
+// One host thread's slices that overlap without nesting (an NVTX range popped inside a call, an
+// overhead record straddling two calls): a reader pairs a track's ENDs with its BEGINs in time
+// order, so each must end where the JSON trace says, which needs lanes on the thread's row too.
+TEST(PerfettoTraceWriterTest, OverlappingSlicesOfAHostThreadKeepTheirOwnEnds) {
+  const uint64_t t0 = 1764520000000000000;
+  v1::EventBatch b;
+  auto name = [&](uint32_t id, const std::string& text) {
+    v1::StringDef* d = b.add_strings();
+    d->set_id(id);
+    d->set_value(text);
+  };
+  name(1, "step");
+  name(2, "cudaMemcpy");
+  name(3, "forward");
+  auto marker = [&](uint64_t start, uint64_t end, uint32_t name_id) {
+    v1::Marker* m = b.add_markers();
+    m->set_start_ns(t0 + start);
+    m->set_end_ns(t0 + end);
+    m->set_name_id(name_id);
+    m->set_tid(9);
+  };
+  auto call = [&](uint64_t start, uint64_t end, uint32_t correlation) {
+    v1::ApiCall* a = b.add_api_calls();
+    a->set_start_ns(t0 + start);
+    a->set_end_ns(t0 + end);
+    a->set_name_id(2);
+    a->set_correlation(correlation);
+    a->set_tid(9);
+  };
+  call(10, 20, 1);    // inside "step"
+  call(50, 150, 2);   // starts inside "step", ends after it
+  call(160, 170, 3);  // after both
+  marker(0, 100, 1);  // "step", written after the calls it holds
+  marker(40, 60, 3);  // "forward": overlaps the second call's start only
+  v1::Overhead* o = b.add_overheads();
+  o->set_start_ns(t0 + 15);
+  o->set_end_ns(t0 + 55);  // straddles the first two calls
+  o->set_tid(9);
+  TraceProcess process;
+  process.pid = 21;
+  process.base_time_ns = static_cast<int64_t>(t0);
+  TempDir dir;
+  const std::string json = Write(TraceFormat::kChromeJson, dir, process, {b});
+  const std::string pb = Write(TraceFormat::kPerfetto, dir, process, {b});
+  PerfettoTraceContents trace = testing::ReadPerfettoTrace(pb);
+  EXPECT_TRUE(trace.problems.empty()) << absl::StrJoin(trace.problems, "\n");
+  Flows json_flows, perfetto_flows;
+  ExpectSameSlices(JsonSlices(json, process.pid, &json_flows),
+                   PerfettoSlices(trace, process.base_time_ns, &perfetto_flows));
+  // The lanes are the thread's: under its track, so the rows stay together.
+  const testing::PerfettoTrack* thread = trace.Find("thread 9");
+  ASSERT_NE(thread, nullptr);
+  EXPECT_TRUE(thread->is_thread);
+  size_t lanes = 0;
+  for (const auto& [uuid, t] : trace.tracks) {
+    if (t.name.starts_with("thread 9 (overlap ")) {
+      ++lanes;
+      EXPECT_EQ(t.parent, thread->uuid);
+    }
+  }
+  EXPECT_GT(lanes, 0u);
+  EXPECT_LE(lanes, 3u) << "nested slices share a lane";
+}
+
+// A CUDA graph launch is one call and many kernels with its correlation id: one arrow from the
+// launch to each kernel, as the JSON trace's flow events draw them.
+TEST(PerfettoTraceWriterTest, AGraphLaunchDrawsOneArrowPerKernel) {
+  const uint64_t t0 = 1764520000000000000;
+  v1::EventBatch b;
+  v1::StringDef* d = b.add_strings();
+  d->set_id(1);
+  d->set_value("cudaGraphLaunch");
+  d = b.add_strings();
+  d->set_id(2);
+  d->set_value("graph_kernel");
+  v1::ApiCall* launch = b.add_api_calls();
+  launch->set_start_ns(t0 + 100);
+  launch->set_end_ns(t0 + 200);
+  launch->set_name_id(1);
+  launch->set_correlation(77);
+  launch->set_tid(3);
+  for (int i = 0; i < 3; ++i) {
+    v1::Kernel* k = b.add_kernels();
+    k->set_start_ns(t0 + 1000 + 100 * i);
+    k->set_end_ns(t0 + 1050 + 100 * i);
+    k->set_name_id(2);
+    k->set_correlation(77);
+    k->set_graph_id(5);
+    k->set_stream(7);
+  }
+  TraceProcess process;
+  process.pid = 22;
+  process.base_time_ns = static_cast<int64_t>(t0);
+  TempDir dir;
+  PerfettoTraceContents trace =
+      testing::ReadPerfettoTrace(Write(TraceFormat::kPerfetto, dir, process, {b}));
+  EXPECT_TRUE(trace.problems.empty()) << absl::StrJoin(trace.problems, "\n");
+  const testing::PerfettoTrack* thread = trace.Find("thread 3");
+  ASSERT_NE(thread, nullptr);
+  std::set<uint64_t> kernel_starts;
+  for (const testing::PerfettoArrow& arrow : trace.arrows) {
+    EXPECT_EQ(arrow.from_track, thread->uuid);
+    EXPECT_EQ(arrow.from_start, t0 + 100);
+    kernel_starts.insert(arrow.to_start);
+  }
+  EXPECT_EQ(trace.arrows.size(), 3u);
+  EXPECT_EQ(kernel_starts, (std::set<uint64_t>{t0 + 1000, t0 + 1100, t0 + 1200}));
+}
+
+// The agent may define a string id again with another text: events after it carry the new text,
+// in the trace (as in the JSON trace) and in the report read back from it.
+TEST(PerfettoTraceWriterTest, ARedefinedStringIdTakesItsNewText) {
+  const uint64_t t0 = 1764520000000000000;
+  auto batch = [&](uint64_t at, const std::string& text) {
+    v1::EventBatch b;
+    v1::StringDef* d = b.add_strings();
+    d->set_id(5);
+    d->set_value(text);
+    v1::Kernel* k = b.add_kernels();
+    k->set_start_ns(at);
+    k->set_end_ns(at + 10);
+    k->set_name_id(5);
+    k->set_correlation(static_cast<uint32_t>(at - t0));
+    return b;
+  };
+  const std::vector<v1::EventBatch> batches = {
+      batch(t0, "first_kernel"), batch(t0 + 100, "second_kernel"), batch(t0 + 200, "first_kernel")};
+  TraceProcess process;
+  process.pid = 23;
+  process.base_time_ns = static_cast<int64_t>(t0);
+  TempDir dir;
+  const std::string json = Write(TraceFormat::kChromeJson, dir, process, batches);
+  const std::string pb = Write(TraceFormat::kPerfetto, dir, process, batches);
+  PerfettoTraceContents trace = testing::ReadPerfettoTrace(pb);
+  EXPECT_TRUE(trace.problems.empty()) << absl::StrJoin(trace.problems, "\n");
+  Flows json_flows, perfetto_flows;
+  std::vector<Slice> from_json = JsonSlices(json, process.pid, &json_flows);
+  ASSERT_EQ(from_json.size(), 3u);
+  EXPECT_EQ(from_json[1].name, "second_kernel");
+  ExpectSameSlices(from_json, PerfettoSlices(trace, process.base_time_ns, &perfetto_flows));
+  // profd's own reader (a repaired capture's report) names them the same.
+  absl::StatusOr<analysis::Report> report = AnalyzeTraceFilesOfAnyFormat({pb});
+  ASSERT_TRUE(report.ok()) << report.status();
+  std::map<std::string, uint64_t> counts;
+  for (const auto& k : report->top_kernels) counts[k.name] = k.stats.count;
+  EXPECT_EQ(counts, (std::map<std::string, uint64_t>{{"first_kernel", 2}, {"second_kernel", 1}}));
+}
+
+// The traces of two processes of one capture opened together (concatenated: a Trace is its
+// packets): their packet sequences, tracks and arrows must not be taken for each other's.
+TEST(PerfettoTraceWriterTest, TwoProcessesTracesKeepApartWhenMerged) {
+  std::vector<v1::EventBatch> batches = testing::ReadRecordedBatches(
+      testing::SourcePath("tests/fixtures/burst_1000_kernels.batches.pb"));
+  TempDir dir;
+  std::vector<PerfettoTraceContents> traces;
+  for (uint32_t pid : {465u, 466u}) {
+    TraceProcess process;
+    process.pid = pid;
+    process.hostname = "node-1";
+    process.capture_id = "20261201T120000Z-node-1-0123abcd";
+    process.base_time_ns = static_cast<int64_t>(batches[0].clock().realtime_ns());
+    TempDir one;
+    traces.push_back(
+        testing::ReadPerfettoTrace(Write(TraceFormat::kPerfetto, one, process, batches)));
+    EXPECT_TRUE(traces.back().problems.empty()) << absl::StrJoin(traces.back().problems, "\n");
+  }
+  EXPECT_NE(traces[0].sequence_id, traces[1].sequence_id);
+  std::set<uint64_t> uuids, flows;
+  size_t tracks = 0, flow_ids = 0;
+  for (const PerfettoTraceContents& t : traces) {
+    for (const auto& [uuid, track] : t.tracks) {
+      uuids.insert(uuid);
+      ++tracks;
+      for (const auto& slice : track.slices) {
+        for (uint64_t f : slice.flows) {
+          flows.insert(f);
+          ++flow_ids;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(uuids.size(), tracks) << "a track uuid used by both files";
+  EXPECT_GT(flow_ids, 1000u);
+  EXPECT_EQ(flows.size(), flow_ids) << "an arrow id used by both files";
 }
 
 }  // namespace

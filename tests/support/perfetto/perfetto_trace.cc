@@ -116,7 +116,12 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
   for (int i = 0; i < trace.packet_size(); ++i) {
     const pp::TracePacket& p = trace.packet(i);
     const std::string where = absl::StrCat("packet ", i);
-    if (p.trusted_packet_sequence_id() != 1) problem(where + ": not on sequence 1");
+    if (i == 0) out.sequence_id = p.trusted_packet_sequence_id();
+    if (p.trusted_packet_sequence_id() == 0) problem(where + ": on sequence 0 (no sequence)");
+    if (p.trusted_packet_sequence_id() != out.sequence_id) {
+      problem(absl::StrCat(where, ": on sequence ", p.trusted_packet_sequence_id(), ", not ",
+                           out.sequence_id));
+    }
     if (p.sequence_flags() & kIncrementalStateCleared) {
       cleared = true;
       names.clear();
@@ -218,6 +223,7 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
   std::stable_sort(events.begin(), events.end(),
                    [](const Event& a, const Event& b) { return a.ns < b.ns; });
   std::map<uint64_t, std::vector<PerfettoSlice>> open;
+  std::map<uint64_t, std::pair<uint64_t, uint64_t>> active_flows;  // id -> (track, start)
   for (Event& ev : events) {
     PerfettoTrack& t = out.tracks[ev.track];
     const pp::TrackEvent& e = *ev.event;
@@ -230,6 +236,40 @@ PerfettoTraceContents ReadPerfettoTraceBytes(const std::string& bytes) {
         s.flows.assign(e.flow_ids().begin(), e.flow_ids().end());
         s.terminating_flows.assign(e.terminating_flow_ids().begin(),
                                    e.terminating_flow_ids().end());
+        const std::pair<uint64_t, uint64_t> here{ev.track, ev.ns};
+        auto arrow_to_here = [&](uint64_t id) {
+          auto it = active_flows.find(id);
+          if (it == active_flows.end()) return false;
+          out.arrows.push_back({it->second.first, it->second.second, ev.track, ev.ns});
+          return true;
+        };
+        for (uint64_t id : e.flow_ids()) {
+          arrow_to_here(id);
+          active_flows[id] = here;
+        }
+        for (uint64_t id : e.terminating_flow_ids()) {
+          if (arrow_to_here(id)) active_flows.erase(id);
+        }
+        if (e.has_legacy_event() && e.legacy_event().has_bind_id()) {
+          const uint64_t id = e.legacy_event().bind_id();
+          switch (e.legacy_event().flow_direction()) {
+            case pp::TrackEvent::LegacyEvent::FLOW_OUT:
+              active_flows[id] = here;
+              s.flows.push_back(id);
+              break;
+            case pp::TrackEvent::LegacyEvent::FLOW_IN:
+              arrow_to_here(id);
+              s.terminating_flows.push_back(id);
+              break;
+            case pp::TrackEvent::LegacyEvent::FLOW_INOUT:
+              arrow_to_here(id);
+              active_flows[id] = here;
+              s.flows.push_back(id);
+              break;
+            default:
+              problem("a flow without a direction");
+          }
+        }
         open[ev.track].push_back(std::move(s));
         break;
       }

@@ -20,7 +20,17 @@ struct PerfettoSlice {
   uint64_t start = 0;  // ns on CLOCK_REALTIME (the clock snapshot applied)
   uint64_t end = 0;
   std::map<std::string, std::string> args;  // annotation name -> value as text
+  // Flows this slice starts or continues (TrackEvent.flow_ids, LegacyEvent.bind_id FLOW_OUT) and
+  // ends (terminating_flow_ids, bind_id FLOW_IN), as the ids are written.
   std::vector<uint64_t> flows, terminating_flows;
+};
+
+// An arrow a reader draws, from the slice that starts on one track at one time to another;
+// trace_processor's rules (flow_tracker): flow_ids begin or step a flow, terminating_flow_ids
+// end it at its first arrow; LegacyEvent FLOW_OUT begins one, each FLOW_IN draws from there.
+struct PerfettoArrow {
+  uint64_t from_track = 0, from_start = 0;
+  uint64_t to_track = 0, to_start = 0;
 };
 
 struct PerfettoTrack {
@@ -42,6 +52,8 @@ struct PerfettoTraceContents {
   // The clock snapshot: the writer's clock value that is `realtime_ns` on CLOCK_REALTIME.
   uint64_t clock_origin = 0, realtime_at_origin = 0;
   uint32_t primary_clock = 0;
+  uint32_t sequence_id = 0;  // every packet's trusted_packet_sequence_id
+  std::vector<PerfettoArrow> arrows;
 
   // Tracks by name (first match), or nullptr.
   const PerfettoTrack* Find(const std::string& name) const;
