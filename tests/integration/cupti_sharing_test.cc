@@ -181,7 +181,7 @@ TEST_F(CuptiSharingTest, TorchProfilerAndCapturesTakeTurns) {
 // one dropped before a capture began (here at start-up; on a GPU, a kernel record completing after
 // the previous capture stopped) is not the capture's, which loses nothing of its own.
 TEST_F(CuptiSharingTest, ACaptureIsNotChargedWithRecordsDroppedBeforeIt) {
-  auto host = StartHost({"--call", "fakecupti_drop_one", "--on-usr1", "fakecupti_record_kernel"});
+  auto host = StartHost({"--call", "fakecupti_drop_one", "--on-usr1", "fakecupti_record_api_call"});
   const std::string p = std::to_string(host->pid());
   ASSERT_TRUE(
       WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)))
@@ -204,7 +204,7 @@ TEST_F(CuptiSharingTest, ACaptureIsNotChargedWithRecordsDroppedBeforeIt) {
       },
       absl::Seconds(5)))
       << profd_->log();
-  host->Signal(SIGUSR1);  // one kernel record, in the capture's buffer
+  host->Signal(SIGUSR1);  // one record, in the capture's buffer
   capturing.join();
   ASSERT_TRUE(capture.IsObject() && capture.HasMember("phase")) << profd_->log() << HostLog();
   ASSERT_STREQ(capture["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log() << HostLog();

@@ -29,7 +29,7 @@ int fakecupti_callback_enabled(int domain, int cbid);
 int fakecupti_dropped(void);
 // A record CUPTI dropped for want of a buffer (outside any capture); agent_host calls these.
 int fakecupti_drop_one(void);
-int fakecupti_record_kernel(void);  // one kernel record, if the kind is on
+int fakecupti_record_api_call(void);  // one runtime-API record, if the kind is on
 int fakecupti_finalizes(void);
 int fakecupti_last_allow_multiple(void);
 const char* fakecupti_log(void);  // "subscribe:profd,enable:10,flush:forced,..."
