@@ -14,6 +14,7 @@
 #include <atomic>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <thread>
 
 #include "absl/strings/match.h"
@@ -287,17 +288,29 @@ TEST_F(StoreProfctlTest, AStoreThatNeverAnswersHoldsNoThreadAndStopsInTime) {
   ASSERT_GT(before, 0);
   constexpr int kCalls = 24;
   std::vector<std::thread> calls;
-  std::atomic<int> gave_up{0}, deadline_said{0};
+  std::atomic<int> ended{0}, deadline_said{0};
+  std::mutex mu;
+  std::string other;  // what a call that did neither said
   for (int i = 0; i < kCalls; ++i) {
     calls.emplace_back([&] {
       RunResult list = profd->Profctl({"list", "--timeout", "1s"});
-      gave_up += list.exit_code == 3;
+      // profd gives up on the store at the call's deadline too, and its answer (the store could
+      // not be read) sometimes arrives before profctl's own deadline fires: either way the call
+      // ended with its deadline.
+      const bool gave_up = list.exit_code == 3;
+      const bool store_error =
+          list.exit_code == 0 && list.err.find("could not be read") != std::string::npos;
+      ended += gave_up || store_error;
       deadline_said += list.err.find("did not answer before the deadline") != std::string::npos;
+      if (!gave_up && !store_error) {
+        std::lock_guard<std::mutex> lock(mu);
+        other += "exit " + std::to_string(list.exit_code) + ": " + list.err + list.out + "\n";
+      }
     });
   }
   for (std::thread& t : calls) t.join();
-  // Every call gave up at its deadline (on a loaded machine one may not have connected by then).
-  EXPECT_EQ(gave_up.load(), kCalls);
+  // Every call ended at its deadline (on a loaded machine one may not have connected by then).
+  EXPECT_EQ(ended.load(), kCalls) << other;
   EXPECT_GT(deadline_said.load(), 0);
   // Each handler gives up with its call: the count comes back down (gRPC keeps a few idle threads).
   EXPECT_TRUE(WaitFor([&] { return ThreadsOf(profd->pid()) <= before + 8; }, absl::Seconds(10)))
