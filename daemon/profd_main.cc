@@ -2,7 +2,6 @@
 //   agent channel (unix socket) -> AgentRegistry -> gRPC service (unix socket for root and
 //   --access_group; TCP only when asked, with mutual TLS; docs/SECURITY.md)
 //   NVML sampler + AgentRegistry + DaemonMetrics -> /metrics (HTTP, daemon/metrics)
-#include <arpa/inet.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -10,12 +9,8 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -43,6 +38,7 @@
 #include "daemon/metrics/metrics_server.h"
 #include "daemon/metrics/pm_sampler.h"
 #include "daemon/server/access_control.h"
+#include "daemon/server/listener_config.h"
 #include "daemon/server/process_limits.h"
 #include "daemon/server/profd_service.h"
 #include "daemon/server/runtime_lock.h"
@@ -54,7 +50,6 @@
 #include "daemon/store/trace_store_service.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "profd/v1/agent_frame.h"
 #include "profd/v1/control_limits.h"
@@ -274,137 +269,6 @@ std::string OpenStore(const std::string& hostname, const AccessGroup& access,
 
 constexpr char kComponent[] = "profd";
 
-// True when a gRPC listening address only accepts connections from this host: a unix socket,
-// 127.0.0.0/8, ::1 (also as ::ffff:127.x.y.z) or localhost. Host names other than localhost
-// count as remote: what they resolve to is not ours to trust.
-bool IsLoopbackAddress(const std::string& address) {
-  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
-    return true;
-  }
-  std::string host = address;
-  for (const char* scheme : {"ipv4:", "ipv6:", "dns:///", "dns:"}) {
-    if (absl::StartsWith(host, scheme)) {
-      host = host.substr(std::strlen(scheme));
-      break;
-    }
-  }
-  if (!host.empty() && host[0] == '[') {
-    host = host.substr(1, host.find(']') - 1);
-  } else if (std::count(host.begin(), host.end(), ':') == 1) {
-    host = host.substr(0, host.find(':'));
-  }
-  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
-  in_addr v4;
-  if (inet_pton(AF_INET, host.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6;
-  if (inet_pton(AF_INET6, host.c_str(), &v6) == 1) {
-    return IN6_IS_ADDR_LOOPBACK(&v6) || (IN6_IS_ADDR_V4MAPPED(&v6) && v6.s6_addr[12] == 127);
-  }
-  return false;
-}
-
-absl::StatusOr<std::string> ReadPemFile(const std::string& flag, const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--", flag, "=", path, ": cannot read it: ", std::strerror(errno)));
-  }
-  std::ostringstream text;
-  text << in.rdbuf();
-  if (!absl::StrContains(text.str(), "-----BEGIN ")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", flag, "=", path, ": not a PEM file (expected a '-----BEGIN ...' block)"));
-  }
-  return text.str();
-}
-
-// The credentials of the TCP listener. Only mutual TLS authenticates the client, so only mutual
-// TLS starts without --grpc_insecure_tcp: a plaintext loopback port is open to every local user
-// (the file mode that guards the unix socket does not exist for it), and TLS without client
-// certificates to everyone who can reach the port. *mode says which, for the log.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> TcpCredentials(const std::string& address,
-                                                                        std::string* mode) {
-  const std::string cert_file = absl::GetFlag(FLAGS_grpc_tls_cert);
-  const std::string key_file = absl::GetFlag(FLAGS_grpc_tls_key);
-  const std::string client_ca_file = absl::GetFlag(FLAGS_grpc_tls_client_ca);
-  bool insecure = absl::GetFlag(FLAGS_grpc_insecure_tcp);
-  if (absl::GetFlag(FLAGS_grpc_insecure_remote)) {
-    LogWarning(kComponent,
-               "--grpc_insecure_remote is deprecated: it is now --grpc_insecure_tcp, which also "
-               "covers loopback addresses");
-    insecure = true;
-  }
-  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--grpc_address=", address,
-        " is a unix socket: give it as --grpc_socket instead, where profd sets its owner and "
-        "mode (--access_group)"));
-  }
-  if (cert_file.empty() != key_file.empty()) {
-    return absl::InvalidArgumentError(
-        "--grpc_tls_cert and --grpc_tls_key go together (the server certificate and its private "
-        "key); give both, or neither");
-  }
-  if (!client_ca_file.empty() && cert_file.empty()) {
-    return absl::InvalidArgumentError(
-        "--grpc_tls_client_ca needs --grpc_tls_cert and --grpc_tls_key: client certificates are "
-        "only checked on a TLS listener");
-  }
-  const std::string who = IsLoopbackAddress(address)
-                              ? "every local user (any uid on this host, any container in its "
-                                "network namespace)"
-                              : "anyone who can reach it";
-  if (!cert_file.empty()) {
-    absl::StatusOr<std::string> cert = ReadPemFile("grpc_tls_cert", cert_file);
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = ReadPemFile("grpc_tls_key", key_file);
-    if (!key.ok()) return key.status();
-    grpc::SslServerCredentialsOptions options(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
-    options.pem_key_cert_pairs.push_back({*key, *cert});
-    if (!client_ca_file.empty()) {
-      absl::StatusOr<std::string> client_ca = ReadPemFile("grpc_tls_client_ca", client_ca_file);
-      if (!client_ca.ok()) return client_ca.status();
-      options.pem_root_certs = *client_ca;
-      options.client_certificate_request =
-          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
-      *mode = "mutual TLS";
-      return grpc::SslServerCredentials(options);
-    }
-    if (!insecure) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--grpc_address=", address,
-          " with TLS but no --grpc_tls_client_ca: TLS proves profd's identity but not its "
-          "clients', so ",
-          who,
-          " could list processes, start captures and download traces. Add "
-          "--grpc_tls_client_ca (clients then need a certificate signed by that CA), or pass "
-          "--grpc_insecure_tcp to accept the risk"));
-    }
-    LogWarning(kComponent,
-               "INSECURE: gRPC on %s with TLS but WITHOUT client certificates "
-               "(--grpc_insecure_tcp): %s can list processes, start captures and download "
-               "traces; add --grpc_tls_client_ca",
-               address, who);
-    *mode = "TLS, no client certificates, INSECURE";
-    return grpc::SslServerCredentials(options);
-  }
-  if (!insecure) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "--grpc_address=", address, " without TLS: ", who,
-        " could list processes, start captures and download traces (the unix socket "
-        "--grpc_socket is guarded by its file mode; a TCP port is not). Give --grpc_tls_cert, "
-        "--grpc_tls_key and --grpc_tls_client_ca (mutual TLS), or use the unix socket "
-        "(--grpc_address=none), or pass --grpc_insecure_tcp to accept the risk"));
-  }
-  LogWarning(kComponent,
-             "INSECURE: gRPC on %s WITHOUT TLS (--grpc_insecure_tcp): %s can list processes, "
-             "start captures and download traces; use "
-             "--grpc_tls_cert/--grpc_tls_key/--grpc_tls_client_ca instead",
-             address, who);
-  *mode = IsLoopbackAddress(address) ? "plaintext, loopback, INSECURE" : "plaintext, INSECURE";
-  return grpc::InsecureServerCredentials();
-}
-
 // What issue 12 asks of the process before anything starts: files 0640 and folders 0750 (umask
 // 027), all the open files the hard limit allows, the access group, socket folders others can
 // reach (the agent socket is 0666 on purpose), and a capture folder only root and the group can
@@ -500,8 +364,397 @@ void HoldFreedMemoryBriefly() {
   mallopt(M_TRIM_THRESHOLD, 8 << 20);
 }
 
-int Main(int argc, char** argv) {
-  HoldFreedMemoryBriefly();
+// profd's configuration from its flags, checked before anything starts: a bad flag stops profd
+// before it takes the runtime folder, a socket or a thread.
+struct Config {
+  std::string runtime_dir;
+  std::string agent_socket;
+  std::string grpc_socket;  // "none": no unix socket
+  ListenerFlags listener_flags;
+  ListenerConfig listener;
+  std::string hostname;
+  AgentChannelOptions channel;
+  CaptureOptions capture;  // its callbacks are the Daemon's
+  store::RetentionOptions retention;
+  std::string kineto_dir;  // "none": Kineto's daemon protocol is not served
+  PmSampler::Options counters;
+  GpuSampler::Options gpu;
+  std::string metrics_address;  // "none" or empty: no /metrics
+};
+
+ListenerFlags ListenerFlagsFromFlags() {
+  ListenerFlags flags;
+  flags.address = absl::GetFlag(FLAGS_grpc_address);
+  flags.tls_cert_file = absl::GetFlag(FLAGS_grpc_tls_cert);
+  flags.tls_key_file = absl::GetFlag(FLAGS_grpc_tls_key);
+  flags.tls_client_ca_file = absl::GetFlag(FLAGS_grpc_tls_client_ca);
+  flags.insecure_tcp = absl::GetFlag(FLAGS_grpc_insecure_tcp);
+  flags.insecure_remote = absl::GetFlag(FLAGS_grpc_insecure_remote);
+  flags.handshake_timeout = absl::GetFlag(FLAGS_grpc_handshake_timeout);
+  return flags;
+}
+
+absl::Status CaptureFlags(CaptureOptions* options) {
+  options->capture_dir = absl::GetFlag(FLAGS_capture_dir);
+  options->max_duration = absl::GetFlag(FLAGS_max_capture_duration);
+  options->max_events = absl::GetFlag(FLAGS_max_capture_events);
+  options->cancel_timeout = absl::GetFlag(FLAGS_capture_cancel_timeout);
+  absl::StatusOr<uint64_t> min_free = store::ParseByteSize(absl::GetFlag(FLAGS_capture_min_free));
+  if (!min_free.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--capture_min_free: ", min_free.status().message()));
+  }
+  options->min_free_bytes = *min_free;
+  if (!ParseTraceFormat(absl::GetFlag(FLAGS_trace_format), &options->trace_format)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--trace_format ", absl::GetFlag(FLAGS_trace_format), ": give json or perfetto"));
+  }
+  options->record_batches = absl::GetFlag(FLAGS_record_batches);
+  return absl::OkStatus();
+}
+
+absl::Status RetentionFlags(store::RetentionOptions* options) {
+  options->capture_dir = absl::GetFlag(FLAGS_capture_dir);
+  options->interval = std::max(absl::GetFlag(FLAGS_retention_interval), absl::Milliseconds(10));
+  options->capture_dir_limits.max_age = absl::GetFlag(FLAGS_capture_retention_age);
+  options->store_limits.max_age = absl::GetFlag(FLAGS_store_retention_age);
+  for (auto [flag, name, out] :
+       {std::tuple{&FLAGS_capture_retention_bytes, "--capture_retention_bytes",
+                   &options->capture_dir_limits.max_bytes},
+        std::tuple{&FLAGS_store_retention_bytes, "--store_retention_bytes",
+                   &options->store_limits.max_bytes}}) {
+    const std::string text = absl::GetFlag(*flag);
+    absl::StatusOr<uint64_t> bytes = text == "0" ? 0 : store::ParseByteSize(text);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(name, ": ", bytes.status().message()));
+    }
+    *out = *bytes;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Config> ConfigFromFlags() {
+  Config config;
+  config.runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
+  config.agent_socket = absl::GetFlag(FLAGS_agent_socket);
+  if (config.agent_socket.empty()) config.agent_socket = config.runtime_dir + "/agent.sock";
+  config.grpc_socket = absl::GetFlag(FLAGS_grpc_socket);
+  if (config.grpc_socket.empty()) config.grpc_socket = config.runtime_dir + "/profd.sock";
+  config.listener_flags = ListenerFlagsFromFlags();
+  absl::StatusOr<ListenerConfig> listener = DecideListenerConfig(config.listener_flags);
+  if (!listener.ok()) return listener.status();
+  config.listener = *std::move(listener);
+  config.hostname = Hostname();
+
+  config.channel.socket_path = config.agent_socket;
+  config.channel.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  config.channel.agent_timeout = absl::GetFlag(FLAGS_agent_timeout);
+  if (absl::Status s = AgentChannelFlags(&config.channel); !s.ok()) return s;
+  config.capture.hostname = config.hostname;
+  if (absl::Status s = CaptureFlags(&config.capture); !s.ok()) return s;
+  config.retention.hostname = config.hostname;
+  if (absl::Status s = RetentionFlags(&config.retention); !s.ok()) return s;
+
+  config.kineto_dir = absl::GetFlag(FLAGS_kineto_socket_dir);
+  if (config.kineto_dir.empty()) config.kineto_dir = config.runtime_dir + "/kineto";
+  if (config.kineto_dir != "none") {
+    absl::StatusOr<uint64_t> max_trace =
+        store::ParseByteSize(absl::GetFlag(FLAGS_kineto_max_trace_bytes));
+    if (!max_trace.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--kineto_max_trace_bytes: ", max_trace.status().message()));
+    }
+    config.capture.kineto_max_trace_bytes = *max_trace;
+  }
+  config.counters.cupti_library = absl::GetFlag(FLAGS_cupti_library);
+  config.counters.interval = std::clamp(absl::GetFlag(FLAGS_gpu_counters_interval),
+                                        absl::Microseconds(100), absl::Seconds(1));
+  config.gpu.library_path = absl::GetFlag(FLAGS_nvml_library);
+  config.gpu.interval =
+      std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
+  config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  return config;
+}
+
+// The running daemon. Members are declared in the order they start, so they stop in reverse,
+// each after what uses it. Main's thread calls every method.
+class Daemon {
+ public:
+  Daemon(Config config, AccessGroup access)
+      : config_(std::move(config)), access_(std::move(access)) {}
+
+  // Starts every component; on an error, says what failed, and AbortStart undoes the rest.
+  absl::Status Start(std::shared_ptr<grpc::ServerCredentials> tcp_credentials);
+  void AbortStart();
+  // After SIGTERM/SIGINT.
+  void Stop();
+
+ private:
+  void OpenTraceStore();
+  void ConnectCaptureOptions();
+  absl::Status StartKineto();
+  absl::Status StartMetricsServer();
+  absl::Status StartGrpc(std::shared_ptr<grpc::ServerCredentials> tcp_credentials);
+  void LogStarted() const;
+
+  Config config_;
+  const AccessGroup access_;
+  DaemonIdentity identity_;
+  AgentRegistry registry_;
+  std::unique_ptr<AgentChannelServer> channel_;
+  std::unique_ptr<store::TraceStore> trace_store_;
+  std::unique_ptr<store::Spool> spool_;  // the capture code submits finished captures here
+  std::string store_error_;              // why there is no store
+  // Capture and store components report into it (daemon/metrics/daemon_metrics.h).
+  DaemonMetrics daemon_metrics_;
+  std::unique_ptr<store::Retention> retention_;
+  std::unique_ptr<kineto::KinetoIpcServer> kineto_server_;
+  std::unique_ptr<CaptureTargets> targets_;
+  std::unique_ptr<PmSampler> counter_sampler_;
+  std::unique_ptr<CaptureOrchestrator> captures_;
+  std::unique_ptr<GpuSampler> gpu_sampler_;
+  std::unique_ptr<MetricsServer> metrics_server_;
+  std::unique_ptr<TcpListener> tcp_listener_;
+  std::unique_ptr<store::TraceStoreService> store_service_;
+  std::unique_ptr<ProfdService> service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+absl::Status Daemon::Start(std::shared_ptr<grpc::ServerCredentials> tcp_credentials) {
+  identity_.hostname = config_.hostname;
+  identity_.started = absl::Now();
+  identity_.agent_socket = config_.agent_socket;
+  channel_ = std::make_unique<AgentChannelServer>(config_.channel, &registry_);
+  OpenTraceStore();
+  ConnectCaptureOptions();
+  retention_ =
+      std::make_unique<store::Retention>(config_.retention, spool_.get(), trace_store_.get());
+  retention_->Start();
+  daemon_metrics_.SetRetentionSource([this] {
+    auto of = [](const store::RetentionStats& s) {
+      return DaemonMetrics::Snapshot::Retained{s.active, s.kept_bytes, s.pruned_total,
+                                               s.pruned_bytes_total};
+    };
+    return std::pair{of(retention_->capture_dir_stats()), of(retention_->store_stats())};
+  });
+  if (absl::Status s = StartKineto(); !s.ok()) return s;
+  targets_ = std::make_unique<CaptureTargets>(&registry_, kineto_server_.get(), identity_.hostname,
+                                              config_.agent_socket);
+  captures_ = std::make_unique<CaptureOrchestrator>(config_.capture, &registry_, channel_.get(),
+                                                    targets_.get(), kineto_server_.get());
+  channel_->set_event_sink(captures_.get());
+  // Captures the previous profd never finished (killed mid-capture): repaired and listed.
+  captures_->RecoverUnfinished();
+  if (absl::Status s = channel_->Start(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("cannot start the agent channel: ", s.ToString()));
+  }
+  gpu_sampler_ = std::make_unique<GpuSampler>(config_.gpu);
+  gpu_sampler_->Start();
+  // For /metrics with --gpu_counters; else started only for captures with --gpu-metrics.
+  if (absl::GetFlag(FLAGS_gpu_counters)) counter_sampler_->Start();
+  if (absl::Status s = StartMetricsServer(); !s.ok()) return s;
+  if (absl::Status s = StartGrpc(std::move(tcp_credentials)); !s.ok()) return s;
+  LogStarted();
+  return absl::OkStatus();
+}
+
+// Opens the store and its spool; without them profd still serves agents and metrics, and the
+// store calls answer with the reason.
+void Daemon::OpenTraceStore() {
+  store_error_ = OpenStore(identity_.hostname, access_, &trace_store_, &spool_);
+  if (store_error_.empty()) {
+    identity_.store_uri = trace_store_->uri();
+    LogInfo(kComponent, "store %s, spool %s", trace_store_->uri(), spool_->dir());
+  } else {
+    LogError(kComponent, "no trace store, captures cannot be kept: %s", store_error_);
+  }
+}
+
+// What the orchestrator calls: the spool, the metrics, the hardware-counter sampler.
+void Daemon::ConnectCaptureOptions() {
+  CaptureOptions& options = config_.capture;
+  if (spool_) {
+    // A full spool refuses new captures up front rather than losing them at the end.
+    options.check_space = [this] { return spool_->CheckSpace(0); };
+    // Every finished capture goes to the store through the spool (hard links, no second copy);
+    // its folder in --capture_dir stays where profctl capture --output reads it.
+    options.on_complete = [this](const v1::CaptureInfo& info,
+                                 const std::string& folder) -> absl::StatusOr<std::string> {
+      absl::StatusOr<v1::StoredTrace> queued =
+          spool_->SubmitCopy(store::DescribeCapture(info), folder);
+      if (!queued.ok()) return queued.status();
+      return folder;
+    };
+    // profd_uploads_total and profd_trace_uploaded_bytes_total: what the spool really did.
+    daemon_metrics_.SetUploadSource([this] {
+      const store::SpoolStats s = spool_->stats();
+      return DaemonMetrics::Uploads{s.uploaded_total, s.upload_failures_total,
+                                    s.uploaded_bytes_total, s.write_failures_total,
+                                    s.waiting_for_room};
+    });
+  }
+  options.on_finished = [this](const v1::CaptureInfo& info) {
+    daemon_metrics_.OnCaptureFinished(info);
+  };
+  if (config_.retention.store_limits.enabled() && trace_store_ && !trace_store_->is_local()) {
+    LogWarning(kComponent,
+               "--store_retention_*: %s is not a local store; set the bucket's lifecycle rules "
+               "instead",
+               trace_store_->uri());
+  }
+  counter_sampler_ = std::make_unique<PmSampler>(config_.counters);
+  options.begin_gpu_metrics = [this](absl::Duration interval, PmSampler::CaptureSink sink,
+                                     std::string* why) {
+    return counter_sampler_->BeginCapture(interval, std::move(sink), why);
+  };
+  options.end_gpu_metrics = [this] { return counter_sampler_->EndCapture(); };
+  options.await_gpu_metrics = [this](absl::Duration timeout) {
+    counter_sampler_->AwaitCaptureStart(timeout);
+  };
+}
+
+absl::Status Daemon::StartKineto() {
+  if (config_.kineto_dir == "none") return absl::OkStatus();
+  kineto_server_ = std::make_unique<kineto::KinetoIpcServer>(
+      kineto::KinetoIpcOptions{.socket_dir = config_.kineto_dir});
+  if (absl::Status s = kineto_server_->Start(); !s.ok()) {
+    return absl::Status(s.code(),
+                        absl::StrCat("cannot serve Kineto's daemon protocol: ", s.message()));
+  }
+  const std::string base_config = config_.runtime_dir + "/kineto.conf";
+  if (absl::Status s =
+          kineto::WriteKinetoBaseConfig(base_config, absl::GetFlag(FLAGS_kineto_poll_interval));
+      !s.ok()) {
+    LogWarning(kComponent, "%s: processes poll at Kineto's default (5 s)", s.message());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Daemon::StartMetricsServer() {
+  const std::string& address = config_.metrics_address;
+  if (address == "none" || address.empty()) return absl::OkStatus();
+  auto collector = std::make_shared<MetricsCollector>(MetricsCollector::Sources{
+      identity_.hostname, &registry_, gpu_sampler_.get(), &daemon_metrics_,
+      [this] { return channel_->counters(); },
+      [this] { return static_cast<int64_t>(captures_->counts().running); },
+      absl::GetFlag(FLAGS_gpu_counters) ? counter_sampler_.get() : nullptr});
+  absl::StatusOr<std::unique_ptr<MetricsServer>> started =
+      MetricsServer::Start(address, std::move(collector));
+  if (!started.ok()) return started.status();
+  metrics_server_ = *std::move(started);
+  identity_.metrics_address = metrics_server_->address();
+  return absl::OkStatus();
+}
+
+// The gRPC server on the unix socket and, when asked, TCP; the unix socket is opened to the
+// access group only once the server runs.
+absl::Status Daemon::StartGrpc(std::shared_ptr<grpc::ServerCredentials> tcp_credentials) {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  // profd never sends more than profctl takes (profd/v1/control_limits.h).
+  builder.SetMaxSendMessageSize(static_cast<int>(v1::kMaxControlMessageBytes));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(v1::kMaxControlRequestBytes));
+  // gRPC's own deadline for the TLS handshake and the HTTP/2 preface (its default is 120 s).
+  const absl::Duration handshake_timeout = config_.listener_flags.handshake_timeout;
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(std::clamp<int64_t>(
+                                 absl::ToInt64Milliseconds(handshake_timeout), 1, INT32_MAX)));
+  const std::string& grpc_socket = config_.grpc_socket;
+  if (grpc_socket != "none") {
+    unlink(grpc_socket.c_str());
+    identity_.grpc_addresses.push_back("unix:" + grpc_socket);
+  }
+  // gRPC writes each selected port through its pointer at BuildAndStart: room for the TCP one too,
+  // so that pushing it moves nothing.
+  std::vector<int> bound_ports(identity_.grpc_addresses.size(), 0);
+  bound_ports.reserve(bound_ports.size() + 1);
+  for (size_t i = 0; i < identity_.grpc_addresses.size(); ++i) {
+    builder.AddListeningPort(identity_.grpc_addresses[i], grpc::InsecureServerCredentials(),
+                             &bound_ports[i]);
+  }
+  // TCP: profd accepts, and gRPC gets a connection once its client has spoken (TLS or not).
+  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor;
+  const std::string& grpc_address = config_.listener_flags.address;
+  if (config_.listener.serve_tcp()) {
+    absl::StatusOr<std::unique_ptr<TcpListener>> listening = TcpListener::Listen(
+        {grpc_address, handshake_timeout, absl::GetFlag(FLAGS_grpc_max_pending_connections)});
+    if (!listening.ok()) return listening.status();
+    tcp_listener_ = *std::move(listening);
+    tcp_acceptor = builder.experimental().AddExternalConnectionAcceptor(
+        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD,
+        std::move(tcp_credentials));
+    identity_.grpc_addresses.push_back(grpc_address);
+    bound_ports.push_back(tcp_listener_->port());
+  }
+  store_service_ = std::make_unique<store::TraceStoreService>(trace_store_.get(), spool_.get(),
+                                                              identity_.hostname, store_error_);
+  service_ = std::make_unique<ProfdService>(&identity_, &registry_, channel_.get(), captures_.get(),
+                                            targets_.get());
+  service_->set_gpu_sampler(gpu_sampler_.get());
+  service_->set_counter_sampler(counter_sampler_.get());
+  builder.RegisterService(service_.get());
+  builder.RegisterService(store_service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr) {
+    return absl::UnavailableError(absl::StrCat("cannot serve gRPC on ",
+                                               absl::StrJoin(identity_.grpc_addresses, ", "),
+                                               ": is another profd running?"));
+  }
+  for (size_t i = 0; i < identity_.grpc_addresses.size(); ++i) {
+    if (bound_ports[i] == 0) {
+      return absl::UnavailableError(absl::StrCat("cannot listen on ", identity_.grpc_addresses[i],
+                                                 " (in use, or not permitted)"));
+    }
+  }
+  if (tcp_listener_ != nullptr) {
+    tcp_listener_->Start(std::move(tcp_acceptor));
+    LogInfo(kComponent,
+            "TCP %s: a connection must send its TLS ClientHello within %s; at most %u wait "
+            "(--grpc_handshake_timeout, --grpc_max_pending_connections)",
+            grpc_address, absl::FormatDuration(handshake_timeout), tcp_listener_->max_pending());
+  }
+  if (grpc_socket != "none") {
+    // Until here the socket had the umask's 0750: nobody but root could connect.
+    if (absl::Status s = SecureControlSocket(grpc_socket, access_); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+void Daemon::LogStarted() const {
+  const std::string& mode = config_.listener.mode;
+  LogInfo(kComponent, "profd %s on %s: gRPC %s%s; metrics %s", PROFD_VERSION, identity_.hostname,
+          absl::StrJoin(identity_.grpc_addresses, ", "), mode.empty() ? "" : " (" + mode + ")",
+          identity_.metrics_address.empty() ? "off"
+                                            : "http://" + identity_.metrics_address + "/metrics");
+  LogInfo(kComponent, "%s",
+          access_.configured
+              ? absl::StrCat("profctl and the trace folders: root and group ", access_.name,
+                             " (gid ", access_.gid, ", --access_group)")
+              : "profctl and the trace folders: root only (no --access_group)");
+}
+
+void Daemon::AbortStart() {
+  if (server_ != nullptr) server_->Shutdown();
+  if (channel_ != nullptr) channel_->Stop();
+}
+
+void Daemon::Stop() {
+  // No store request may hold the shutdown: those in flight end now (an upload resumes from the
+  // spool at the next start), so gRPC handlers, retention and the uploader return at once.
+  if (trace_store_) trace_store_->Cancel();
+  // Running captures end first, saying why, while their profctl streams can still be told.
+  captures_->Shutdown();
+  if (tcp_listener_ != nullptr) tcp_listener_->Stop();  // nothing new handed to a stopping server
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  metrics_server_.reset();
+  gpu_sampler_->Stop();
+  counter_sampler_->Stop();
+  channel_->Stop();
+  if (config_.grpc_socket != "none") unlink(config_.grpc_socket.c_str());
+  LogInfo(kComponent, "stopped");
+}
+
+void ParseFlags(int argc, char** argv) {
   // absl prints "profd: " before the message, and "Flags from FILE" over each file's flags:
   // profd's are all "profd", not the source path the build saw.
   absl::SetProgramUsageMessage(
@@ -515,341 +768,57 @@ int Main(int argc, char** argv) {
   usage.version_string = [] { return std::string("profd ") + PROFD_VERSION + "\n"; };
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
+}
 
-  // Every thread started from here on inherits this mask; main waits for the signals below.
+// Every thread started from here on inherits this mask; main waits for the signals in it.
+sigset_t BlockStopSignals() {
   sigset_t signals;
   sigemptyset(&signals);
   sigaddset(&signals, SIGTERM);
   sigaddset(&signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
+  return signals;
+}
 
-  const std::string runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
-  std::string agent_socket = absl::GetFlag(FLAGS_agent_socket);
-  if (agent_socket.empty()) agent_socket = runtime_dir + "/agent.sock";
-  std::string grpc_socket = absl::GetFlag(FLAGS_grpc_socket);
-  if (grpc_socket.empty()) grpc_socket = runtime_dir + "/profd.sock";
-  const std::string grpc_address = absl::GetFlag(FLAGS_grpc_address);
-  const bool serve_tcp = grpc_address != "none" && !grpc_address.empty();
+int Fail(const absl::Status& status) {
+  LogError(kComponent, "%s", status.message());
+  return 1;
+}
+
+int Main(int argc, char** argv) {
+  HoldFreedMemoryBriefly();
+  ParseFlags(argc, argv);
+  const sigset_t signals = BlockStopSignals();
   // Checked before anything starts: a daemon that would be open to the network does not start.
+  absl::StatusOr<Config> config = ConfigFromFlags();
+  if (!config.ok()) return Fail(config.status());
+  for (const std::string& warning : config->listener.warnings) {
+    LogWarning(kComponent, "%s", warning);
+  }
   std::shared_ptr<grpc::ServerCredentials> tcp_credentials;
-  std::string tcp_mode;
-  if (serve_tcp) {
-    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
-        TcpCredentials(grpc_address, &tcp_mode);
-    if (!credentials.ok()) {
-      LogError(kComponent, "%s", credentials.status().message());
-      return 1;
-    }
+  if (config->listener.serve_tcp()) {
+    auto credentials = ListenerCredentials(config->listener_flags, config->listener);
+    if (!credentials.ok()) return Fail(credentials.status());
     tcp_credentials = *std::move(credentials);
-  } else if (!absl::GetFlag(FLAGS_grpc_tls_cert).empty()) {
-    LogWarning(kComponent, "--grpc_tls_cert has no effect: --grpc_address is none");
   }
-
   // One profd per runtime folder, before it touches the sockets there.
-  if (absl::StatusOr<int> lock = LockRuntimeDir(runtime_dir); !lock.ok()) {
-    LogError(kComponent, "%s", lock.status().message());
-    return 1;
+  if (absl::StatusOr<int> lock = LockRuntimeDir(config->runtime_dir); !lock.ok()) {
+    return Fail(lock.status());
   }
-
   // Access control and limits (docs/SECURITY.md), before any socket, file or thread exists.
-  absl::StatusOr<AccessGroup> access = SetUpProcess(agent_socket, grpc_socket);
-  if (!access.ok()) {
-    LogError(kComponent, "%s", access.status().message());
-    return 1;
-  }
+  absl::StatusOr<AccessGroup> access = SetUpProcess(config->agent_socket, config->grpc_socket);
+  if (!access.ok()) return Fail(access.status());
 
-  DaemonIdentity identity;
-  identity.hostname = Hostname();
-  identity.started = absl::Now();
-  identity.agent_socket = agent_socket;
-
-  AgentRegistry registry;
-  AgentChannelOptions channel_options;
-  channel_options.socket_path = agent_socket;
-  channel_options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
-  channel_options.agent_timeout = absl::GetFlag(FLAGS_agent_timeout);
-  if (absl::Status s = AgentChannelFlags(&channel_options); !s.ok()) {
-    LogError(kComponent, "%s", s.message());
-    return 1;
+  Daemon daemon(*std::move(config), *std::move(access));
+  if (absl::Status s = daemon.Start(std::move(tcp_credentials)); !s.ok()) {
+    daemon.AbortStart();
+    return Fail(s);
   }
-  AgentChannelServer channel(channel_options, &registry);
-  std::unique_ptr<store::TraceStore> trace_store;
-  std::unique_ptr<store::Spool> spool;  // the capture code submits finished captures here
-  std::string store_error = OpenStore(identity.hostname, *access, &trace_store, &spool);
-  if (store_error.empty()) {
-    identity.store_uri = trace_store->uri();
-    LogInfo(kComponent, "store %s, spool %s", trace_store->uri(), spool->dir());
-  } else {
-    LogError(kComponent, "no trace store, captures cannot be kept: %s", store_error);
-  }
-  CaptureOptions capture_options;
-  capture_options.hostname = identity.hostname;
-  capture_options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
-  capture_options.max_duration = absl::GetFlag(FLAGS_max_capture_duration);
-  capture_options.max_events = absl::GetFlag(FLAGS_max_capture_events);
-  capture_options.cancel_timeout = absl::GetFlag(FLAGS_capture_cancel_timeout);
-  if (absl::StatusOr<uint64_t> min_free =
-          store::ParseByteSize(absl::GetFlag(FLAGS_capture_min_free));
-      min_free.ok()) {
-    capture_options.min_free_bytes = *min_free;
-  } else {
-    LogError(kComponent, "--capture_min_free: %s", min_free.status().message());
-    return 1;
-  }
-  if (!ParseTraceFormat(absl::GetFlag(FLAGS_trace_format), &capture_options.trace_format)) {
-    LogError(kComponent, "--trace_format %s: give json or perfetto",
-             absl::GetFlag(FLAGS_trace_format));
-    return 1;
-  }
-  capture_options.record_batches = absl::GetFlag(FLAGS_record_batches);
-  if (spool) {
-    // A full spool refuses new captures up front rather than losing them at the end.
-    capture_options.check_space = [&spool] { return spool->CheckSpace(0); };
-    // Every finished capture goes to the store through the spool (hard links, no second copy);
-    // its folder in --capture_dir stays where profctl capture --output reads it.
-    capture_options.on_complete = [&spool](
-                                      const v1::CaptureInfo& info,
-                                      const std::string& folder) -> absl::StatusOr<std::string> {
-      absl::StatusOr<v1::StoredTrace> queued =
-          spool->SubmitCopy(store::DescribeCapture(info), folder);
-      if (!queued.ok()) return queued.status();
-      return folder;
-    };
-  }
-  // Capture and store components report into daemon_metrics (daemon/metrics/daemon_metrics.h).
-  DaemonMetrics daemon_metrics;
-  capture_options.on_finished = [&daemon_metrics](const v1::CaptureInfo& info) {
-    daemon_metrics.OnCaptureFinished(info);
-  };
-  if (spool) {
-    // profd_uploads_total and profd_trace_uploaded_bytes_total: what the spool really did.
-    daemon_metrics.SetUploadSource([&spool] {
-      const store::SpoolStats s = spool->stats();
-      return DaemonMetrics::Uploads{s.uploaded_total, s.upload_failures_total,
-                                    s.uploaded_bytes_total, s.write_failures_total,
-                                    s.waiting_for_room};
-    });
-  }
-  store::RetentionOptions retention_options;
-  retention_options.capture_dir = absl::GetFlag(FLAGS_capture_dir);
-  retention_options.hostname = identity.hostname;
-  retention_options.interval =
-      std::max(absl::GetFlag(FLAGS_retention_interval), absl::Milliseconds(10));
-  retention_options.capture_dir_limits.max_age = absl::GetFlag(FLAGS_capture_retention_age);
-  retention_options.store_limits.max_age = absl::GetFlag(FLAGS_store_retention_age);
-  for (auto [flag, name, out] :
-       {std::tuple{&FLAGS_capture_retention_bytes, "--capture_retention_bytes",
-                   &retention_options.capture_dir_limits.max_bytes},
-        std::tuple{&FLAGS_store_retention_bytes, "--store_retention_bytes",
-                   &retention_options.store_limits.max_bytes}}) {
-    const std::string text = absl::GetFlag(*flag);
-    absl::StatusOr<uint64_t> bytes = text == "0" ? 0 : store::ParseByteSize(text);
-    if (!bytes.ok()) {
-      LogError(kComponent, "%s: %s", name, bytes.status().message());
-      return 1;
-    }
-    *out = *bytes;
-  }
-  if (retention_options.store_limits.enabled() && trace_store && !trace_store->is_local()) {
-    LogWarning(kComponent,
-               "--store_retention_*: %s is not a local store; set the bucket's lifecycle rules "
-               "instead",
-               trace_store->uri());
-  }
-  store::Retention retention(retention_options, spool.get(), trace_store.get());
-  retention.Start();
-  daemon_metrics.SetRetentionSource([&retention] {
-    auto of = [](const store::RetentionStats& s) {
-      return DaemonMetrics::Snapshot::Retained{s.active, s.kept_bytes, s.pruned_total,
-                                               s.pruned_bytes_total};
-    };
-    return std::pair{of(retention.capture_dir_stats()), of(retention.store_stats())};
-  });
-  std::string kineto_dir = absl::GetFlag(FLAGS_kineto_socket_dir);
-  if (kineto_dir.empty()) kineto_dir = runtime_dir + "/kineto";
-  std::unique_ptr<kineto::KinetoIpcServer> kineto_server;
-  if (kineto_dir != "none") {
-    absl::StatusOr<uint64_t> max_trace =
-        store::ParseByteSize(absl::GetFlag(FLAGS_kineto_max_trace_bytes));
-    if (!max_trace.ok()) {
-      LogError(kComponent, "--kineto_max_trace_bytes: %s", max_trace.status().message());
-      return 1;
-    }
-    capture_options.kineto_max_trace_bytes = *max_trace;
-    kineto_server = std::make_unique<kineto::KinetoIpcServer>(
-        kineto::KinetoIpcOptions{.socket_dir = kineto_dir});
-    if (absl::Status s = kineto_server->Start(); !s.ok()) {
-      LogError(kComponent, "cannot serve Kineto's daemon protocol: %s", s.message());
-      return 1;
-    }
-    const std::string base_config = runtime_dir + "/kineto.conf";
-    if (absl::Status s =
-            kineto::WriteKinetoBaseConfig(base_config, absl::GetFlag(FLAGS_kineto_poll_interval));
-        !s.ok()) {
-      LogWarning(kComponent, "%s: processes poll at Kineto's default (5 s)", s.message());
-    }
-  }
-  CaptureTargets targets(&registry, kineto_server.get(), identity.hostname, agent_socket);
-  PmSampler::Options counter_options;
-  counter_options.cupti_library = absl::GetFlag(FLAGS_cupti_library);
-  counter_options.interval = std::clamp(absl::GetFlag(FLAGS_gpu_counters_interval),
-                                        absl::Microseconds(100), absl::Seconds(1));
-  PmSampler counter_sampler(counter_options);
-  capture_options.begin_gpu_metrics =
-      [&counter_sampler](absl::Duration interval, PmSampler::CaptureSink sink, std::string* why) {
-        return counter_sampler.BeginCapture(interval, std::move(sink), why);
-      };
-  capture_options.end_gpu_metrics = [&counter_sampler] { return counter_sampler.EndCapture(); };
-  capture_options.await_gpu_metrics = [&counter_sampler](absl::Duration timeout) {
-    counter_sampler.AwaitCaptureStart(timeout);
-  };
-  CaptureOrchestrator captures(capture_options, &registry, &channel, &targets, kineto_server.get());
-  channel.set_event_sink(&captures);
-  // Captures the previous profd never finished (killed mid-capture): repaired and listed.
-  captures.RecoverUnfinished();
-  if (absl::Status status = channel.Start(); !status.ok()) {
-    LogError(kComponent, "cannot start the agent channel: %s", status.ToString());
-    return 1;
-  }
-
-  GpuSampler::Options gpu_options;
-  gpu_options.library_path = absl::GetFlag(FLAGS_nvml_library);
-  gpu_options.interval =
-      std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
-  GpuSampler gpu_sampler(gpu_options);
-  gpu_sampler.Start();
-  // For /metrics with --gpu_counters; else started only for captures with --gpu-metrics.
-  if (absl::GetFlag(FLAGS_gpu_counters)) counter_sampler.Start();
-  std::unique_ptr<MetricsServer> metrics_server;
-  if (const std::string metrics_address = absl::GetFlag(FLAGS_metrics_address);
-      metrics_address != "none" && !metrics_address.empty()) {
-    auto collector = std::make_shared<MetricsCollector>(MetricsCollector::Sources{
-        identity.hostname, &registry, &gpu_sampler, &daemon_metrics,
-        [&channel] { return channel.counters(); },
-        [&captures] { return static_cast<int64_t>(captures.counts().running); },
-        absl::GetFlag(FLAGS_gpu_counters) ? &counter_sampler : nullptr});
-    absl::StatusOr<std::unique_ptr<MetricsServer>> started =
-        MetricsServer::Start(metrics_address, std::move(collector));
-    if (!started.ok()) {
-      LogError(kComponent, "%s", started.status().message());
-      channel.Stop();
-      return 1;
-    }
-    metrics_server = *std::move(started);
-    identity.metrics_address = metrics_server->address();
-  }
-
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::ServerBuilder builder;
-  // profd never sends more than profctl takes (profd/v1/control_limits.h).
-  builder.SetMaxSendMessageSize(static_cast<int>(v1::kMaxControlMessageBytes));
-  builder.SetMaxReceiveMessageSize(static_cast<int>(v1::kMaxControlRequestBytes));
-  // gRPC's own deadline for the TLS handshake and the HTTP/2 preface (its default is 120 s).
-  const absl::Duration handshake_timeout = absl::GetFlag(FLAGS_grpc_handshake_timeout);
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                             static_cast<int>(std::clamp<int64_t>(
-                                 absl::ToInt64Milliseconds(handshake_timeout), 1, INT32_MAX)));
-  if (grpc_socket != "none") {
-    unlink(grpc_socket.c_str());
-    identity.grpc_addresses.push_back("unix:" + grpc_socket);
-  }
-  // gRPC writes each selected port through its pointer at BuildAndStart: room for the TCP one too,
-  // so that pushing it moves nothing.
-  std::vector<int> bound_ports(identity.grpc_addresses.size(), 0);
-  bound_ports.reserve(bound_ports.size() + 1);
-  for (size_t i = 0; i < identity.grpc_addresses.size(); ++i) {
-    builder.AddListeningPort(identity.grpc_addresses[i], grpc::InsecureServerCredentials(),
-                             &bound_ports[i]);
-  }
-  // TCP: profd accepts, and gRPC gets a connection once its client has spoken (TLS or not).
-  std::unique_ptr<TcpListener> tcp_listener;
-  std::unique_ptr<grpc::experimental::ExternalConnectionAcceptor> tcp_acceptor;
-  if (serve_tcp) {
-    if (handshake_timeout <= absl::ZeroDuration()) {
-      LogError(kComponent, "--grpc_handshake_timeout=%s: give a duration above 0, such as 5s",
-               absl::FormatDuration(handshake_timeout));
-      channel.Stop();
-      return 1;
-    }
-    absl::StatusOr<std::unique_ptr<TcpListener>> listening = TcpListener::Listen(
-        {grpc_address, handshake_timeout, absl::GetFlag(FLAGS_grpc_max_pending_connections)});
-    if (!listening.ok()) {
-      LogError(kComponent, "%s", listening.status().message());
-      channel.Stop();
-      return 1;
-    }
-    tcp_listener = *std::move(listening);
-    tcp_acceptor = builder.experimental().AddExternalConnectionAcceptor(
-        grpc::ServerBuilder::experimental_type::ExternalConnectionType::FROM_FD, tcp_credentials);
-    identity.grpc_addresses.push_back(grpc_address);
-    bound_ports.push_back(tcp_listener->port());
-  }
-  store::TraceStoreService store_service(trace_store.get(), spool.get(), identity.hostname,
-                                         store_error);
-  ProfdService service(&identity, &registry, &channel, &captures, &targets);
-  service.set_gpu_sampler(&gpu_sampler);
-  service.set_counter_sampler(&counter_sampler);
-  builder.RegisterService(&service);
-  builder.RegisterService(&store_service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr) {
-    LogError(kComponent, "cannot serve gRPC on %s: is another profd running?",
-             absl::StrJoin(identity.grpc_addresses, ", "));
-    channel.Stop();
-    return 1;
-  }
-  for (size_t i = 0; i < identity.grpc_addresses.size(); ++i) {
-    if (bound_ports[i] == 0) {
-      LogError(kComponent, "cannot listen on %s (in use, or not permitted)",
-               identity.grpc_addresses[i]);
-      server->Shutdown();
-      channel.Stop();
-      return 1;
-    }
-  }
-  if (tcp_listener != nullptr) {
-    tcp_listener->Start(std::move(tcp_acceptor));
-    LogInfo(kComponent,
-            "TCP %s: a connection must send its TLS ClientHello within %s; at most %u wait "
-            "(--grpc_handshake_timeout, --grpc_max_pending_connections)",
-            grpc_address, absl::FormatDuration(handshake_timeout), tcp_listener->max_pending());
-  }
-  if (grpc_socket != "none") {
-    // Until here the socket had the umask's 0750: nobody but root could connect.
-    if (absl::Status s = SecureControlSocket(grpc_socket, *access); !s.ok()) {
-      LogError(kComponent, "%s", s.message());
-      server->Shutdown();
-      channel.Stop();
-      return 1;
-    }
-  }
-  LogInfo(
-      kComponent, "profd %s on %s: gRPC %s%s; metrics %s", PROFD_VERSION, identity.hostname,
-      absl::StrJoin(identity.grpc_addresses, ", "), tcp_mode.empty() ? "" : " (" + tcp_mode + ")",
-      identity.metrics_address.empty() ? "off" : "http://" + identity.metrics_address + "/metrics");
-  LogInfo(kComponent, "%s",
-          access->configured
-              ? absl::StrCat("profctl and the trace folders: root and group ", access->name,
-                             " (gid ", access->gid, ", --access_group)")
-              : "profctl and the trace folders: root only (no --access_group)");
-
   int received = 0;
   sigwait(&signals, &received);
   LogInfo(kComponent, "signal %d: shutting down", received);
-  // No store request may hold the shutdown: those in flight end now (an upload resumes from the
-  // spool at the next start), so gRPC handlers, retention and the uploader return at once.
-  if (trace_store) trace_store->Cancel();
-  // Running captures end first, saying why, while their profctl streams can still be told.
-  captures.Shutdown();
-  if (tcp_listener != nullptr) tcp_listener->Stop();  // nothing new handed to a stopping server
-  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
-  metrics_server.reset();
-  gpu_sampler.Stop();
-  counter_sampler.Stop();
-  channel.Stop();
-  if (grpc_socket != "none") unlink(grpc_socket.c_str());
-  LogInfo(kComponent, "stopped");
+  daemon.Stop();
   return 0;
 }
 

@@ -19,7 +19,10 @@ targets=(trace_reader event_batch agent_frame)
 san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
 san+=" -fsanitize-recover=pointer-overflow -fno-omit-frame-pointer"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  # -O1 -gline-tables-only: OSS-Fuzz's flags (file:line in reports, half the compile of -O2 -g).
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
     -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DPROFD_FUZZ=ON
 fi
@@ -35,27 +38,42 @@ export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1"
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
 
-failed=()
-for t in "${targets[@]}"; do
-  bin="$(pwd)/$BUILD_DIR/tests/fuzz/${t}_fuzzer"
-  corpus="$work/corpus/$t"  # grows across local runs; a fresh clone starts from the seeds
-  artifacts="$work/artifacts/$t"
+# One target per core, each for its whole FUZZ_SECONDS.
+fuzz_one() {
+  local t=$1
+  local bin="$(pwd)/$BUILD_DIR/tests/fuzz/${t}_fuzzer"
+  local corpus="$work/corpus/$t"  # grows across local runs; a fresh clone starts from the seeds
+  local artifacts="$work/artifacts/$t"
   mkdir -p "$corpus" "$artifacts"
   # Inputs up to 32 KiB: room for a few hundred events or batches of real shape, and small enough
   # for thousands of runs a second.
-  args=(-max_total_time="$FUZZ_SECONDS" -timeout=30 -rss_limit_mb=2048 -max_len=32768
-        -print_final_stats=1 -artifact_prefix="$artifacts/")
-  dict="tests/fuzz/$t.dict"
+  local args=(-max_total_time="$FUZZ_SECONDS" -timeout=30 -rss_limit_mb=2048 -max_len=32768
+    -print_final_stats=1 -artifact_prefix="$artifacts/")
+  local dict="tests/fuzz/$t.dict"
   [ -f "$dict" ] && args+=(-dict="$dict")
-  log="$work/$t.log"
+  local rc=0
+  "$bin" "${args[@]}" "$corpus" "$work/seeds/$t" >"$work/$t.log" 2>&1 || rc=$?
+  echo "$rc" >"$work/$t.rc"
+}
+jobs_max=$(nproc)
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= jobs_max)); do wait -n || true; done
   echo "fuzz: $t for ${FUZZ_SECONDS}s"
-  if "$bin" "${args[@]}" "$corpus" "$work/seeds/$t" >"$log" 2>&1; then
+  rm -f "$work/$t.rc"
+  fuzz_one "$t" &
+done
+wait
+failed=()
+for t in "${targets[@]}"; do
+  log="$work/$t.log"
+  if [ "$(cat "$work/$t.rc" 2>/dev/null)" = 0 ]; then
+    echo "fuzz: $t done"
     grep -E "^stat::number_of_executed_units|^stat::new_units_added|^Done" "$log" | sed "s/^/  /" || true
   else
     echo "fuzz: $t FAILED; the end of its log ($log):" >&2
     tail -n 60 "$log" >&2
-    for a in "$artifacts"/*; do
-      [ -e "$a" ] && echo "fuzz: replay with: $bin $a" >&2
+    for a in "$work/artifacts/$t"/*; do
+      [ -e "$a" ] && echo "fuzz: replay with: $(pwd)/$BUILD_DIR/tests/fuzz/${t}_fuzzer $a" >&2
     done
     failed+=("$t")
   fi

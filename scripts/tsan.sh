@@ -19,8 +19,10 @@ BUILD_DIR=${TSAN_BUILD_DIR:-build-tsan}
 # (read once at start).
 flags="-fsanitize=thread -fno-omit-frame-pointer -Wno-tsan"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
+  # As scripts/sanitize.sh: -O1 -g1, the tests' own code at -O0, no benchmarks.
   cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" \
+    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DPROFD_TEST_COMPILE_OPTIONS=-O0 \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DPROFD_BUILD_BENCHES=OFF \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread"
 fi

@@ -267,6 +267,32 @@ constexpr uint32_t kFoldedRow = UINT32_MAX;
 // Counter samples kept per GPU ahead of the kernels analysed: 10 s at 100 us.
 constexpr size_t kMaxCounterSamplesAhead = 100'000;
 
+// The span a report's rates and idle times cover: from the first start to the last end of any
+// event in the trace (docs/ANALYSIS.md).
+struct ReportWindow {
+  int64_t start_ns = 0;
+  int64_t end_ns = 0;
+  int64_t ns = 0;
+  double seconds = 0;
+};
+
+// The three operators that launched the most of some kernels, by their rows in operators.
+std::vector<OperatorLaunches> TopLaunchers(
+    const absl::flat_hash_map<uint32_t, OperatorLaunches>& by_row,
+    const OperatorAnalysis& operators) {
+  std::vector<OperatorLaunches> out;
+  for (const auto& [row, l] : by_row) {
+    if (row >= operators.rows.size()) continue;
+    out.push_back(l);
+    out.back().name = operators.rows[row].name;
+  }
+  std::sort(out.begin(), out.end(), [](const OperatorLaunches& a, const OperatorLaunches& b) {
+    return std::tie(b.kernels, b.total_ns, a.name) < std::tie(a.kernels, a.total_ns, b.name);
+  });
+  if (out.size() > 3) out.resize(3);
+  return out;
+}
+
 }  // namespace
 
 StreamLimits StreamLimits::Unbounded() {
@@ -625,6 +651,21 @@ struct StreamingAnalysis::State {
   }
 
   int64_t newest_host_start = INT64_MIN;
+
+  // Finish, in the order the report is assembled (notes come out in this order too).
+  void ReportInputs(Report* r) const;
+  ReportWindow Window() const;
+  OperatorAnalysis OwnOperators();
+  std::map<int32_t, DeviceProperties> ReportDevices(Report* r) const;
+  void ReportGpus(const ReportWindow& w, const OperatorAnalysis& operators,
+                  std::map<int32_t, DeviceProperties>* props, Report* r);
+  void ReportQueuesAndDelays(const ReportWindow& w, Report* r);
+  std::vector<KernelRow> KernelRows(const OperatorAnalysis& operators,
+                                    std::map<int32_t, DeviceProperties>* props, Report* r,
+                                    bool* estimated);
+  void ReportApis(Report* r, bool* estimated);
+  void ReportProcesses(const ReportWindow& w, Report* r);
+  void ReportApproximations(bool estimated, Report* r) const;
 };
 
 StreamingAnalysis::StreamingAnalysis(const Trace* tables, const AnalysisOptions& options,
@@ -679,119 +720,106 @@ size_t StreamingAnalysis::buffered_events() const { return s_->pending.size(); }
 size_t StreamingAnalysis::remembered_launches() const { return s_->launches.size(); }
 uint64_t StreamingAnalysis::late_events() const { return s_->late; }
 
-Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
-  State& s = *s_;
-  s.Drain();
-  const Trace& t = *s.tables;
-  const AnalysisOptions& options = s.options;
-
-  Report r;
-  r.options = options;
-  uint64_t dropped = s.invalid;
-  for (const InputFile& f : t.files) {
-    r.inputs.push_back({f.path, f.format, f.gzip, f.bytes_read, f.events});
-    r.events = SaturatingAdd(r.events, f.events);
+void StreamingAnalysis::State::ReportInputs(Report* r) const {
+  uint64_t dropped = invalid;
+  for (const InputFile& f : tables->files) {
+    r->inputs.push_back({f.path, f.format, f.gzip, f.bytes_read, f.events});
+    r->events = SaturatingAdd(r->events, f.events);
     dropped = SaturatingAdd(dropped, f.invalid_events);
   }
-  r.invalid_events = dropped;
+  r->invalid_events = dropped;
   if (dropped > 0) {
-    r.notes.push_back(absl::StrCat(
+    r->notes.push_back(absl::StrCat(
         dropped,
         " events skipped: impossible numbers (a time that is NaN, infinite or beyond 1897..2116, "
         "a negative or longer than 36-year duration, a negative size, an id that does not fit). "
         "The report covers the other events; the trace file is corrupt or was not written by a "
         "profiler."));
   }
-  // The window: from the first start to the last end of any event in the trace (docs/ANALYSIS.md).
+}
+
+ReportWindow StreamingAnalysis::State::Window() const {
   auto clamp = [](int64_t v) {
     return std::clamp<int64_t>(v, kMinTimeNs, kMaxTimeNs + kMaxDurationNs);
   };
-  const bool has_window = t.window_end_ns >= t.window_start_ns;
-  const int64_t ws = has_window ? clamp(t.window_start_ns) : 0;
-  const int64_t we = has_window ? clamp(t.window_end_ns) : 0;
-  const int64_t window = we - ws;
-  const double window_s = window / 1e9;
-  r.window_start_ns = ws;
-  r.window_ns = window;
-
-  // The operator table: the caller's, or from the CPU operators kept here.
-  OperatorAnalysis own;
-  if (operators == nullptr) {
-    if (!s.ops.empty()) {
-      Trace ops_only;
-      ops_only.names = t.names;
-      ops_only.files = t.files;
-      ops_only.ops = std::move(s.ops);
-      own = AnalyzeOperators(ops_only, {}, options);
-    }
-    operators = &own;
+  ReportWindow w;
+  if (tables->window_end_ns >= tables->window_start_ns) {
+    w.start_ns = clamp(tables->window_start_ns);
+    w.end_ns = clamp(tables->window_end_ns);
   }
-  auto top_launchers = [&](const absl::flat_hash_map<uint32_t, OperatorLaunches>& by_row) {
-    std::vector<OperatorLaunches> out;
-    for (const auto& [row, l] : by_row) {
-      if (row >= operators->rows.size()) continue;
-      out.push_back(l);
-      out.back().name = operators->rows[row].name;
-    }
-    std::sort(out.begin(), out.end(), [](const OperatorLaunches& a, const OperatorLaunches& b) {
-      return std::tie(b.kernels, b.total_ns, a.name) < std::tie(a.kernels, a.total_ns, b.name);
-    });
-    if (out.size() > 3) out.resize(3);
-    return out;
-  };
+  w.ns = w.end_ns - w.start_ns;
+  w.seconds = w.ns / 1e9;
+  return w;
+}
 
-  // Device properties: from the trace, or assumed.
+// The operator table from the CPU operators kept here, when the caller has none.
+OperatorAnalysis StreamingAnalysis::State::OwnOperators() {
+  if (ops.empty()) return {};
+  Trace ops_only;
+  ops_only.names = tables->names;
+  ops_only.files = tables->files;
+  ops_only.ops = std::move(ops);
+  return AnalyzeOperators(ops_only, {}, options);
+}
+
+// Device properties: from the trace, or assumed.
+std::map<int32_t, DeviceProperties> StreamingAnalysis::State::ReportDevices(Report* r) const {
   std::map<int32_t, DeviceProperties> props;
   std::map<int32_t, bool> assumed;
-  for (const DeviceProperties& d : t.devices) {
+  for (const DeviceProperties& d : tables->devices) {
     std::string problem = DevicePropertiesProblem(d);
     if (problem.empty()) {
       props.emplace(d.id, d);
     } else if (props.emplace(d.id, DefaultDeviceProperties(d.id)).second) {
       assumed[d.id] = true;
-      r.notes.push_back(absl::StrCat("deviceProperties of device ", d.id, " are impossible (",
-                                     problem, "): they are ignored."));
+      r->notes.push_back(absl::StrCat("deviceProperties of device ", d.id, " are impossible (",
+                                      problem, "): they are ignored."));
     }
   }
-  for (int32_t device : s.devices_used) {
+  for (int32_t device : devices_used) {
     if (!props.count(device)) {
       props.emplace(device, DefaultDeviceProperties(device));
       assumed[device] = true;
     }
   }
   for (const auto& [id, p] : props) {
-    if (!s.devices_used.contains(id) && !s.devices_used.empty()) continue;
-    r.devices.push_back({id, p.name, p.num_sms, assumed.count(id) > 0});
+    if (!devices_used.contains(id) && !devices_used.empty()) continue;
+    r->devices.push_back({id, p.name, p.num_sms, assumed.count(id) > 0});
   }
   if (!assumed.empty()) {
-    r.notes.push_back(
+    r->notes.push_back(
         "deviceProperties absent from the trace: occupancy estimated for an assumed H100/H200 "
         "SXM (132 SMs, 2048 threads, 64K registers, 228 KiB shared memory per SM).");
   }
+  return props;
+}
 
+// One row per (process, GPU): activity counts, busy and idle time, launch delays, the timeline.
+void StreamingAnalysis::State::ReportGpus(const ReportWindow& w, const OperatorAnalysis& operators,
+                                          std::map<int32_t, DeviceProperties>* props, Report* r) {
   const int bins = std::max(1, options.timeline_bins);
-  for (auto& [key, gs] : s.gpus) {
+  for (auto& [key, gs] : gpus) {
     GpuRow g;
     g.pid = key.first;
     g.device = key.second;
-    g.device_name = props[key.second].name;
+    g.device_name = (*props)[key.second].name;
     g.kernels = gs.kernels;
     g.memcpys = gs.memcpys;
     g.memsets = gs.memsets;
     g.memcpy_bytes = gs.memcpy_bytes;
     g.kernels_with_launch = gs.kernels_with_launch;
     g.kernels_shorter_than_launch = gs.kernels_shorter_than_launch;
-    g.short_kernel_operators = top_launchers(gs.short_by_operator);
+    g.short_kernel_operators = TopLaunchers(gs.short_by_operator, operators);
     g.busy_ns = gs.busy.Length();
     const int64_t all_ns = gs.all.Length();
     g.copy_only_ns = all_ns - g.busy_ns;
-    g.idle_ns = window - all_ns;
-    g.busy_ratio = window > 0 ? static_cast<double>(g.busy_ns) / window : 0;
-    g.launch_rate_per_s = window_s > 0 ? g.kernels / window_s : 0;
+    g.idle_ns = w.ns - all_ns;
+    g.busy_ratio = w.ns > 0 ? static_cast<double>(g.busy_ns) / w.ns : 0;
+    g.launch_rate_per_s = w.seconds > 0 ? g.kernels / w.seconds : 0;
     g.idle = gs.idle;
-    if (gs.first_start > ws) {  // before the first activity
-      const int64_t gap = gs.first_start - ws;
-      if (gs.first_launched && gs.first_launch_start > ws) {
+    if (gs.first_start > w.start_ns) {  // before the first activity
+      const int64_t gap = gs.first_start - w.start_ns;
+      if (gs.first_launched && gs.first_launch_start > w.start_ns) {
         g.idle.host_wait_ns += gap;
       } else if (gs.first_launched && gap < options.kernel_wait_gap_ns) {
         g.idle.kernel_wait_ns += gap;
@@ -799,42 +827,49 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
         g.idle.other_ns += gap;
       }
     }
-    if (gs.all.end != INT64_MIN && we > gs.all.end) {
-      g.idle.host_wait_ns += we - gs.all.end;  // nothing more was launched
+    if (gs.all.end != INT64_MIN && w.end_ns > gs.all.end) {
+      g.idle.host_wait_ns += w.end_ns - gs.all.end;  // nothing more was launched
     }
     if (gs.durations.count() > 0) g.median_kernel_ns = gs.durations.Stats().median_ns;
     g.launch_delay_p50_ns = gs.delays.Percentile(0.50);
     g.launch_delay_p90_ns = gs.delays.Percentile(0.90);
     g.launch_delay_p99_ns = gs.delays.Percentile(0.99);
     if (gs.busy.end != INT64_MIN) gs.slots.Add(gs.busy.start, gs.busy.end);  // the open segment
-    g.busy_timeline = gs.slots.Bins(ws, window, bins);
-    r.gpus.push_back(std::move(g));
+    g.busy_timeline = gs.slots.Bins(w.start_ns, w.ns, bins);
+    r->gpus.push_back(std::move(g));
   }
-  for (const auto& [key, q] : s.streams) {
+}
+
+void StreamingAnalysis::State::ReportQueuesAndDelays(const ReportWindow& w, Report* r) {
+  for (const auto& [key, q] : streams) {
     if (!q.matched) continue;
     StreamQueueRow row;
     std::tie(row.pid, row.device, row.stream) = key;
     row.kernels = q.kernels;
     row.max_depth = q.max_depth;
-    row.avg_depth = window > 0 ? q.area / window : 0;
-    r.queues.push_back(row);
+    row.avg_depth = w.ns > 0 ? q.area / w.ns : 0;
+    r->queues.push_back(row);
   }
-  r.launch_delay_p50_ns = s.all_delays.Percentile(0.50);
-  r.launch_delay_p90_ns = s.all_delays.Percentile(0.90);
-  r.launch_delay_p99_ns = s.all_delays.Percentile(0.99);
+  r->launch_delay_p50_ns = all_delays.Percentile(0.50);
+  r->launch_delay_p90_ns = all_delays.Percentile(0.90);
+  r->launch_delay_p99_ns = all_delays.Percentile(0.99);
   for (size_t i = 0; i < kDelayBins; ++i) {
-    r.launch_delay_histogram.push_back(
-        {kDelayEdges[i], i + 1 < kDelayBins ? kDelayEdges[i + 1] : INT64_MAX, s.delay_bins[i]});
+    r->launch_delay_histogram.push_back(
+        {kDelayEdges[i], i + 1 < kDelayBins ? kDelayEdges[i + 1] : INT64_MAX, delay_bins[i]});
   }
-  if (s.unmatched_kernels > 0) {
-    r.notes.push_back(absl::StrCat(
-        s.unmatched_kernels,
+  if (unmatched_kernels > 0) {
+    r->notes.push_back(absl::StrCat(
+        unmatched_kernels,
         " kernels have no launch call with their correlation id (a trace "
         "without CUDA API events, or kernels replayed from CUDA graphs): launch delay, queue "
         "depth and the host-wait/kernel-wait split cover the matched kernels only."));
   }
+}
 
-  // Kernel summary (cuda_gpu_kern_sum) with occupancy.
+// The kernel summary (cuda_gpu_kern_sum) with occupancy, longest total first.
+std::vector<KernelRow> StreamingAnalysis::State::KernelRows(
+    const OperatorAnalysis& operators, std::map<int32_t, DeviceProperties>* props, Report* r,
+    bool* estimated) {
   struct Occupancy {
     bool known = false;
     bool impossible = false;  // no GPU could run the configuration: counted, not estimated
@@ -842,20 +877,19 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
   };
   std::map<std::pair<uint32_t, int32_t>, Occupancy> occ_cache;
   std::string impossible_example;
-  r.kernel_count = s.kernel_count;
-  r.kernel_time_ns = s.kernel_time;
-  r.distinct_kernels = s.kernels.size();
+  r->kernel_count = kernel_count;
+  r->kernel_time_ns = kernel_time;
+  r->distinct_kernels = kernels.size();
   std::vector<KernelRow> kernel_rows;
-  bool estimated = false;
-  for (uint32_t name : s.kernel_order) {
-    KernelState& acc = s.kernels[name];
+  for (uint32_t name : kernel_order) {
+    KernelState& acc = kernels[name];
     KernelRow k;
-    k.name = name == kFoldedRow ? std::string(NameTable::kOtherName) : t.names.Name(name);
-    estimated |= !acc.durations.exact();
+    k.name = name == kFoldedRow ? std::string(NameTable::kOtherName) : tables->names.Name(name);
+    *estimated |= !acc.durations.exact();
     k.stats = acc.durations.Stats();
-    k.operators = top_launchers(acc.launchers);
+    k.operators = TopLaunchers(acc.launchers, operators);
     k.time_ratio =
-        r.kernel_time_ns > 0 ? static_cast<double>(k.stats.total_ns) / r.kernel_time_ns : 0;
+        r->kernel_time_ns > 0 ? static_cast<double>(k.stats.total_ns) / r->kernel_time_ns : 0;
     double occupancy_time = 0, theoretical_time = 0, known_time = 0;
     std::map<uint32_t, uint64_t> configs;
     for (const auto& [key, use] : acc.configs) {
@@ -863,10 +897,10 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
       auto it = occ_cache.find(key);
       if (it == occ_cache.end()) {
         Occupancy o;
-        const LaunchConfig& config = t.launch_configs[key.first];
-        o.known = EstimateOccupancy(config, props[key.second], &o.estimate);
+        const LaunchConfig& config = tables->launch_configs[key.first];
+        o.known = EstimateOccupancy(config, (*props)[key.second], &o.estimate);
         if (!o.known) {
-          std::string problem = LaunchConfigProblem(config, props[key.second]);
+          std::string problem = LaunchConfigProblem(config, (*props)[key.second]);
           o.impossible = !problem.empty();
           if (o.impossible && impossible_example.empty()) {
             impossible_example = absl::StrCat("e.g. ", k.name.substr(0, 80), ": ", problem);
@@ -874,7 +908,7 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
         }
         it = occ_cache.emplace(key, o).first;
       }
-      if (it->second.impossible) r.impossible_launches += use.first;
+      if (it->second.impossible) r->impossible_launches += use.first;
       if (it->second.known) {
         occupancy_time += it->second.estimate.achieved_estimate * use.second;
         theoretical_time += it->second.estimate.theoretical * use.second;
@@ -897,7 +931,7 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
       auto top = std::max_element(configs.begin(), configs.end(), [](const auto& a, const auto& b) {
         return a.second < b.second || (a.second == b.second && a.first > b.first);
       });
-      k.launch_config = ConfigText(t.launch_configs[top->first]);
+      k.launch_config = ConfigText(tables->launch_configs[top->first]);
       for (const auto& [key, value] : occ_cache) {
         if (key.first == top->first && value.known) {
           k.occupancy_limiter = value.estimate.limiter;
@@ -907,9 +941,9 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
     }
     kernel_rows.push_back(std::move(k));
   }
-  if (r.impossible_launches > 0) {
-    r.notes.push_back(absl::StrCat(
-        r.impossible_launches, " kernel launches have a launch configuration no GPU can run (",
+  if (r->impossible_launches > 0) {
+    r->notes.push_back(absl::StrCat(
+        r->impossible_launches, " kernel launches have a launch configuration no GPU can run (",
         impossible_example,
         "): no occupancy is estimated for them. The trace is corrupt or was edited."));
   }
@@ -917,83 +951,119 @@ Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
     return a.stats.total_ns > b.stats.total_ns ||
            (a.stats.total_ns == b.stats.total_ns && a.name < b.name);
   });
+  return kernel_rows;
+}
 
-  // CUDA API summary (cuda_api_sum), synchronization, processes.
-  r.api_time_ns = s.api_time;
-  for (auto& [name, durations] : s.api_durations) {
+// The CUDA API summary (cuda_api_sum), longest total first.
+void StreamingAnalysis::State::ReportApis(Report* r, bool* estimated) {
+  r->api_time_ns = api_time;
+  for (auto& [name, durations] : api_durations) {
     ApiRow a;
-    a.name = name == kFoldedRow ? std::string(NameTable::kOtherName) : t.names.Name(name);
-    estimated |= !durations.exact();
+    a.name = name == kFoldedRow ? std::string(NameTable::kOtherName) : tables->names.Name(name);
+    *estimated |= !durations.exact();
     a.stats = durations.Stats();
-    a.time_ratio = r.api_time_ns > 0 ? static_cast<double>(a.stats.total_ns) / r.api_time_ns : 0;
-    r.apis.push_back(std::move(a));
+    a.time_ratio = r->api_time_ns > 0 ? static_cast<double>(a.stats.total_ns) / r->api_time_ns : 0;
+    r->apis.push_back(std::move(a));
   }
-  std::sort(r.apis.begin(), r.apis.end(), [](const ApiRow& a, const ApiRow& b) {
+  std::sort(r->apis.begin(), r->apis.end(), [](const ApiRow& a, const ApiRow& b) {
     return a.stats.total_ns > b.stats.total_ns ||
            (a.stats.total_ns == b.stats.total_ns && a.name < b.name);
   });
-  if (r.apis.size() > static_cast<size_t>(std::max(0, options.top_apis))) {
-    r.apis.resize(std::max(0, options.top_apis));
+  if (r->apis.size() > static_cast<size_t>(std::max(0, options.top_apis))) {
+    r->apis.resize(std::max(0, options.top_apis));
   }
-  auto& sync_source = s.api_sync.empty() ? s.activity_sync : s.api_sync;
+}
+
+// Processes (their synchronization and kernels), synchronizations and copies.
+void StreamingAnalysis::State::ReportProcesses(const ReportWindow& w, Report* r) {
+  auto& sync_source = api_sync.empty() ? activity_sync : api_sync;
   for (const auto& [thread, intervals] : sync_source) {
-    ProcessRow& p = s.processes[thread.first];
+    ProcessRow& p = processes[thread.first];
     p.pid = thread.first;
     p.sync_ns = SaturatingAdd(p.sync_ns, intervals.Length());
   }
-  for (const GpuRow& g : r.gpus) {
-    ProcessRow& p = s.processes[g.pid];
+  for (const GpuRow& g : r->gpus) {
+    ProcessRow& p = processes[g.pid];
     p.pid = g.pid;
     p.kernels += g.kernels;
     p.devices.push_back(g.device);
   }
-  for (auto& [pid, p] : s.processes) {
-    p.launch_rate_per_s = window_s > 0 ? p.kernels / window_s : 0;
-    r.processes.push_back(p);
+  for (auto& [pid, p] : processes) {
+    p.launch_rate_per_s = w.seconds > 0 ? p.kernels / w.seconds : 0;
+    r->processes.push_back(p);
   }
-  for (auto& [key, row] : s.syncs) r.syncs.push_back(row);
-  std::stable_sort(r.syncs.begin(), r.syncs.end(),
+  for (auto& [key, row] : syncs) r->syncs.push_back(row);
+  std::stable_sort(r->syncs.begin(), r->syncs.end(),
                    [](const SyncRow& a, const SyncRow& b) { return a.total_ns > b.total_ns; });
 
-  for (auto& [key, c] : s.copies) {
+  for (auto& [key, c] : copies) {
     c.bandwidth_gbps = c.total_ns > 0 ? static_cast<double>(c.bytes) / c.total_ns : 0;
-    r.copies.push_back(c);
+    r->copies.push_back(c);
   }
-  std::stable_sort(r.copies.begin(), r.copies.end(),
+  std::stable_sort(r->copies.begin(), r->copies.end(),
                    [](const CopyRow& a, const CopyRow& b) { return a.total_ns > b.total_ns; });
+}
 
-  for (const auto& [key, g] : s.gpus) estimated |= !g.durations.exact() || !g.delays.exact();
-  if (estimated || !s.all_delays.exact()) {
-    r.notes.push_back(
+// What the report approximates or leaves out, and why.
+void StreamingAnalysis::State::ReportApproximations(bool estimated, Report* r) const {
+  for (const auto& [key, g] : gpus) estimated |= !g.durations.exact() || !g.delays.exact();
+  if (estimated || !all_delays.exact()) {
+    r->notes.push_back(
         "More kernel, API and launch-delay values than the analysis keeps exactly: medians and "
         "percentiles are read from histograms (within 0.4 %); counts, totals, min, max and means "
         "stay exact.");
   }
-  if (s.late > 0) {
-    r.notes.push_back(
-        absl::StrCat(s.late,
+  if (late > 0) {
+    r->notes.push_back(
+        absl::StrCat(late,
                      " GPU activities arrived more than the reorder window after later ones: the "
                      "busy, idle and queue-depth figures around them are approximate."));
   }
-  r.folded_kernels = s.folded_kernels;
-  r.folded_api_calls = s.folded_api_calls;
-  r.folded_names =
-      static_cast<uint64_t>(std::count(s.folded_ids.begin(), s.folded_ids.end(), true));
-  if (t.names.folded() > 0) ++r.folded_names;  // at least one more the NameTable did not keep
-  if (r.folded_names > 0) {
-    r.notes.push_back(absl::StrCat(
-        "The trace has more distinct names than one analysis keeps (", t.names.limits().max_names,
-        " names, ", s.limits.max_kernel_names, " kernel rows, ", s.limits.max_api_names,
-        " API rows; a program has a few thousand): ", r.folded_kernels, " kernels and ",
-        r.folded_api_calls, " API calls of at least ", r.folded_names,
+  r->folded_kernels = folded_kernels;
+  r->folded_api_calls = folded_api_calls;
+  r->folded_names = static_cast<uint64_t>(std::count(folded_ids.begin(), folded_ids.end(), true));
+  if (tables->names.folded() > 0)
+    ++r->folded_names;  // at least one more the NameTable did not keep
+  if (r->folded_names > 0) {
+    r->notes.push_back(absl::StrCat(
+        "The trace has more distinct names than one analysis keeps (",
+        tables->names.limits().max_names, " names, ", limits.max_kernel_names, " kernel rows, ",
+        limits.max_api_names, " API rows; a program has a few thousand): ", r->folded_kernels,
+        " kernels and ", r->folded_api_calls, " API calls of at least ", r->folded_names,
         " further names are counted in one row, \"", NameTable::kOtherName,
         "\". Counts and times stay exact; only their split by name is lost."));
   }
-  if (s.ops_dropped > 0) {
-    r.notes.push_back(absl::StrCat(s.ops_dropped,
-                                   " CPU operators and annotations beyond the most one analysis "
-                                   "keeps are left out of the operator table."));
+  if (ops_dropped > 0) {
+    r->notes.push_back(absl::StrCat(ops_dropped,
+                                    " CPU operators and annotations beyond the most one analysis "
+                                    "keeps are left out of the operator table."));
   }
+}
+
+Report StreamingAnalysis::Finish(OperatorAnalysis* operators) {
+  State& s = *s_;
+  s.Drain();
+  const AnalysisOptions& options = s.options;
+  Report r;
+  r.options = options;
+  s.ReportInputs(&r);
+  const ReportWindow w = s.Window();
+  r.window_start_ns = w.start_ns;
+  r.window_ns = w.ns;
+  // The operator table: the caller's, or from the CPU operators kept here.
+  OperatorAnalysis own;
+  if (operators == nullptr) {
+    own = s.OwnOperators();
+    operators = &own;
+  }
+  std::map<int32_t, DeviceProperties> props = s.ReportDevices(&r);
+  s.ReportGpus(w, *operators, &props, &r);
+  s.ReportQueuesAndDelays(w, &r);
+  bool estimated = false;
+  std::vector<KernelRow> kernel_rows = s.KernelRows(*operators, &props, &r, &estimated);
+  s.ReportApis(&r, &estimated);
+  s.ReportProcesses(w, &r);
+  s.ReportApproximations(estimated, &r);
 
   r.counter_samples = s.counter_samples;
   r.counter_interval_ns =

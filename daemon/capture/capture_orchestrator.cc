@@ -84,6 +84,44 @@ v1::CaptureSummary SummaryOf(const analysis::Report& report, uint64_t dropped_re
   return out;
 }
 
+// How every capture folder ends, finished or recovered after a kill: summary.json (the report,
+// or the capture's summary alone when there is none), each process's events as the report
+// counted its trace, manifest.json; then the folder is no longer unfinished and goes to the
+// store (on_complete), which says where it now lives or why it could not take it. An error
+// means the manifest was not written: the caller removes the folder or says so.
+absl::Status CloseCaptureFolder(const absl::StatusOr<analysis::Report>& report,
+                                uint64_t dropped_records, const CaptureOptions& options,
+                                const CaptureFolder& folder, v1::CaptureInfo* info) {
+  absl::Status written;
+  if (report.ok()) {
+    *info->mutable_summary() = SummaryOf(*report, dropped_records);
+    for (const analysis::InputSummary& input : report->inputs) {
+      for (const v1::TraceFile& f : info->files()) {
+        if (f.path() != input.path) continue;
+        for (v1::ProcessCapture& p : *info->mutable_processes()) {
+          if (p.pid() == f.pid()) p.set_events(input.events);
+        }
+      }
+    }
+    written = folder.WriteSummary(*report);
+  } else {
+    written = folder.WriteSummary(info->summary());
+  }
+  if (written.ok()) written = folder.WriteManifest(*info);
+  if (!written.ok()) return written;
+  folder.ClearUnfinished();
+  if (options.on_complete) {
+    absl::StatusOr<std::string> location = options.on_complete(*info, folder.path());
+    if (location.ok()) {
+      info->set_location(*location);
+    } else {
+      info->set_message(absl::StrCat(info->message().empty() ? "" : info->message() + "; ",
+                                     "store: ", location.status().message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 bool CaptureOrchestrator::Terminal(v1::CapturePhase phase) {
@@ -623,7 +661,6 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         paths.push_back(f.path());
         kineto |= f.format() == CaptureFolder::kKinetoTrace;
       }
-      absl::Status s;
       absl::StatusOr<analysis::Report> report;
       if (kineto) {
         uint64_t events = 0;
@@ -647,39 +684,14 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       } else {
         report = analysis_->Finish();
       }
-      if (report.ok()) {
-        *info_.mutable_summary() = SummaryOf(*report, dropped);
-        // Each process is counted as the report counts its trace.
-        for (const analysis::InputSummary& input : report->inputs) {
-          for (const v1::TraceFile& f : info_.files()) {
-            if (f.path() != input.path) continue;
-            for (v1::ProcessCapture& p : *info_.mutable_processes()) {
-              if (p.pid() == f.pid()) p.set_events(input.events);
-            }
-          }
-        }
-        s = folder_.WriteSummary(*report);
-      } else {
+      if (!report.ok()) {
         LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
                    report.status().message());
-        s = folder_.WriteSummary(info_.summary());
       }
-      if (s.ok()) s = folder_.WriteManifest(info_);
-      if (!s.ok()) {
+      if (absl::Status s = CloseCaptureFolder(report, dropped, owner_->options_, folder_, &info_);
+          !s.ok()) {
         failed = absl::StrCat("writing the capture's files failed: ", s.message(),
                               "; nothing of the capture was kept (profd --capture_dir)");
-      } else {
-        folder_.ClearUnfinished();
-        if (owner_->options_.on_complete) {
-          absl::StatusOr<std::string> location =
-              owner_->options_.on_complete(info_, folder_.path());
-          if (location.ok()) {
-            info_.set_location(*location);
-          } else {
-            info_.set_message(absl::StrCat(info_.message().empty() ? "" : info_.message() + "; ",
-                                           "store: ", location.status().message()));
-          }
-        }
       }
     }
     if (!failed.empty()) {
@@ -1078,29 +1090,7 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
     LogWarning(kComponent, "capture %s: no report of its repaired traces: %s", info.capture_id(),
                report.status().message());
   }
-  absl::Status written;
-  if (report.ok()) {
-    *info.mutable_summary() = SummaryOf(*report, 0);
-    for (const analysis::InputSummary& input : report->inputs) {
-      for (const v1::TraceFile& f : info.files()) {
-        if (f.path() == input.path) process_of(f.pid())->set_events(input.events);
-      }
-    }
-    written = folder.WriteSummary(*report);
-  } else {
-    written = folder.WriteSummary(info.summary());
-  }
-  if (written.ok()) written = folder.WriteManifest(info);
-  if (!written.ok()) return written;
-  folder.ClearUnfinished();
-  if (options_.on_complete) {
-    absl::StatusOr<std::string> location = options_.on_complete(info, path);
-    if (location.ok()) {
-      info.set_location(*location);
-    } else {
-      info.set_message(absl::StrCat(info.message(), "; store: ", location.status().message()));
-    }
-  }
+  if (absl::Status s = CloseCaptureFolder(report, 0, options_, folder, &info); !s.ok()) return s;
   return info;
 }
 

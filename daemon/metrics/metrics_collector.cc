@@ -68,67 +68,39 @@ std::string LaunchCountingLabel(const v1::AgentInfo& a) {
   }
 }
 
-}  // namespace
+using Families = std::vector<MetricFamily>;
 
-MetricsCollector::MetricsCollector(Sources sources) : sources_(std::move(sources)) {}
+// One series with the host's labels.
+void AddHostSeries(Families* out, const char* name, const char* help, MetricType type,
+                   const Labels& host, double value) {
+  MetricFamily f = Family(name, help, type);
+  Add(f, host, value);
+  out->push_back(std::move(f));
+}
 
-std::vector<MetricFamily> MetricsCollector::Collect() const {
-  const std::string& hostname = sources_.hostname;
-  const Labels host = {{"hostname", hostname}};
-  std::vector<MetricFamily> out;
-
-  // Snapshots first; everything below works on these copies without locks.
-  std::vector<v1::AgentInfo> agents;
-  if (sources_.registry != nullptr) agents = sources_.registry->List();
-  std::shared_ptr<const GpuSnapshot> gpus =
-      sources_.gpus != nullptr ? sources_.gpus->snapshot() : std::make_shared<const GpuSnapshot>();
-  DaemonMetrics::Snapshot daemon;
-  if (sources_.daemon != nullptr) daemon = sources_.daemon->Read();
-
-  std::unordered_map<uint32_t, const v1::AgentInfo*> agent_of_pid;
-  for (const v1::AgentInfo& a : agents) agent_of_pid[a.pid()] = &a;
-  std::unordered_map<std::string, uint32_t> nvml_index_of_uuid;
-  for (const GpuSample& g : gpus->gpus) {
-    if (!g.uuid.empty()) nvml_index_of_uuid[g.uuid] = g.index;
-  }
-
-  // profd itself.
+// profd itself and its agent socket. Every reason is always present (0 until it happens), so
+// rate() and alerts see it at once.
+void AddDaemonFamilies(const Labels& host, size_t agents, const AgentChannelCounters& channel,
+                       Families* out) {
   MetricFamily build = Family("profd_build_info", "profd's version; always 1", MetricType::Gauge);
   Add(build, With(host, {{"version", PROFD_VERSION}}), 1);
-  out.push_back(std::move(build));
-
-  MetricFamily connected =
-      Family("profd_agents_connected", "Processes with an agent connected to this profd",
-             MetricType::Gauge);
-  Add(connected, host, static_cast<double>(agents.size()));
-  out.push_back(std::move(connected));
-
-  // Every reason is always present (0 until it happens), so rate() and alerts see it at once.
-  const AgentChannelCounters channel =
-      sources_.agent_channel ? sources_.agent_channel() : AgentChannelCounters{};
-  MetricFamily open_connections =
-      Family("profd_agent_connections",
-             "Connections open on the agent socket, with or without a hello", MetricType::Gauge);
-  Add(open_connections, host, static_cast<double>(channel.connections));
-  out.push_back(std::move(open_connections));
-  MetricFamily paused =
-      Family("profd_agent_connections_paused",
-             "Agent connections profd is not reading now: their capture's backlog is full, or "
-             "their next frame waits for room in the read buffers",
-             MetricType::Gauge);
-  Add(paused, host, static_cast<double>(channel.paused));
-  out.push_back(std::move(paused));
-  MetricFamily buffered =
-      Family("profd_agent_buffered_bytes",
-             "Bytes of agent frames being read (--agent_max_buffered_bytes)", MetricType::Gauge);
-  Add(buffered, host, static_cast<double>(channel.buffered_bytes));
-  out.push_back(std::move(buffered));
-  MetricFamily backlog = Family("profd_agent_backlog_bytes",
-                                "Bytes of event batches waiting for their capture to write them "
-                                "(--agent_max_backlog_bytes)",
-                                MetricType::Gauge);
-  Add(backlog, host, static_cast<double>(channel.backlog_bytes));
-  out.push_back(std::move(backlog));
+  out->push_back(std::move(build));
+  AddHostSeries(out, "profd_agents_connected", "Processes with an agent connected to this profd",
+                MetricType::Gauge, host, static_cast<double>(agents));
+  AddHostSeries(out, "profd_agent_connections",
+                "Connections open on the agent socket, with or without a hello", MetricType::Gauge,
+                host, static_cast<double>(channel.connections));
+  AddHostSeries(out, "profd_agent_connections_paused",
+                "Agent connections profd is not reading now: their capture's backlog is full, or "
+                "their next frame waits for room in the read buffers",
+                MetricType::Gauge, host, static_cast<double>(channel.paused));
+  AddHostSeries(out, "profd_agent_buffered_bytes",
+                "Bytes of agent frames being read (--agent_max_buffered_bytes)", MetricType::Gauge,
+                host, static_cast<double>(channel.buffered_bytes));
+  AddHostSeries(out, "profd_agent_backlog_bytes",
+                "Bytes of event batches waiting for their capture to write them "
+                "(--agent_max_backlog_bytes)",
+                MetricType::Gauge, host, static_cast<double>(channel.backlog_bytes));
   MetricFamily protocol_errors =
       Family("profd_agent_protocol_errors_total",
              "Agent connections closed for cause, by reason (frame_too_large, malformed, "
@@ -139,7 +111,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
         With(host, {{"reason", AgentViolationLabel(static_cast<AgentViolation>(r))}}),
         static_cast<double>(channel.closed_for_cause[r]));
   }
-  out.push_back(std::move(protocol_errors));
+  out->push_back(std::move(protocol_errors));
   MetricFamily rejected =
       Family("profd_agent_connections_rejected_total",
              "Agent connections closed as soon as accepted, by reason (max_connections, "
@@ -149,8 +121,31 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     Add(rejected, With(host, {{"reason", AgentRejectionLabel(static_cast<AgentRejection>(r))}}),
         static_cast<double>(channel.rejected[r]));
   }
-  out.push_back(std::move(rejected));
+  out->push_back(std::move(rejected));
+}
 
+MetricFamily DurationHistogram(const Labels& host, const DaemonMetrics::Snapshot& daemon) {
+  MetricFamily duration =
+      Family("profd_capture_duration_seconds", "Time from a capture request to its final state",
+             MetricType::Histogram);
+  ClientMetric metric;
+  metric.label = host;
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < DaemonMetrics::kDurationBuckets.size(); ++i) {
+    cumulative += daemon.duration_bucket_counts[i];
+    metric.histogram.bucket.push_back({cumulative, DaemonMetrics::kDurationBuckets[i]});
+  }
+  metric.histogram.bucket.push_back(
+      {daemon.duration_count, std::numeric_limits<double>::infinity()});
+  metric.histogram.sample_count = daemon.duration_count;
+  metric.histogram.sample_sum = daemon.duration_sum_seconds;
+  duration.metric.push_back(std::move(metric));
+  return duration;
+}
+
+// Captures, what they wrote and uploaded, and the spool.
+void AddCaptureFamilies(const Labels& host, const DaemonMetrics::Snapshot& daemon,
+                        int64_t captures_running, Families* out) {
   MetricFamily captures =
       Family("profd_captures_total", "Captures finished, by result (succeeded, failed, cancelled)",
              MetricType::Counter);
@@ -158,69 +153,42 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     Add(captures, With(host, {{"result", CaptureResultLabel(static_cast<CaptureResult>(r))}}),
         static_cast<double>(daemon.captures_by_result[r]));
   }
-  out.push_back(std::move(captures));
-
-  MetricFamily running =
-      Family("profd_captures_running", "Captures in progress", MetricType::Gauge);
-  Add(running, host,
-      static_cast<double>(sources_.captures_running ? sources_.captures_running()
-                                                    : daemon.captures_running));
-  out.push_back(std::move(running));
-
-  MetricFamily duration =
-      Family("profd_capture_duration_seconds", "Time from a capture request to its final state",
-             MetricType::Histogram);
-  {
-    ClientMetric metric;
-    metric.label = host;
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < DaemonMetrics::kDurationBuckets.size(); ++i) {
-      cumulative += daemon.duration_bucket_counts[i];
-      metric.histogram.bucket.push_back({cumulative, DaemonMetrics::kDurationBuckets[i]});
-    }
-    metric.histogram.bucket.push_back(
-        {daemon.duration_count, std::numeric_limits<double>::infinity()});
-    metric.histogram.sample_count = daemon.duration_count;
-    metric.histogram.sample_sum = daemon.duration_sum_seconds;
-    duration.metric.push_back(std::move(metric));
-  }
-  out.push_back(std::move(duration));
-
-  auto daemon_counter = [&](const char* name, const char* help, uint64_t value) {
-    MetricFamily f = Family(name, help, MetricType::Counter);
-    Add(f, host, static_cast<double>(value));
-    out.push_back(std::move(f));
+  out->push_back(std::move(captures));
+  AddHostSeries(out, "profd_captures_running", "Captures in progress", MetricType::Gauge, host,
+                static_cast<double>(captures_running));
+  out->push_back(DurationHistogram(host, daemon));
+  auto counter = [&](const char* name, const char* help, uint64_t value) {
+    AddHostSeries(out, name, help, MetricType::Counter, host, static_cast<double>(value));
   };
-  daemon_counter("profd_capture_events_total", "Trace events received from agents in captures",
-                 daemon.events);
-  daemon_counter("profd_capture_dropped_records_total",
-                 "CUPTI records lost in captures (buffers full), as the agents reported",
-                 daemon.dropped_records);
-  daemon_counter("profd_trace_written_bytes_total",
-                 "Bytes of trace files written to the local spool or store",
-                 daemon.trace_bytes_written);
-  daemon_counter("profd_trace_uploaded_bytes_total",
-                 "Bytes of trace files uploaded to the remote store", daemon.trace_bytes_uploaded);
+  counter("profd_capture_events_total", "Trace events received from agents in captures",
+          daemon.events);
+  counter("profd_capture_dropped_records_total",
+          "CUPTI records lost in captures (buffers full), as the agents reported",
+          daemon.dropped_records);
+  counter("profd_trace_written_bytes_total",
+          "Bytes of trace files written to the local spool or store", daemon.trace_bytes_written);
+  counter("profd_trace_uploaded_bytes_total", "Bytes of trace files uploaded to the remote store",
+          daemon.trace_bytes_uploaded);
   MetricFamily uploads = Family("profd_uploads_total",
                                 "Upload attempts of trace objects, by result (succeeded, failed)",
                                 MetricType::Counter);
   Add(uploads, With(host, {{"result", "succeeded"}}),
       static_cast<double>(daemon.uploads_succeeded));
   Add(uploads, With(host, {{"result", "failed"}}), static_cast<double>(daemon.uploads_failed));
-  out.push_back(std::move(uploads));
-  daemon_counter("profd_spool_write_failures_total",
-                 "Attempts to put a finished capture into the spool that failed (disk full, write "
-                 "error, over --spool_max_bytes); each retry counts",
-                 daemon.spool_write_failures);
-  MetricFamily waiting =
-      Family("profd_spool_captures_waiting_for_room",
-             "Finished captures the spool could not take yet, kept in --capture_dir and retried: "
-             "not in the store until this is 0",
-             MetricType::Gauge);
-  Add(waiting, host, static_cast<double>(daemon.spool_waiting_for_room));
-  out.push_back(std::move(waiting));
+  out->push_back(std::move(uploads));
+  counter("profd_spool_write_failures_total",
+          "Attempts to put a finished capture into the spool that failed (disk full, write "
+          "error, over --spool_max_bytes); each retry counts",
+          daemon.spool_write_failures);
+  AddHostSeries(out, "profd_spool_captures_waiting_for_room",
+                "Finished captures the spool could not take yet, kept in --capture_dir and "
+                "retried: not in the store until this is 0",
+                MetricType::Gauge, host, static_cast<double>(daemon.spool_waiting_for_room));
+}
 
-  // Retention, per place (capture_dir; store for a local store with a cap): only where it runs.
+// Retention, per place (capture_dir; store for a local store with a cap): only where it runs.
+void AddRetentionFamilies(const Labels& host, const DaemonMetrics::Snapshot& daemon,
+                          Families* out) {
   MetricFamily kept = Family("profd_retention_kept_bytes",
                              "Bytes of captures kept after the last retention sweep, by place "
                              "(capture_dir, store)",
@@ -238,24 +206,25 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     Add(pruned, With(host, {{"place", place}}), static_cast<double>(r.pruned));
     Add(pruned_bytes, With(host, {{"place", place}}), static_cast<double>(r.pruned_bytes));
   }
-  for (MetricFamily* f : {&kept, &pruned, &pruned_bytes}) out.push_back(std::move(*f));
+  for (MetricFamily* f : {&kept, &pruned, &pruned_bytes}) out->push_back(std::move(*f));
+}
 
-  MetricFamily nvml_available =
-      Family("profd_nvml_available",
-             "1 when NVML is loaded and GPU metrics are sampled; 0 when not (see profd's log or "
-             "`profctl status` for why)",
-             MetricType::Gauge);
-  Add(nvml_available, host, gpus->nvml_available ? 1 : 0);
-  out.push_back(std::move(nvml_available));
-
+// GPUs and the processes on them, from NVML; whether NVML is there, and its failed calls.
+void AddNvmlFamilies(const std::string& hostname, const GpuSnapshot& gpus,
+                     const std::unordered_map<uint32_t, const v1::AgentInfo*>& agent_of_pid,
+                     Families* out) {
+  const Labels host = {{"hostname", hostname}};
+  AddHostSeries(out, "profd_nvml_available",
+                "1 when NVML is loaded and GPU metrics are sampled; 0 when not (see profd's log or "
+                "`profctl status` for why)",
+                MetricType::Gauge, host, gpus.nvml_available ? 1 : 0);
   MetricFamily nvml_errors =
       Family("profd_nvml_errors_total", "Failed NVML calls, by entry point", MetricType::Counter);
-  for (const auto& [call, count] : gpus->errors_by_call) {
+  for (const auto& [call, count] : gpus.errors_by_call) {
     Add(nvml_errors, With(host, {{"call", call}}), static_cast<double>(count));
   }
-  out.push_back(std::move(nvml_errors));
+  out->push_back(std::move(nvml_errors));
 
-  // GPUs, from NVML.
   MetricFamily gpu_util = Family("profd_gpu_utilization_ratio",
                                  "Fraction of the last sampler interval (--nvml_sample_interval) "
                                  "in which a kernel ran: the mean of NVML's samples",
@@ -285,7 +254,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
       Family("profd_process_sm_utilization_ratio",
              "Fraction of the GPU's SM time a process used over the last sample interval (NVML)",
              MetricType::Gauge);
-  for (const GpuSample& g : gpus->gpus) {
+  for (const GpuSample& g : gpus.gpus) {
     const std::string index = std::to_string(g.index);
     const Labels device = {
         {"gpu", index}, {"hostname", hostname}, {"model", g.model}, {"uuid", g.uuid}};
@@ -309,40 +278,45 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   }
   for (MetricFamily* f :
        {&gpu_util, &gpu_bw, &gpu_busy, &gpu_bw_busy, &gpu_used, &gpu_total, &proc_used, &proc_sm}) {
-    out.push_back(std::move(*f));
+    out->push_back(std::move(*f));
   }
+}
 
-  // GPUs' hardware counters (CUPTI PM sampling), labelled as the NVML series of the same GPU.
-  if (sources_.counters != nullptr) {
-    auto counters = sources_.counters->snapshot();
-    MetricFamily available = Family(
-        "profd_gpu_counters_available",
-        "1 when profd samples the GPUs' hardware counters (profd_gpu_sm_active_ratio, ...); 0 "
-        "when not (profd's log says why once: not root, MIG, another profiler, no CUPTI)",
-        MetricType::Gauge);
-    Add(available, host, counters->available ? 1 : 0);
-    out.push_back(std::move(available));
-    const auto defs = GpuCounterDefs();
-    std::vector<MetricFamily> families;
-    for (const GpuCounterDef& def : defs) {
-      families.push_back(Family(def.series, def.help, MetricType::Gauge));
-    }
-    for (const GpuCounterSample& g : counters->gpus) {
-      Labels device = {{"gpu", std::to_string(g.cuda_index)},
-                       {"hostname", hostname},
-                       {"model", g.name},
-                       {"uuid", g.uuid}};
-      for (const GpuSample& n : gpus->gpus) {  // NVML numbers GPUs as nvidia-smi does
-        if (n.uuid == g.uuid) device[0].value = std::to_string(n.index);
-      }
-      for (size_t d = 0; d < defs.size() && d < g.values.size(); ++d) {
-        if (!std::isnan(g.values[d])) Add(families[d], device, g.values[d]);
-      }
-    }
-    for (MetricFamily& f : families) out.push_back(std::move(f));
+// GPUs' hardware counters (CUPTI PM sampling), labelled as the NVML series of the same GPU.
+void AddHardwareCounterFamilies(const std::string& hostname, const GpuCounterSnapshot& counters,
+                                const GpuSnapshot& gpus, Families* out) {
+  AddHostSeries(out, "profd_gpu_counters_available",
+                "1 when profd samples the GPUs' hardware counters (profd_gpu_sm_active_ratio, "
+                "...); 0 when not (profd's log says why once: not root, MIG, another profiler, no "
+                "CUPTI)",
+                MetricType::Gauge, {{"hostname", hostname}}, counters.available ? 1 : 0);
+  const auto defs = GpuCounterDefs();
+  std::vector<MetricFamily> families;
+  for (const GpuCounterDef& def : defs) {
+    families.push_back(Family(def.series, def.help, MetricType::Gauge));
   }
+  for (const GpuCounterSample& g : counters.gpus) {
+    Labels device = {{"gpu", std::to_string(g.cuda_index)},
+                     {"hostname", hostname},
+                     {"model", g.name},
+                     {"uuid", g.uuid}};
+    for (const GpuSample& n : gpus.gpus) {  // NVML numbers GPUs as nvidia-smi does
+      if (n.uuid == g.uuid) device[0].value = std::to_string(n.index);
+    }
+    for (size_t d = 0; d < defs.size() && d < g.values.size(); ++d) {
+      if (!std::isnan(g.values[d])) Add(families[d], device, g.values[d]);
+    }
+  }
+  for (MetricFamily& f : families) out->push_back(std::move(f));
+}
 
-  // Processes, from their agents' heartbeats.
+// Processes, from their agents' heartbeats.
+void AddProcessFamilies(const std::string& hostname, const std::vector<v1::AgentInfo>& agents,
+                        const GpuSnapshot& gpus, Families* out) {
+  std::unordered_map<std::string, uint32_t> nvml_index_of_uuid;
+  for (const GpuSample& g : gpus.gpus) {
+    if (!g.uuid.empty()) nvml_index_of_uuid[g.uuid] = g.index;
+  }
   MetricFamily info =
       Family("profd_process_info", "One series per process with a connected agent; always 1",
              MetricType::Gauge);
@@ -394,9 +368,41 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
     }
   }
   for (MetricFamily* f : {&info, &counters_paused, &launches, &graphs, &allocated, &peak}) {
-    out.push_back(std::move(*f));
+    out->push_back(std::move(*f));
   }
+}
 
+}  // namespace
+
+MetricsCollector::MetricsCollector(Sources sources) : sources_(std::move(sources)) {}
+
+std::vector<MetricFamily> MetricsCollector::Collect() const {
+  const std::string& hostname = sources_.hostname;
+  const Labels host = {{"hostname", hostname}};
+
+  // Snapshots first; everything below works on these copies without locks.
+  std::vector<v1::AgentInfo> agents;
+  if (sources_.registry != nullptr) agents = sources_.registry->List();
+  std::shared_ptr<const GpuSnapshot> gpus =
+      sources_.gpus != nullptr ? sources_.gpus->snapshot() : std::make_shared<const GpuSnapshot>();
+  DaemonMetrics::Snapshot daemon;
+  if (sources_.daemon != nullptr) daemon = sources_.daemon->Read();
+  const AgentChannelCounters channel =
+      sources_.agent_channel ? sources_.agent_channel() : AgentChannelCounters{};
+  const int64_t captures_running =
+      sources_.captures_running ? sources_.captures_running() : daemon.captures_running;
+  std::unordered_map<uint32_t, const v1::AgentInfo*> agent_of_pid;
+  for (const v1::AgentInfo& a : agents) agent_of_pid[a.pid()] = &a;
+
+  Families out;
+  AddDaemonFamilies(host, agents.size(), channel, &out);
+  AddCaptureFamilies(host, daemon, captures_running, &out);
+  AddRetentionFamilies(host, daemon, &out);
+  AddNvmlFamilies(hostname, *gpus, agent_of_pid, &out);
+  if (sources_.counters != nullptr) {
+    AddHardwareCounterFamilies(hostname, *sources_.counters->snapshot(), *gpus, &out);
+  }
+  AddProcessFamilies(hostname, agents, *gpus, &out);
   // A family without series would still print its HELP and TYPE; leave it out instead.
   std::erase_if(out, [](const MetricFamily& f) { return f.metric.empty(); });
   return out;
