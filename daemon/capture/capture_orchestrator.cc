@@ -434,7 +434,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   // List, which read only snapshot_: the pipeline's working state goes now. So do the pages
   // malloc keeps from the capture's buffers: glibc hands freed memory back to the system only
   // from the top of each thread's arena, and a capture of 64 processes left ~90 MB of RSS
-  // behind, more with every capture (tests/bench/profd_footprint_bench, docs/OVERHEAD.md).
+  // behind, more with every capture (tests/bench/profd_footprint_bench, docs/measurements/overhead.md).
   void ReleaseWorkingState() {
     std::vector<Process>().swap(processes_);
     analysis_.reset();

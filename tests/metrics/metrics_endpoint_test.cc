@@ -209,7 +209,8 @@ TEST_F(MetricsEndpointTest, BadMetricsAddressStopsProfdWithAReason) {
 // Issue 12: two unfinished HTTP requests from the network kept profd's /metrics (civetweb, two
 // worker threads) from answering for ~28 s, and renewing them kept it down. Here 200 unfinished
 // requests and 20 clients that never read their answers, renewed as fast as profd closes them,
-// while Prometheus scrapes: every scrape must still answer within a second.
+// while Prometheus scrapes: no scrape waits out a slow client's deadline (5 s for a request, 10 s
+// for an answer; a loaded sanitizer build has taken over a second for a plain scrape).
 TEST_F(MetricsEndpointTest, SlowClientsCannotStarveAScrape) {
   ProfdProcess profd({"--nvml_library=/nonexistent/libnvidia-ml.so.1"});
   profd.Start();
@@ -225,7 +226,7 @@ TEST_F(MetricsEndpointTest, SlowClientsCannotStarveAScrape) {
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     ASSERT_TRUE(body.ok()) << body.status() << " (scrape " << i << ")";
     EXPECT_THAT(*body, HasSubstr("\nprofd_agents_connected{hostname=\"node-test\"} 0\n"));
-    EXPECT_LT(seconds, 1.0) << "scrape " << i << " waited behind slow clients";
+    EXPECT_LT(seconds, 3.0) << "scrape " << i << " waited behind slow clients";
     std::this_thread::sleep_for(std::chrono::milliseconds(300));
   }
   // The control plane is unaffected too.
