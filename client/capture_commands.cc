@@ -25,6 +25,7 @@
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
 #include "daemon/common/printable.h"
+#include "daemon/trace/trace_format.h"
 #include "profd/v1/capture_limits.h"
 
 namespace profctl {
@@ -60,6 +61,12 @@ using analysis::FormatDuration;
 // What a capture's answer quotes from its processes (names, messages, paths) is shown through
 // Printable: a process names itself, and a kernel name is whatever its code says.
 using profd::Printable;
+using profd::TraceFormatInfo;
+using profd::TraceFormatNamed;
+using profd::TraceFormatOfFile;
+using profd::TraceFormatOfManifest;
+using profd::TraceFormatOfName;
+using profd::TraceFormats;
 
 std::string PhaseName(profd::v1::CapturePhase phase) {
   switch (phase) {
@@ -225,30 +232,21 @@ std::string CheckOutput(const std::string& output) {
   return "";
 }
 
-// A trace file's format by its name's suffix: "json", "perfetto", or "" for neither.
-std::string FormatOfName(const std::string& name) {
-  if (name.ends_with(".json") || name.ends_with(".json.gz")) return "json";
-  if (name.ends_with(".pftrace") || name.ends_with(".pftrace.gz")) return "perfetto";
-  return "";
-}
-
-// output with its suffix replaced by the trace's (x.json.gz -> x.pftrace.gz), or output itself
-// when it names no format or the same one.
-std::string WithSuffixOf(const std::string& output, const std::string& trace) {
-  const std::string want = FormatOfName(trace), have = FormatOfName(output);
-  if (want.empty() || have.empty() || want == have) return output;
-  static constexpr const char* kSuffixes[] = {".json.gz", ".json", ".pftrace.gz", ".pftrace"};
+// output with its suffix replaced by the one of `want`'s captures (x.json.gz -> x.pftrace.gz), or
+// output itself when its name says no format or that one.
+std::string WithSuffixOf(const std::string& output, const TraceFormatInfo& want) {
+  const TraceFormatInfo* have = TraceFormatOfName(output);
+  if (have == nullptr || have == &want) return output;
   std::string stem = output;
-  for (const char* suffix : kSuffixes) {
+  for (std::string_view suffix : have->suffixes) {
     if (stem.ends_with(suffix)) {
-      stem.resize(stem.size() - std::strlen(suffix));
+      stem.resize(stem.size() - suffix.size());
       break;
     }
   }
-  return stem + (want == "perfetto" ? ".pftrace.gz" : ".json.gz");
+  return stem + std::string(want.capture_suffix);
 }
 
-// Copies the trace(s) next to the user: one process -> FILE, several -> FILE is a folder.
 int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -262,10 +260,11 @@ int CopyOut(const profd::v1::CaptureInfo& info, const std::string& output) {
     // profd's --trace_format chose the format: a Perfetto trace is not copied under a JSON name
     // (nor the reverse), where every reader would fail on it.
     if (info.files_size() == 1 && !fs::is_directory(output)) {
-      if (const std::string renamed = WithSuffixOf(output, f.name()); renamed != output) {
+      const TraceFormatInfo* format = TraceFormatOfManifest(f.format());
+      if (format == nullptr) format = &TraceFormatOfFile(f.path());
+      if (const std::string renamed = WithSuffixOf(output, *format); renamed != output) {
         to = renamed;
-        std::cout << "The trace is "
-                  << (FormatOfName(f.name()) == "perfetto" ? "Perfetto protobuf" : "JSON")
+        std::cout << "The trace is " << format->description
                   << " (profd's --trace_format), so it is copied to " << to.string() << ", not "
                   << output << "\n";
       }
@@ -380,15 +379,14 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
       return kExitUsage;
     }
     // A file name that says the other format: refused before anything is captured.
-    if (const std::string named = FormatOfName(f.output);
-        !f.format.empty() && !named.empty() && named != f.format &&
+    const TraceFormatInfo* named = TraceFormatOfName(f.output);
+    const TraceFormatInfo* wanted = TraceFormatNamed(f.format);
+    if (named != nullptr && wanted != nullptr && named != wanted &&
         !std::filesystem::is_directory(f.output)) {
-      const std::string right =
-          WithSuffixOf(f.output, f.format == "perfetto" ? "trace.pftrace.gz" : "trace.json.gz");
-      std::cerr << "profctl: --output " << f.output << " names a " << named
-                << " trace, but --format " << f.format << " writes "
-                << (f.format == "perfetto" ? "Perfetto protobuf" : "Chrome JSON")
-                << ". Use --output " << right << " (or --format " << named << ")\n";
+      std::cerr << "profctl: --output " << f.output << " names a " << named->name
+                << " trace, but --format " << f.format << " writes " << wanted->description
+                << ". Use --output " << WithSuffixOf(f.output, *wanted) << " (or --format "
+                << named->name << ")\n";
       return kExitUsage;
     }
   }
@@ -682,7 +680,11 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
                    "Trace format: json (Chrome trace JSON: HTA, TensorBoard, Perfetto UI) or "
                    "perfetto (Perfetto protobuf, 2.5x smaller; Perfetto UI, trace_processor). "
                    "Default: profd's --trace_format (json). Kineto's own traces stay JSON")
-      ->check(CLI::IsMember({"json", "perfetto"}));
+      ->check(CLI::IsMember([] {
+        std::vector<std::string> names;
+        for (const TraceFormatInfo& format : TraceFormats()) names.emplace_back(format.name);
+        return names;
+      }()));
   capture->add_flag("--gpu-metrics", f->gpu_metrics,
                     "Sample each GPU's hardware counters (SM, tensor pipes, DRAM, PCIe) over the "
                     "window: counter tracks in the trace, per-kernel throughputs and what bounds "

@@ -33,6 +33,7 @@
 #include "daemon/common/printable.h"
 #include "daemon/common/sha256.h"
 #include "daemon/trace/capture_analysis.h"
+#include "daemon/trace/trace_format.h"
 #include "profd/v1/store.grpc.pb.h"
 #include "rapidjson/document.h"
 #include "rapidjson/prettywriter.h"
@@ -83,8 +84,8 @@ bool IsFolder(const std::string& path) {
 
 // Capture ids look like 20260101T120000Z-host-1a2b3c4d: no slash, no trace file suffix.
 bool LooksLikeCaptureId(const std::string& s) {
-  return !s.empty() && s.find('/') == std::string::npos && !absl::EndsWith(s, ".json") &&
-         !absl::EndsWith(s, ".gz") && !absl::EndsWith(s, ".pftrace");
+  return !s.empty() && s.find('/') == std::string::npos && !absl::EndsWith(s, ".gz") &&
+         profd::TraceFormatOfName(s) == nullptr;
 }
 
 // A process's trace in a capture folder (docs/TRACE_FORMAT.md): trace-<pid>.json.gz or
@@ -92,8 +93,7 @@ bool LooksLikeCaptureId(const std::string& s) {
 // *.pt.trace.json.gz). Not manifest.json or summary.json, which are no traces.
 bool IsTraceName(const std::string& name) {
   if (name == kManifestName || name == kSummaryName || absl::StartsWith(name, ".")) return false;
-  return absl::EndsWith(name, ".json") || absl::EndsWith(name, ".json.gz") ||
-         absl::EndsWith(name, ".pftrace") || absl::EndsWith(name, ".pftrace.gz");
+  return profd::TraceFormatOfName(name) != nullptr;
 }
 
 // Folders profctl made for traces it fetched from the store; removed when the report is done.

@@ -405,10 +405,12 @@ absl::Status CaptureFlags(CaptureOptions* options) {
         absl::StrCat("--capture_min_free: ", min_free.status().message()));
   }
   options->min_free_bytes = *min_free;
-  if (!ParseTraceFormat(absl::GetFlag(FLAGS_trace_format), &options->trace_format)) {
+  const TraceFormatInfo* format = TraceFormatNamed(absl::GetFlag(FLAGS_trace_format));
+  if (format == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--trace_format ", absl::GetFlag(FLAGS_trace_format), ": give json or perfetto"));
+        "--trace_format ", absl::GetFlag(FLAGS_trace_format), ": give ", TraceFormatChoices()));
   }
+  options->trace_format = format->format;
   options->record_batches = absl::GetFlag(FLAGS_record_batches);
   return absl::OkStatus();
 }

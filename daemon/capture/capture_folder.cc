@@ -26,12 +26,12 @@ absl::StatusOr<std::unique_ptr<TraceWriter>> CaptureFolder::CreateTrace(const Tr
   return writer;
 }
 
-v1::TraceFile CaptureFolder::Describe(const std::string& name, const std::string& format,
+v1::TraceFile CaptureFolder::Describe(const std::string& name, std::string_view format,
                                       uint32_t pid) {
   v1::TraceFile file;
   file.set_name(name);
   file.set_path(PathOf(name));
-  file.set_format(format);
+  file.set_format(std::string(format));
   file.set_pid(pid);
   if (auto it = written_.find(name); it != written_.end()) {
     file.set_bytes(it->second->bytes);

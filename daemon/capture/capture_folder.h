@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -23,9 +24,6 @@ namespace profd {
 
 class CaptureFolder {
  public:
-  // The format a manifest names for Kineto's own trace (profd's: TraceManifestFormat).
-  static constexpr char kKinetoTrace[] = "kineto-json-gz";
-
   explicit CaptureFolder(std::string path) : path_(std::move(path)) {}
 
   const std::string& path() const { return path_; }
@@ -38,7 +36,7 @@ class CaptureFolder {
 
   // The manifest's entry for a finished file: a trace from CreateTrace (its writer finished), or
   // a file someone else put here whole (Kineto's trace), which is read once for its digest.
-  v1::TraceFile Describe(const std::string& name, const std::string& format, uint32_t pid);
+  v1::TraceFile Describe(const std::string& name, std::string_view format, uint32_t pid);
 
   // summary.json: the bottleneck report, or (no report) the capture's summary as proto JSON.
   absl::Status WriteSummary(const analysis::Report& report) const;

@@ -630,12 +630,13 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
                                    p.state() == v1::CAPTURE_STATE_FAILED ? p.message() : "");
         if (!s.ok() && write_error_.empty()) write_error_ = std::string(s.message());
         *info_.add_files() =
-            folder_.Describe(proc.sink->file_name(), TraceManifestFormat(format_), p.pid());
+            folder_.Describe(proc.sink->file_name(),
+                             TraceFormatOf(format_).manifest_format, p.pid());
       }
       if (proc.kineto && p.state() == v1::CAPTURE_STATE_FINISHED) {
         // Kineto's own JSON, as the process wrote it (gzip): CPU operators, kernels, flows.
         *info_.add_files() =
-            folder_.Describe(proc.kineto_file, CaptureFolder::kKinetoTrace, p.pid());
+            folder_.Describe(proc.kineto_file, kKinetoTraceManifestFormat, p.pid());
       }
     }
     uint64_t dropped = 0;
@@ -659,7 +660,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       bool kineto = false;
       for (const auto& f : info_.files()) {
         paths.push_back(f.path());
-        kineto |= f.format() == CaptureFolder::kKinetoTrace;
+        kineto |= f.format() == kKinetoTraceManifestFormat;
       }
       absl::StatusOr<analysis::Report> report;
       if (kineto) {
@@ -867,9 +868,14 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   }
 
   TraceFormat format = options_.trace_format;
-  if (!request.trace_format().empty() && !ParseTraceFormat(request.trace_format(), &format)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--format ", request.trace_format(), " is neither json nor perfetto"));
+  if (!request.trace_format().empty()) {
+    const TraceFormatInfo* named = TraceFormatNamed(request.trace_format());
+    if (named == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("--format ", request.trace_format(),
+                                                     " is not a trace format: give ",
+                                                     TraceFormatChoices()));
+    }
+    format = named->format;
   }
 
   v1::CaptureInfo info;
@@ -1009,15 +1015,9 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
       std::filesystem::remove(entry.path(), ec);  // a write the kill cut short
       continue;
     }
-    for (TraceFormat format : {TraceFormat::kChromeJson, TraceFormat::kPerfetto}) {
-      // trace-<pid><suffix>, as TraceFileName names it.
-      const std::string suffix = TraceFileName(0, format).substr(7);
-      uint32_t pid = 0;
-      if (absl::StartsWith(name, "trace-") && absl::EndsWith(name, suffix) &&
-          absl::SimpleAtoi(name.substr(6, name.size() - 6 - suffix.size()), &pid)) {
-        traces.push_back({name, pid, format});
-      }
-    }
+    uint32_t pid = 0;
+    TraceFormat format;
+    if (ParseTraceFileName(name, &pid, &format)) traces.push_back({name, pid, format});
   }
   std::sort(traces.begin(), traces.end());
   if (request.empty() && traces.empty()) {
@@ -1037,7 +1037,7 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
       // Kineto's own JSON, copied by KinetoSource: kept when the copy was whole; a cut one is
       // not profd's format to close, and goes.
       if (GzipIsWhole(folder.PathOf(name))) {
-        *info.add_files() = folder.Describe(name, CaptureFolder::kKinetoTrace, pid);
+        *info.add_files() = folder.Describe(name, kKinetoTraceManifestFormat, pid);
       } else {
         std::filesystem::remove(folder.PathOf(name), ec);
         lost.push_back(absl::StrCat("pid ", pid, ": Kineto's trace was cut while profd copied it"));
@@ -1049,17 +1049,15 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
     process.comm = process_of(pid)->comm();
     process.hostname = info.hostname();
     process.capture_id = info.capture_id();
-    absl::StatusOr<TraceRepair> repaired =
-        format == TraceFormat::kPerfetto
-            ? RepairPerfettoTrace(folder.PathOf(name), options_.gzip_level)
-            : RepairTrace(folder.PathOf(name), process, kKilledMessage, options_.gzip_level);
+    absl::StatusOr<TraceRepair> repaired = TraceFormatOf(format).repair(
+        folder.PathOf(name), process, kKilledMessage, options_.gzip_level);
     if (!repaired.ok()) {
       // Nothing of it reads: no file that looks like a trace stays.
       std::filesystem::remove(folder.PathOf(name), ec);
       lost.push_back(absl::StrCat("pid ", pid, ": ", repaired.status().message()));
       continue;
     }
-    *info.add_files() = folder.Describe(name, TraceManifestFormat(format), pid);
+    *info.add_files() = folder.Describe(name, TraceFormatOf(format).manifest_format, pid);
   }
   for (v1::ProcessCapture& p : *info.mutable_processes()) {
     if (CaptureSession::Terminal(p.state())) continue;
@@ -1079,13 +1077,12 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
   info.set_location(path);
   // The report of what the repaired traces hold, each read back by its format's reader, in the
   // bounded memory of a capture's own analysis (a killed capture may be as large as any).
-  std::vector<std::pair<std::string, TraceFormat>> traces_written;
+  std::vector<std::pair<std::string, TraceFormat>> written;
   for (const v1::TraceFile& f : info.files()) {
-    traces_written.emplace_back(f.path(), f.format() == TraceManifestFormat(TraceFormat::kPerfetto)
-                                              ? TraceFormat::kPerfetto
-                                              : TraceFormat::kChromeJson);
+    const TraceFormatInfo* format = TraceFormatOfManifest(f.format());
+    written.emplace_back(f.path(), format ? format->format : TraceFormatOfFile(f.path()).format);
   }
-  absl::StatusOr<analysis::Report> report = AnalyzeWrittenTraces(traces_written);
+  absl::StatusOr<analysis::Report> report = AnalyzeWrittenTraces(written);
   if (!report.ok()) {
     LogWarning(kComponent, "capture %s: no report of its repaired traces: %s", info.capture_id(),
                report.status().message());

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "daemon/analysis/trace_reader.h"
 #include "daemon/kineto/kineto_trace_file.h"
+#include "daemon/trace/trace_format.h"
 
 namespace profd {
 namespace {
@@ -35,7 +36,7 @@ KinetoSource::KinetoSource(kineto::KinetoIpcServer* server, uint32_t pid, uid_t 
       folder_(std::move(folder)),
       max_trace_bytes_(max_trace_bytes),
       gzip_level_(gzip_level),
-      file_name_(absl::StrCat("trace-", pid, ".json.gz")) {}
+      file_name_(TraceFileName(pid, TraceFormat::kChromeJson)) {}
 
 KinetoSource::~KinetoSource() { Withdraw(); }
 

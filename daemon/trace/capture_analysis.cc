@@ -5,7 +5,7 @@
 #include "daemon/analysis/analysis.h"
 #include "daemon/trace/event_limits.h"
 #include "daemon/trace/event_names.h"
-#include "daemon/trace/perfetto_trace_reader.h"
+#include "daemon/trace/trace_format.h"
 
 namespace profd {
 namespace {
@@ -230,10 +230,9 @@ absl::StatusOr<analysis::Report> AnalyzeWrittenTraces(
   return analysis::AnalyzeStream(
       [&](analysis::Trace* tables, analysis::TraceEventSink* sink) {
         for (const auto& [path, format] : files) {
-          absl::Status s = format == TraceFormat::kPerfetto
-                               ? StreamPerfettoTrace(path, tables, sink)
-                               : analysis::StreamTraceFile(path, tables, sink);
-          if (!s.ok()) return s;
+          if (absl::Status s = TraceFormatOf(format).stream(path, tables, sink); !s.ok()) {
+            return s;
+          }
         }
         return absl::OkStatus();
       },
@@ -243,14 +242,13 @@ absl::StatusOr<analysis::Report> AnalyzeWrittenTraces(
 absl::StatusOr<analysis::Report> AnalyzeTraceFilesOfAnyFormat(
     const std::vector<std::string>& paths, const analysis::AnalysisOptions& options) {
   std::vector<std::pair<std::string, TraceFormat>> files;
-  bool perfetto = false;
+  bool json_only = true;
   for (const std::string& path : paths) {
-    const TraceFormat format =
-        IsPerfettoTraceFile(path) ? TraceFormat::kPerfetto : TraceFormat::kChromeJson;
-    perfetto |= format == TraceFormat::kPerfetto;
+    const TraceFormat format = TraceFormatOfFile(path).format;
+    json_only &= format == TraceFormat::kChromeJson;
     files.emplace_back(path, format);
   }
-  if (!perfetto) return analysis::AnalyzeTraceFiles(paths, options);
+  if (json_only) return analysis::AnalyzeTraceFiles(paths, options);
   return AnalyzeWrittenTraces(files, options);
 }
 

@@ -66,18 +66,17 @@ class CaptureAnalysis {
 };
 
 // The report of trace files already written (a capture repaired when profd starts), each read
-// back streaming by its own format's reader (JSON: analysis/trace_reader.h; Perfetto:
-// perfetto_trace_reader.h) into one StreamingAnalysis with `limits`: the report the capture's
+// back streaming by its own format's reader (trace_format.h) into one StreamingAnalysis with `limits`: the report the capture's
 // own CaptureAnalysis would have made from the events the files hold, in the same bounded memory
 // whatever their size.
 absl::StatusOr<analysis::Report> AnalyzeWrittenTraces(
     const std::vector<std::pair<std::string, TraceFormat>>& files,
     const analysis::AnalysisOptions& options = {}, const analysis::StreamLimits& limits = {});
 
-// The report of trace files of either format, as `profctl report` and `diff` read them: JSON
-// traces alone (profd's, PyTorch's) as analysis::AnalyzeTraceFiles does, in memory, exactly;
-// with a Perfetto trace among them (IsPerfettoTraceFile), every file streamed by its own reader
-// as AnalyzeWrittenTraces does.
+// The report of trace files of any format, each known by what it holds (TraceFormatOfFile), as
+// `profctl report` and `diff` read them: JSON traces alone (profd's, PyTorch's) as
+// analysis::AnalyzeTraceFiles does, in memory, exactly; with another format among them, every
+// file streamed by its own reader as AnalyzeWrittenTraces does.
 absl::StatusOr<analysis::Report> AnalyzeTraceFilesOfAnyFormat(
     const std::vector<std::string>& paths, const analysis::AnalysisOptions& options = {});
 

@@ -1,46 +1,15 @@
 #include "daemon/trace/trace_writer.h"
 
-#include "absl/strings/str_cat.h"
-#include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/event_limits.h"
-#include "daemon/trace/perfetto_trace_writer.h"
 
 namespace profd {
-
-bool ParseTraceFormat(std::string_view text, TraceFormat* format) {
-  if (text == "json") {
-    *format = TraceFormat::kChromeJson;
-  } else if (text == "perfetto") {
-    *format = TraceFormat::kPerfetto;
-  } else {
-    return false;
-  }
-  return true;
-}
-
-std::string TraceFileName(uint32_t pid, TraceFormat format) {
-  return absl::StrCat("trace-", pid, format == TraceFormat::kPerfetto ? ".pftrace.gz" : ".json.gz");
-}
-
-const char* TraceManifestFormat(TraceFormat format) {
-  return format == TraceFormat::kPerfetto ? "perfetto-pb-gz" : "chrome-json-gz";
-}
 
 absl::StatusOr<std::unique_ptr<TraceWriter>> TraceWriter::Create(TraceFormat format,
                                                                  const std::string& path,
                                                                  const TraceProcess& process,
                                                                  int gzip_level,
                                                                  BytesObserver on_bytes) {
-  if (format == TraceFormat::kPerfetto) {
-    absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> w =
-        PerfettoTraceWriter::Create(path, process, gzip_level, std::move(on_bytes));
-    if (!w.ok()) return w.status();
-    return std::unique_ptr<TraceWriter>(std::move(*w));
-  }
-  absl::StatusOr<std::unique_ptr<ChromeTraceWriter>> w =
-      ChromeTraceWriter::Create(path, process, gzip_level, std::move(on_bytes));
-  if (!w.ok()) return w.status();
-  return std::unique_ptr<TraceWriter>(std::move(*w));
+  return TraceFormatOf(format).create_writer(path, process, gzip_level, std::move(on_bytes));
 }
 
 absl::Status TraceWriter::Write(const v1::EventBatch& batch, const StringTable& names) {

@@ -21,6 +21,7 @@
 #include "daemon/metrics/gpu_counters.h"
 #include "daemon/trace/string_table.h"
 #include "daemon/trace/trace_file.h"
+#include "daemon/trace/trace_format.h"
 #include "profd/v1/events.pb.h"
 
 namespace profd {
@@ -42,23 +43,13 @@ struct TraceProcess {
   uint32_t local_rank = 0;
 };
 
-enum class TraceFormat {
-  kChromeJson,  // trace-<pid>.json.gz
-  kPerfetto,    // trace-<pid>.pftrace.gz
-};
-
-// "json" or "perfetto" (flags); false for anything else.
-bool ParseTraceFormat(std::string_view text, TraceFormat* format);
-// The name of a process's trace file in a capture folder, and the manifest's format for it.
-std::string TraceFileName(uint32_t pid, TraceFormat format);
-const char* TraceManifestFormat(TraceFormat format);
-
 class TraceWriter {
  public:
   using BytesObserver = TraceFile::BytesObserver;
 
-  // Creates (truncates) path and starts a trace of process in the format. gzip_level:
-  // GzipStream's (ISA-L's 0-3); on_bytes sees the compressed bytes as they reach the file.
+  // Creates (truncates) path and starts a trace of process in the format (its create_writer,
+  // trace_format.h). gzip_level: GzipStream's (ISA-L's 0-3); on_bytes sees the compressed bytes
+  // as they reach the file.
   static absl::StatusOr<std::unique_ptr<TraceWriter>> Create(TraceFormat format,
                                                              const std::string& path,
                                                              const TraceProcess& process,

@@ -37,7 +37,7 @@ TEST(CaptureFolderTest, TraceDigestIsTakenWhileWritingAndMatchesTheFile) {
     ASSERT_TRUE((*writer)->Finish({}).ok());
 
     EXPECT_EQ(TraceFileName(465, format), name);
-    v1::TraceFile file = folder.Describe(name, TraceManifestFormat(format), 465);
+    v1::TraceFile file = folder.Describe(name, TraceFormatOf(format).manifest_format, 465);
     EXPECT_EQ(file.path(), dir.File(std::string("capture/") + name));
     EXPECT_EQ(file.format(), manifest_format);
     EXPECT_EQ(file.pid(), 465u);
@@ -54,7 +54,7 @@ TEST(CaptureFolderTest, FilesWrittenByOthersAreReadOnceForTheirDigest) {
   v1::CaptureInfo info;
   info.set_capture_id("20270115T080000Z-node-00000001");
   ASSERT_TRUE(folder.WriteManifest(info).ok());
-  v1::TraceFile file = folder.Describe("manifest.json", CaptureFolder::kKinetoTrace, 7);
+  v1::TraceFile file = folder.Describe("manifest.json", kKinetoTraceManifestFormat, 7);
   EXPECT_EQ(file.bytes(), std::filesystem::file_size(dir.File("manifest.json")));
   EXPECT_EQ(file.sha256(), *Sha256OfFile(dir.File("manifest.json")));
   EXPECT_FALSE(std::filesystem::exists(dir.File("manifest.json.tmp")));
