@@ -22,11 +22,11 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
+#include "daemon/capture/capture_request.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
 #include "daemon/common/printable.h"
 #include "daemon/trace/trace_format.h"
-#include "profd/v1/capture_limits.h"
 
 namespace profctl {
 
@@ -420,10 +420,8 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   request.set_duration_ms(absl::ToInt64Milliseconds(duration));
   if (!f.delay.empty()) {
     absl::Duration delay;
-    // As --start-at, and as profd checks it (profd/v1/capture_limits.h).
-    if (std::string bad =
-            ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(),
-                              absl::Milliseconds(profd::v1::kMaxStartDelayMs), &delay);
+    // Its bound is checked with the rest of the request, below.
+    if (std::string bad = ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(), most, &delay);
         !bad.empty()) {
       std::cerr << "profctl: " << bad << "\n";
       return kExitUsage;
@@ -438,14 +436,6 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
                 << err << "\n";
       return kExitUsage;
     }
-    // profd's bound, said before the request goes (profd/v1/capture_limits.h).
-    const absl::Time now = absl::Now();
-    if (t < now - absl::Seconds(1) || t > now + absl::Milliseconds(profd::v1::kMaxStartDelayMs)) {
-      std::cerr << "profctl: --start-at must be within the next hour (a wall-clock time all "
-                   "nodes share), not "
-                << f.start_at << "\n";
-      return kExitUsage;
-    }
     request.set_start_at_unix_ns(absl::ToUnixNanos(t));
   }
   std::string kinds_error;
@@ -454,11 +444,6 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     return kExitUsage;
   }
   request.set_max_events(f.max_events);
-  if (f.label.size() > profd::v1::kMaxLabelBytes) {
-    std::cerr << "profctl: --label is " << f.label.size() << " bytes; a label may have at most "
-              << profd::v1::kMaxLabelBytes << " (it is a name, not data)\n";
-    return kExitUsage;
-  }
   request.set_label(f.label);
   if (f.via == "kineto") {
     request.set_path(profd::v1::CAPTURE_PATH_KINETO);
@@ -484,6 +469,11 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     request.set_gpu_metrics_interval_ns(absl::ToInt64Nanoseconds(interval));
   }
   request.set_trace_format(f.format);
+  // profd's own check of the request, said before it goes.
+  if (absl::Status bad = profd::CheckCaptureRequest(request, absl::Now()); !bad.ok()) {
+    std::cerr << "profctl: " << bad.message() << "\n";
+    return kExitUsage;
+  }
   if (f.pids.empty() && !f.all && f.pod.empty()) {
     std::cerr << "profctl: say what to capture: --pid PID (see `profctl agents`), --pod NAME or "
                  "--all\n";

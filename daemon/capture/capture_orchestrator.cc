@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/capture/capture_folder.h"
+#include "daemon/capture/capture_request.h"
 #include "daemon/capture/capture_session.h"
 #include "daemon/capture/kineto_source.h"
 #include "daemon/capture/process_sink.h"
@@ -803,23 +804,15 @@ void CaptureOrchestrator::Shutdown() {
 }
 
 absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest& request) {
-  // What and for how long.
-  if (request.duration_ms() <= 0) {
-    return absl::InvalidArgumentError("the capture duration must be more than 0 (e.g. 5s)");
-  }
-  if (request.delay_ms() < 0) {
-    return absl::InvalidArgumentError("the capture delay must not be negative");
-  }
+  // What, for how long, when and how written (the same check profctl makes), then this
+  // profd's own limit.
+  absl::Time now = absl::Now();
+  if (absl::Status bad = CheckCaptureRequest(request, now); !bad.ok()) return bad;
   if (absl::Milliseconds(request.duration_ms()) > options_.max_duration) {
     return absl::InvalidArgumentError(
         absl::StrCat("duration ", absl::FormatDuration(absl::Milliseconds(request.duration_ms())),
                      " is over this profd's limit of ", absl::FormatDuration(options_.max_duration),
                      " (profd --max_capture_duration)"));
-  }
-  if (request.label().size() > v1::kMaxLabelBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--label is ", request.label().size(), " bytes; a label may have at most ",
-                     v1::kMaxLabelBytes, " (it is a name, not data)"));
   }
   absl::StatusOr<std::vector<CaptureTarget>> resolved =
       catalog_->Resolve(request, [this](uint32_t pid) { return RunningCaptureOf(pid); });
@@ -849,34 +842,13 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     if (absl::Status room = options_.check_space(); !room.ok()) return room;
   }
 
-  // When: a delay and a start time have the same bound (profd/v1/capture_limits.h).
-  absl::Time now = absl::Now();
-  const absl::Duration max_delay = absl::Milliseconds(v1::kMaxStartDelayMs);
-  if (absl::Milliseconds(request.delay_ms()) > max_delay) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--delay ", absl::FormatDuration(absl::Milliseconds(request.delay_ms())),
-                     " is over the limit of ", absl::FormatDuration(max_delay),
-                     " (as --start-at): start the capture closer to when it is wanted"));
-  }
-  absl::Time start_at = now + absl::Milliseconds(request.delay_ms());
-  if (request.start_at_unix_ns() != 0) {
-    start_at = absl::FromUnixNanos(request.start_at_unix_ns());
-    if (start_at < now - absl::Seconds(1) || start_at > now + max_delay) {
-      return absl::InvalidArgumentError(
-          "--start-at must be within the next hour (a wall-clock time all nodes share)");
-    }
-  }
-
-  TraceFormat format = options_.trace_format;
-  if (!request.trace_format().empty()) {
-    const TraceFormatInfo* named = TraceFormatNamed(request.trace_format());
-    if (named == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("--format ", request.trace_format(),
-                                                     " is not a trace format: give ",
-                                                     TraceFormatChoices()));
-    }
-    format = named->format;
-  }
+  // When, and in which format: the request was checked above.
+  const absl::Time start_at = request.start_at_unix_ns() != 0
+                                  ? absl::FromUnixNanos(request.start_at_unix_ns())
+                                  : now + absl::Milliseconds(request.delay_ms());
+  const TraceFormat format = request.trace_format().empty()
+                                 ? options_.trace_format
+                                 : TraceFormatNamed(request.trace_format())->format;
 
   v1::CaptureInfo info;
   info.set_capture_id(NewCaptureId(options_.hostname, now));
@@ -892,10 +864,6 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     absl::Duration interval = request.gpu_metrics_interval_ns() > 0
                                   ? absl::Nanoseconds(request.gpu_metrics_interval_ns())
                                   : kDefaultCounterInterval;
-    if (interval < absl::Microseconds(20) || interval > absl::Seconds(1)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--gpu-metrics-interval ", absl::FormatDuration(interval), " is outside 20us..1s"));
-    }
     interval = std::max(interval, absl::Milliseconds(request.duration_ms()) / kMaxCounterSamples);
     info.mutable_gpu_metrics()->set_interval_ns(absl::ToInt64Nanoseconds(interval));
   }

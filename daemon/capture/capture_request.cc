@@ -1,0 +1,51 @@
+#include "daemon/capture/capture_request.h"
+
+#include "absl/strings/str_cat.h"
+#include "daemon/trace/trace_format.h"
+#include "profd/v1/capture_limits.h"
+
+namespace profd {
+
+absl::Status CheckCaptureRequest(const v1::CaptureRequest& request, absl::Time now) {
+  if (request.duration_ms() <= 0) {
+    return absl::InvalidArgumentError("the capture duration must be more than 0 (e.g. 5s)");
+  }
+  // A delay and a start time have the same bound (profd/v1/capture_limits.h).
+  const absl::Duration max_delay = absl::Milliseconds(v1::kMaxStartDelayMs);
+  if (request.delay_ms() < 0) {
+    return absl::InvalidArgumentError("the capture delay must not be negative");
+  }
+  if (absl::Milliseconds(request.delay_ms()) > max_delay) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--delay ", absl::FormatDuration(absl::Milliseconds(request.delay_ms())),
+                     " is over the limit of ", absl::FormatDuration(max_delay),
+                     " (as --start-at): start the capture closer to when it is wanted"));
+  }
+  if (request.start_at_unix_ns() != 0) {
+    const absl::Time start_at = absl::FromUnixNanos(request.start_at_unix_ns());
+    if (start_at < now - absl::Seconds(1) || start_at > now + max_delay) {
+      return absl::InvalidArgumentError(
+          "--start-at must be within the next hour (a wall-clock time all nodes share)");
+    }
+  }
+  if (request.label().size() > v1::kMaxLabelBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--label is ", request.label().size(), " bytes; a label may have at most ",
+                     v1::kMaxLabelBytes, " (it is a name, not data)"));
+  }
+  if (!request.trace_format().empty() && TraceFormatNamed(request.trace_format()) == nullptr) {
+    return absl::InvalidArgumentError(absl::StrCat("--format ", request.trace_format(),
+                                                   " is not a trace format: give ",
+                                                   TraceFormatChoices()));
+  }
+  if (request.gpu_metrics() && request.gpu_metrics_interval_ns() != 0) {
+    const absl::Duration interval = absl::Nanoseconds(request.gpu_metrics_interval_ns());
+    if (interval < absl::Microseconds(20) || interval > absl::Seconds(1)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--gpu-metrics-interval ", absl::FormatDuration(interval), " is outside 20us..1s"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace profd
