@@ -126,6 +126,8 @@ class CaptureOrchestrator final : public AgentEventSink {
 
  private:
   class Capture;
+  // Finished captures remembered for GetCapture and List (recovered ones too).
+  static constexpr size_t kKeepFinished = 256;
 
   std::shared_ptr<Capture> Find(const std::string& id) const;
   std::shared_ptr<Capture> FindByConnection(ConnectionId connection) const;
