@@ -115,7 +115,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     return info;
   }
 
-  // Kineto processes keep their own deadlines (the offer's expiry, kineto_deadline).
+  // Kineto processes keep their own deadlines (the offer's expiry, then the trace's).
   static std::vector<bool> SelfTimed(const std::vector<Target>& targets) {
     std::vector<bool> out;
     for (const Target& t : targets) out.push_back(t.path == v1::CAPTURE_PATH_KINETO);
@@ -216,34 +216,22 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
  private:
   struct Process {
     std::unique_ptr<ProcessSink> sink;  // through the agent: where its batches go
-    // Through Kineto: the offer, then the trace file to collect by `kineto_deadline`.
-    std::string kineto_file;
-    std::unique_ptr<KinetoSource> kineto;
-    absl::Time kineto_deadline = absl::InfiniteFuture();
+    std::unique_ptr<KinetoSource> kineto;  // through Kineto: the offer, then its trace
   };
 
   // Offers Kineto in target i its config for this capture; the answer comes back as kKineto
-  // items. It waits for the process's next poll: up to its poll period (5 s by default, 1 s with
-  // the KINETO_CONFIG the deploy snippets ship) after the start time.
+  // items, which its KinetoSource applies to the process's row.
   void OfferToKineto(int i, const v1::CaptureRequest& request) {
     const Target& t = targets_[i];
     Process& proc = processes_[i];
     proc.kineto = std::make_unique<KinetoSource>(
         owner_->kineto_, t.info.pid(), t.info.uid(), folder_.path(),
         owner_->options_.kineto_max_trace_bytes, owner_->options_.gzip_level);
-    kineto::KinetoTraceRequest config;
-    config.capture_id = info_.capture_id();
-    config.duration = absl::Milliseconds(info_.duration_ms());
-    const absl::Time start_at = absl::FromUnixNanos(info_.start_at_unix_ns());
-    if (start_at > absl::FromUnixNanos(info_.requested_unix_ns())) config.start_at = start_at;
-    config.record_shapes = request.record_shapes();
-    config.with_stack = request.with_stack();
-    config.profile_memory = request.profile_memory();
-    const absl::Duration period =
-        std::max(absl::Milliseconds(t.info.kineto().poll_period_ms()), absl::Seconds(5));
     std::weak_ptr<Capture> self = weak_from_this();
     absl::Status offered = proc.kineto->Offer(
-        config, std::max(start_at, absl::Now()) + 2 * period + owner_->options_.start_timeout,
+        KinetoSource::ConfigFor(info_, request),
+        KinetoSource::OfferExpiry(info_, absl::Milliseconds(t.info.kineto().poll_period_ms()),
+                                  owner_->options_.start_timeout, absl::Now()),
         [self, i](KinetoSource::Event event) {
           if (auto capture = self.lock()) {
             capture->Push(Item{Item::kKineto, 0, {}, {}, i, event});
@@ -254,62 +242,13 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     }
   }
 
-  // The config went out, or the offer expired without a poll that wanted it.
-  bool HandleKineto(int i, const KinetoSource::Event& event) {
-    v1::ProcessCapture& p = P(i);
-    Process& proc = processes_[i];
-    if (CaptureSession::Terminal(p.state())) return false;
-    if (event.kind == KinetoSource::Event::kExpired) {
-      p.set_state(v1::CAPTURE_STATE_FAILED);
-      p.set_error(v1::CAPTURE_ERROR_CUPTI_IN_USE);
-      std::optional<kineto::KinetoClient> client =
-          owner_->kineto_ ? owner_->kineto_->Find(p.pid()) : std::nullopt;
-      p.set_message(
-          !client ? "the process stopped polling profd's Kineto socket (exited?) before it took "
-                    "the capture"
-          : client->busy
-              ? "Kineto stayed busy collecting another trace in this process (a torch.profiler "
-                "session): capture again when it ends"
-              : "Kineto did not take the capture at its polls (KINETO_USE_DAEMON=1 set?)");
-      return true;
-    }
-    proc.kineto->Delivered(event.pid_in_namespace);
-    const absl::Time start =
-        kineto::KinetoStart(absl::FromUnixNanos(info_.start_at_unix_ns()), event.at);
-    p.set_state(v1::CAPTURE_STATE_STARTED);
-    p.set_enabled_unix_ns(absl::ToUnixNanos(start));
-    p.set_start_latency_ns(absl::ToInt64Nanoseconds(
-        start -
-        absl::FromUnixNanos(std::max(info_.requested_unix_ns(), info_.start_at_unix_ns()))));
-    // Kineto writes the trace when the window ends, the whole JSON at once.
-    proc.kineto_deadline =
-        start + absl::Milliseconds(info_.duration_ms()) + owner_->options_.finish_timeout;
-    return true;
-  }
-
   // Pipeline thread, every turn: has Kineto written the trace of a process it started?
   bool CollectKineto(absl::Time now) {
     bool changed = false;
     for (size_t i = 0; i < targets_.size(); ++i) {
-      v1::ProcessCapture& p = P(i);
-      Process& proc = processes_[i];
-      if (proc.kineto == nullptr || p.state() != v1::CAPTURE_STATE_STARTED) continue;
-      absl::Status collected = proc.kineto->TryCollect();
-      if (collected.ok()) {
-        proc.kineto_file = proc.kineto->file_name();
-        p.set_state(v1::CAPTURE_STATE_FINISHED);
-        p.set_disabled_unix_ns(p.enabled_unix_ns() + info_.duration_ms() * 1'000'000);
-        changed = true;
-      } else if (!absl::IsNotFound(collected) || now > proc.kineto_deadline) {
-        p.set_state(v1::CAPTURE_STATE_FAILED);
-        p.set_message(absl::IsNotFound(collected)
-                          ? absl::StrCat("Kineto took the capture but wrote no trace within ",
-                                         absl::FormatDuration(owner_->options_.finish_timeout),
-                                         " of its end (a torch.profiler session in the process "
-                                         "pre-empts on-demand traces)")
-                          : std::string(collected.message()));
-        changed = true;
-      }
+      if (processes_[i].kineto == nullptr) continue;
+      changed |= processes_[i].kineto->Collect(now, info_.duration_ms(),
+                                               owner_->options_.finish_timeout, &P(i));
     }
     return changed;
   }
@@ -371,7 +310,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   }
 
   bool Handle(Item& item) {
-    if (item.kind == Item::kKineto) return HandleKineto(item.target, item.kineto);
+    if (item.kind == Item::kKineto) {
+      return processes_[item.target].kineto->Apply(item.kineto, info_,
+                                                   owner_->options_.finish_timeout, &P(item.target));
+    }
     if (item.kind == Item::kCounters) return HandleCounters(item.counters);
     if (item.kind == Item::kShutdown) {
       for (size_t i = 0; i < targets_.size(); ++i) {
@@ -557,10 +499,10 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
             folder_.Describe(proc.sink->file_name(),
                              TraceFormatOf(format_).manifest_format, p.pid());
       }
-      if (proc.kineto && p.state() == v1::CAPTURE_STATE_FINISHED) {
+      if (proc.kineto && proc.kineto->collected()) {
         // Kineto's own JSON, as the process wrote it (gzip): CPU operators, kernels, flows.
         *info_.add_files() =
-            folder_.Describe(proc.kineto_file, kKinetoTraceManifestFormat, p.pid());
+            folder_.Describe(proc.kineto->file_name(), kKinetoTraceManifestFormat, p.pid());
       }
     }
     uint64_t dropped = 0;

@@ -3,11 +3,14 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "daemon/capture/capture_session.h"
 #include "daemon/analysis/trace_reader.h"
 #include "daemon/kineto/kineto_trace_file.h"
 #include "daemon/trace/trace_format.h"
@@ -55,6 +58,75 @@ absl::Status KinetoSource::Offer(const kineto::KinetoTraceRequest& request, absl
   absl::Status s = server_->Make(pid_, std::move(offer));
   offered_ = s.ok();
   return s;
+}
+
+kineto::KinetoTraceRequest KinetoSource::ConfigFor(const v1::CaptureInfo& capture,
+                                                   const v1::CaptureRequest& request) {
+  kineto::KinetoTraceRequest config;
+  config.capture_id = capture.capture_id();
+  config.duration = absl::Milliseconds(capture.duration_ms());
+  const absl::Time start_at = absl::FromUnixNanos(capture.start_at_unix_ns());
+  if (start_at > absl::FromUnixNanos(capture.requested_unix_ns())) config.start_at = start_at;
+  config.record_shapes = request.record_shapes();
+  config.with_stack = request.with_stack();
+  config.profile_memory = request.profile_memory();
+  return config;
+}
+
+absl::Time KinetoSource::OfferExpiry(const v1::CaptureInfo& capture, absl::Duration poll_period,
+                                     absl::Duration start_timeout, absl::Time now) {
+  const absl::Time start_at = absl::FromUnixNanos(capture.start_at_unix_ns());
+  return std::max(start_at, now) + 2 * std::max(poll_period, absl::Seconds(5)) + start_timeout;
+}
+
+bool KinetoSource::Apply(const Event& event, const v1::CaptureInfo& capture,
+                         absl::Duration finish_timeout, v1::ProcessCapture* p) {
+  if (CaptureSession::Terminal(p->state())) return false;
+  if (event.kind == Event::kExpired) {
+    p->set_state(v1::CAPTURE_STATE_FAILED);
+    p->set_error(v1::CAPTURE_ERROR_CUPTI_IN_USE);
+    std::optional<kineto::KinetoClient> client =
+        server_ != nullptr ? server_->Find(p->pid()) : std::nullopt;
+    p->set_message(
+        !client ? "the process stopped polling profd's Kineto socket (exited?) before it took "
+                  "the capture"
+        : client->busy
+            ? "Kineto stayed busy collecting another trace in this process (a torch.profiler "
+              "session): capture again when it ends"
+            : "Kineto did not take the capture at its polls (KINETO_USE_DAEMON=1 set?)");
+    return true;
+  }
+  Delivered(event.pid_in_namespace);
+  const absl::Time start =
+      kineto::KinetoStart(absl::FromUnixNanos(capture.start_at_unix_ns()), event.at);
+  p->set_state(v1::CAPTURE_STATE_STARTED);
+  p->set_enabled_unix_ns(absl::ToUnixNanos(start));
+  p->set_start_latency_ns(absl::ToInt64Nanoseconds(
+      start - absl::FromUnixNanos(std::max(capture.requested_unix_ns(), capture.start_at_unix_ns()))));
+  // Kineto writes the trace when the window ends, the whole JSON at once.
+  deadline_ = start + absl::Milliseconds(capture.duration_ms()) + finish_timeout;
+  return true;
+}
+
+bool KinetoSource::Collect(absl::Time now, int64_t duration_ms, absl::Duration finish_timeout,
+                           v1::ProcessCapture* p) {
+  if (p->state() != v1::CAPTURE_STATE_STARTED) return false;
+  absl::Status collected = TryCollect();
+  if (collected.ok()) {
+    collected_ = true;
+    p->set_state(v1::CAPTURE_STATE_FINISHED);
+    p->set_disabled_unix_ns(p->enabled_unix_ns() + duration_ms * 1'000'000);
+    return true;
+  }
+  if (absl::IsNotFound(collected) && now <= deadline_) return false;
+  p->set_state(v1::CAPTURE_STATE_FAILED);
+  p->set_message(absl::IsNotFound(collected)
+                     ? absl::StrCat("Kineto took the capture but wrote no trace within ",
+                                    absl::FormatDuration(finish_timeout),
+                                    " of its end (a torch.profiler session in the process "
+                                    "pre-empts on-demand traces)")
+                     : std::string(collected.message()));
+  return true;
 }
 
 void KinetoSource::Withdraw() {

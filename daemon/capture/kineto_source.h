@@ -6,6 +6,11 @@
 // "traceEvents") fails the process's capture with the reader's reason at the first chunk that
 // shows it, instead of being copied whole and reported as a trace of 0 events.
 //
+// It also keeps the process's row of the capture (v1::ProcessCapture) through that path: STARTED
+// when the config went out, FINISHED once the trace is copied, FAILED with the reason when the
+// offer expired or no trace came by its deadline. The capture's pipeline knows nothing else of
+// Kineto.
+//
 // Lives on its capture's pipeline thread. The Kineto server calls `notify` from its own thread
 // when the config goes out or the offer expires; notify must only queue.
 #pragma once
@@ -20,6 +25,7 @@
 #include "absl/time/time.h"
 #include "daemon/kineto/kineto_config.h"
 #include "daemon/kineto/kineto_ipc_server.h"
+#include "profd/v1/profd.pb.h"
 
 namespace profd {
 
@@ -37,6 +43,26 @@ class KinetoSource {
 
   absl::Status Offer(const kineto::KinetoTraceRequest& request, absl::Time expires,
                      std::function<void(Event)> notify);
+
+  // The config of a capture for this path: its window and the request's options. The offer
+  // waits for the process's next poll, at most two poll periods (of at least 5 s) after the
+  // start, plus start_timeout.
+  static kineto::KinetoTraceRequest ConfigFor(const v1::CaptureInfo& capture,
+                                              const v1::CaptureRequest& request);
+  static absl::Time OfferExpiry(const v1::CaptureInfo& capture, absl::Duration poll_period,
+                                absl::Duration start_timeout, absl::Time now);
+
+  // The process's row after an Event: STARTED at Kineto's start time for a delivery (the trace
+  // then due by the window's end + finish_timeout), FAILED saying why for an expiry. False when
+  // the row had already ended.
+  bool Apply(const Event& event, const v1::CaptureInfo& capture, absl::Duration finish_timeout,
+             v1::ProcessCapture* p);
+  // Each pipeline turn, for a STARTED row: the trace copied (FINISHED), refused, or not written
+  // by its deadline (FAILED, saying why). True when the row changed.
+  bool Collect(absl::Time now, int64_t duration_ms, absl::Duration finish_timeout,
+               v1::ProcessCapture* p);
+  // FINISHED through Collect: the copy in the folder, named file_name().
+  bool collected() const { return collected_; }
   // The config went out (from the Event): the trace will be named after this pid.
   void Delivered(int32_t pid_in_namespace) { pid_in_namespace_ = pid_in_namespace; }
   bool delivered() const { return pid_in_namespace_ != 0; }
@@ -63,6 +89,8 @@ class KinetoSource {
   bool offered_ = false;
   uint64_t trace_bytes_ = 0;
   uint64_t trace_events_ = 0;
+  absl::Time deadline_ = absl::InfiniteFuture();  // the trace's, once delivered
+  bool collected_ = false;
 };
 
 }  // namespace profd
