@@ -472,10 +472,54 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     return changed;
   }
 
+  // The end of the capture: its traces closed, its report, summary.json and manifest.json
+  // written (or, when a file failed to write, nothing of it kept), then the store, the registry
+  // and the counts.
   void Finalize() {
     info_.set_phase(v1::CAPTURE_PHASE_FINISHING);
     Publish();
-    // The counters' last readings go in before the traces' footers.
+    CloseTraces();
+    uint64_t dropped = 0;
+    for (const v1::ProcessCapture& p : info_.processes()) {
+      dropped = SaturatingAdd(dropped, p.dropped_records());
+    }
+    info_.mutable_summary()->set_dropped_records(dropped);
+
+    session_.Conclude(cancelled_, write_error_, absl::Now());
+
+    // A file that failed to write is cut short: nothing of the capture stays, rather than a
+    // trace that looks whole (issue 13: a full disk left a truncated trace listed as fine).
+    std::string failed = write_error_.empty() ? "" : info_.message();
+    if (failed.empty() && info_.files_size() > 0) {
+      info_.set_location(folder_.path());
+      absl::StatusOr<analysis::Report> report = MakeReport();
+      if (!report.ok()) {
+        LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
+                   report.status().message());
+      }
+      if (absl::Status s = CloseCaptureFolder(report, dropped, owner_->options_, folder_, &info_);
+          !s.ok()) {
+        failed = absl::StrCat("writing the capture's files failed: ", s.message(),
+                              "; nothing of the capture was kept (profd --capture_dir)");
+      }
+    }
+    if (!failed.empty()) {
+      if (absl::Status removed = folder_.Remove(); !removed.ok()) {
+        LogError(kComponent, "capture %s: %s", info_.capture_id(), removed.message());
+      }
+      info_.clear_files();
+      info_.clear_location();
+      info_.set_phase(v1::CAPTURE_PHASE_FAILED);
+      info_.set_message(failed);
+    } else if (info_.files_size() == 0) {
+      folder_.RemoveIfEmpty();  // no process sent an event: no folder
+    }
+    Conclude();
+  }
+
+  // The counters' last readings, then each process's trace closed (its footer says what was
+  // dropped or cut) and listed with Kineto's copies in the capture's files.
+  void CloseTraces() {
     if (gpu_metrics_active_) {
       EndGpuMetrics();
       std::deque<Item> items;
@@ -505,73 +549,28 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
             folder_.Describe(proc.kineto->file_name(), kKinetoTraceManifestFormat, p.pid());
       }
     }
-    uint64_t dropped = 0;
-    for (const v1::ProcessCapture& p : info_.processes()) {
-      dropped = SaturatingAdd(dropped, p.dropped_records());
-    }
-    info_.mutable_summary()->set_dropped_records(dropped);
+  }
 
-    session_.Conclude(cancelled_, write_error_, absl::Now());
+  // The seeds' bottleneck analysis, made as the batches arrived: summary.json is the report
+  // `profctl report` prints, and the capture's summary comes from it (one definition of the
+  // window, events, busy share and kernel table: docs/ANALYSIS.md). A Kineto trace arrives
+  // whole, written by the process: the capture's files are then read back and analysed.
+  absl::StatusOr<analysis::Report> MakeReport() {
+    uint64_t kineto_events = 0;
+    bool kineto = false;
+    for (const Process& proc : processes_) {
+      if (proc.kineto == nullptr || !proc.kineto->collected()) continue;
+      kineto = true;
+      kineto_events = SaturatingAdd(kineto_events, proc.kineto->trace_events());
+    }
+    if (!kineto) return analysis_->Finish();
+    std::vector<std::string> paths;
+    for (const auto& f : info_.files()) paths.push_back(f.path());
+    return KinetoSource::Analyze(paths, kineto_events, owner_->options_.kineto_max_exact_events);
+  }
 
-    // A file that failed to write is cut short: nothing of the capture stays, rather than a
-    // trace that looks whole (issue 13: a full disk left a truncated trace listed as fine).
-    std::string failed = write_error_.empty() ? "" : info_.message();
-    if (failed.empty() && info_.files_size() > 0) {
-      info_.set_location(folder_.path());
-      // The seeds' bottleneck analysis, made as the batches arrived: summary.json is the report
-      // `profctl report` prints, and the capture's summary comes from it (one definition of the
-      // window, events, busy share and kernel table: docs/ANALYSIS.md). A Kineto trace arrives
-      // whole, written by the process: the capture's files are then read back and analysed.
-      std::vector<std::string> paths;
-      bool kineto = false;
-      for (const auto& f : info_.files()) {
-        paths.push_back(f.path());
-        kineto |= f.format() == kKinetoTraceManifestFormat;
-      }
-      absl::StatusOr<analysis::Report> report;
-      if (kineto) {
-        uint64_t events = 0;
-        for (const Process& proc : processes_) {
-          if (proc.kineto) events = SaturatingAdd(events, proc.kineto->trace_events());
-        }
-        const uint64_t exact = owner_->options_.kineto_max_exact_events;
-        if (events <= exact) {
-          report = analysis::AnalyzeTraceFiles(paths);
-        } else {
-          report = analysis::AnalyzeTraceFilesStreaming(paths);
-          if (report.ok()) {
-            report->notes.push_back(absl::StrCat(
-                "The Kineto traces hold ", events, " events, more than profd analyses in memory (",
-                exact,
-                ", CaptureOptions::kineto_max_exact_events): they were analysed streaming, "
-                "so the operator table has no CUDA time. `profctl report` on the trace "
-                "file gives it."));
-          }
-        }
-      } else {
-        report = analysis_->Finish();
-      }
-      if (!report.ok()) {
-        LogWarning(kComponent, "capture %s: no bottleneck report: %s", info_.capture_id(),
-                   report.status().message());
-      }
-      if (absl::Status s = CloseCaptureFolder(report, dropped, owner_->options_, folder_, &info_);
-          !s.ok()) {
-        failed = absl::StrCat("writing the capture's files failed: ", s.message(),
-                              "; nothing of the capture was kept (profd --capture_dir)");
-      }
-    }
-    if (!failed.empty()) {
-      if (absl::Status removed = folder_.Remove(); !removed.ok()) {
-        LogError(kComponent, "capture %s: %s", info_.capture_id(), removed.message());
-      }
-      info_.clear_files();
-      info_.clear_location();
-      info_.set_phase(v1::CAPTURE_PHASE_FAILED);
-      info_.set_message(failed);
-    } else if (info_.files_size() == 0) {
-      folder_.RemoveIfEmpty();  // no process sent an event: no folder
-    }
+  // The capture has ended: its processes are free for the next one, and it is counted.
+  void Conclude() {
     for (const Target& t : targets_) {
       if (t.connection != 0) owner_->registry_->SetCapturing(t.connection, "");
     }

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/capture/capture_session.h"
+#include "daemon/analysis/analysis.h"
 #include "daemon/analysis/trace_reader.h"
 #include "daemon/kineto/kineto_trace_file.h"
 #include "daemon/trace/trace_format.h"
@@ -127,6 +128,21 @@ bool KinetoSource::Collect(absl::Time now, int64_t duration_ms, absl::Duration f
                                     "pre-empts on-demand traces)")
                      : std::string(collected.message()));
   return true;
+}
+
+absl::StatusOr<analysis::Report> KinetoSource::Analyze(const std::vector<std::string>& paths,
+                                                       uint64_t events,
+                                                       uint64_t max_exact_events) {
+  if (events <= max_exact_events) return analysis::AnalyzeTraceFiles(paths);
+  absl::StatusOr<analysis::Report> report = analysis::AnalyzeTraceFilesStreaming(paths);
+  if (report.ok()) {
+    report->notes.push_back(absl::StrCat(
+        "The Kineto traces hold ", events, " events, more than profd analyses in memory (",
+        max_exact_events,
+        ", CaptureOptions::kineto_max_exact_events): they were analysed streaming, so the "
+        "operator table has no CUDA time. `profctl report` on the trace file gives it."));
+  }
+  return report;
 }
 
 void KinetoSource::Withdraw() {

@@ -20,8 +20,11 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "daemon/analysis/report.h"
 #include "absl/time/time.h"
 #include "daemon/kineto/kineto_config.h"
 #include "daemon/kineto/kineto_ipc_server.h"
@@ -61,6 +64,12 @@ class KinetoSource {
   // by its deadline (FAILED, saying why). True when the row changed.
   bool Collect(absl::Time now, int64_t duration_ms, absl::Duration finish_timeout,
                v1::ProcessCapture* p);
+  // The report of a capture with Kineto's traces among its files (paths: all of them; events:
+  // what the Kineto traces hold): in memory, exactly, up to max_exact_events; past it streaming,
+  // in bounded memory, and the report says the operator table then has no CUDA time.
+  static absl::StatusOr<analysis::Report> Analyze(const std::vector<std::string>& paths,
+                                                  uint64_t events, uint64_t max_exact_events);
+
   // FINISHED through Collect: the copy in the folder, named file_name().
   bool collected() const { return collected_; }
   // The config went out (from the Event): the trace will be named after this pid.
