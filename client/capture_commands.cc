@@ -22,9 +22,9 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
-#include "daemon/capture/capture_request.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/capture/capture_request.h"
 #include "daemon/common/printable.h"
 #include "daemon/trace/trace_format.h"
 

@@ -59,31 +59,36 @@ int64_t OperatorDeltaRow::cuda_delta_ns() const {
   return SaturatingSub(cuda_total_b_ns, cuda_total_a_ns);
 }
 
-ReportDiff DiffReports(const Report& a, const Report& b) {
-  ReportDiff d;
+namespace {
+
+// The basis both sides are compared on: totals when the windows match, else per marked step, else
+// per second.
+void ChooseBasis(const Report& a, const Report& b, ReportDiff* d) {
   const double wa = double(a.window_ns), wb = double(b.window_ns);
-  if (wa > 0 && wb > 0 && std::abs(wa - wb) > kSameWindow * std::max(wa, wb)) {
-    const uint64_t sa = Steps(a), sb = Steps(b);
-    if (sa > 0 && sb > 0) {
-      d.basis = "per step";
-      d.units_a = double(sa);
-      d.units_b = double(sb);
-    } else {
-      d.basis = "per second";
-      d.units_a = wa / 1e9;
-      d.units_b = wb / 1e9;
-    }
+  if (wa <= 0 || wb <= 0 || std::abs(wa - wb) <= kSameWindow * std::max(wa, wb)) return;
+  const uint64_t sa = Steps(a), sb = Steps(b);
+  if (sa > 0 && sb > 0) {
+    d->basis = "per step";
+    d->units_a = double(sa);
+    d->units_b = double(sb);
+  } else {
+    d->basis = "per second";
+    d->units_a = wa / 1e9;
+    d->units_b = wb / 1e9;
   }
-  const std::string per = d.basis == "total" ? "" : " " + d.basis;
+}
+
+void AddOverview(const Report& a, const Report& b, ReportDiff* d) {
+  const std::string per = d->basis == "total" ? "" : " " + d->basis;
   auto metric = [&](const std::string& name, double va, double vb, const std::string& unit) {
-    d.overview.push_back({name, va, vb, unit});
+    d->overview.push_back({name, va, vb, unit});
   };
   // A sum over the window, compared per unit when the windows differ.
   auto summed = [&](const std::string& name, double va, double vb, const std::string& unit) {
-    metric(name + per, va / d.units_a, vb / d.units_b, unit);
+    metric(name + per, va / d->units_a, vb / d->units_b, unit);
   };
-  metric("window", wa, wb, "ns");
-  if (d.basis == "per step") metric("steps", d.units_a, d.units_b, "count");
+  metric("window", double(a.window_ns), double(b.window_ns), "ns");
+  if (d->basis == "per step") metric("steps", d->units_a, d->units_b, "count");
   summed("kernel time", double(a.kernel_time_ns), double(b.kernel_time_ns), "ns");
   summed("kernels", double(a.kernel_count), double(b.kernel_count), "count");
   metric("distinct kernels", double(a.distinct_kernels), double(b.distinct_kernels), "count");
@@ -114,71 +119,47 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
     metric(gpu + "launch rate", get(p.first, [](const GpuRow& g) { return g.launch_rate_per_s; }),
            get(p.second, [](const GpuRow& g) { return g.launch_rate_per_s; }), "per_s");
   }
+}
 
+// One side's numbers of a row (side 0: a, 1: b).
+void Fill(DeltaRow& r, int side, const std::string& name, uint64_t count, int64_t total_ns,
+          double avg_ns) {
+  r.name = name;
+  (side ? r.count_b : r.count_a) = count;
+  (side ? r.total_b_ns : r.total_a_ns) = total_ns;
+  (side ? r.avg_b_ns : r.avg_a_ns) = avg_ns;
+}
+
+void Fill(OperatorDeltaRow& r, int side, const OperatorRow& o) {
+  r.name = OperatorName(o);
+  (side ? r.calls_b : r.calls_a) = o.calls;
+  (side ? r.cuda_total_b_ns : r.cuda_total_a_ns) = o.cuda_total_ns;
+  (side ? r.self_cuda_b_ns : r.self_cuda_a_ns) = o.self_cuda_ns;
+  (side ? r.cpu_total_b_ns : r.cpu_total_a_ns) = o.cpu_total_ns;
+  (side ? r.self_cpu_b_ns : r.self_cpu_a_ns) = o.self_cpu_ns;
+}
+
+// Kernels, API calls, copies and operators by name, each row with both sides' numbers.
+void AddRows(const Report& a, const Report& b, ReportDiff* d) {
   std::map<std::string, DeltaRow> kernels, apis, copies;
-  for (const KernelRow& k : a.top_kernels) {
-    DeltaRow& r = kernels[k.name];
-    r.name = k.name;
-    r.count_a = k.stats.count;
-    r.total_a_ns = k.stats.total_ns;
-    r.avg_a_ns = k.stats.avg_ns;
-  }
-  for (const KernelRow& k : b.top_kernels) {
-    DeltaRow& r = kernels[k.name];
-    r.name = k.name;
-    r.count_b = k.stats.count;
-    r.total_b_ns = k.stats.total_ns;
-    r.avg_b_ns = k.stats.avg_ns;
-  }
-  for (const ApiRow& k : a.apis) {
-    DeltaRow& r = apis[k.name];
-    r.name = k.name;
-    r.count_a = k.stats.count;
-    r.total_a_ns = k.stats.total_ns;
-    r.avg_a_ns = k.stats.avg_ns;
-  }
-  for (const ApiRow& k : b.apis) {
-    DeltaRow& r = apis[k.name];
-    r.name = k.name;
-    r.count_b = k.stats.count;
-    r.total_b_ns = k.stats.total_ns;
-    r.avg_b_ns = k.stats.avg_ns;
-  }
-  for (const CopyRow& c : a.copies) {
-    DeltaRow& r = copies[c.kind + " " + c.memory];
-    r.name = c.kind + " " + c.memory;
-    r.count_a = c.count;
-    r.total_a_ns = c.total_ns;
-    r.avg_a_ns = c.count ? double(c.total_ns) / c.count : 0;
-  }
-  for (const CopyRow& c : b.copies) {
-    DeltaRow& r = copies[c.kind + " " + c.memory];
-    r.name = c.kind + " " + c.memory;
-    r.count_b = c.count;
-    r.total_b_ns = c.total_ns;
-    r.avg_b_ns = c.count ? double(c.total_ns) / c.count : 0;
-  }
   std::map<std::string, OperatorDeltaRow> operators;
-  for (const OperatorRow& o : a.operators) {
-    OperatorDeltaRow& r = operators[OperatorName(o)];
-    r.name = OperatorName(o);
-    r.calls_a = o.calls;
-    r.cuda_total_a_ns = o.cuda_total_ns;
-    r.self_cuda_a_ns = o.self_cuda_ns;
-    r.cpu_total_a_ns = o.cpu_total_ns;
-    r.self_cpu_a_ns = o.self_cpu_ns;
+  for (int side = 0; side < 2; ++side) {
+    const Report& r = side ? b : a;
+    for (const KernelRow& k : r.top_kernels) {
+      Fill(kernels[k.name], side, k.name, k.stats.count, k.stats.total_ns, k.stats.avg_ns);
+    }
+    for (const ApiRow& k : r.apis) {
+      Fill(apis[k.name], side, k.name, k.stats.count, k.stats.total_ns, k.stats.avg_ns);
+    }
+    for (const CopyRow& c : r.copies) {
+      const std::string name = c.kind + " " + c.memory;
+      Fill(copies[name], side, name, c.count, c.total_ns,
+           c.count ? double(c.total_ns) / c.count : 0);
+    }
+    for (const OperatorRow& o : r.operators) Fill(operators[OperatorName(o)], side, o);
   }
-  for (const OperatorRow& o : b.operators) {
-    OperatorDeltaRow& r = operators[OperatorName(o)];
-    r.name = OperatorName(o);
-    r.calls_b = o.calls;
-    r.cuda_total_b_ns = o.cuda_total_ns;
-    r.self_cuda_b_ns = o.self_cuda_ns;
-    r.cpu_total_b_ns = o.cpu_total_ns;
-    r.self_cpu_b_ns = o.self_cpu_ns;
-  }
-  for (auto& [n, r] : operators) d.operators.push_back(r);
-  std::sort(d.operators.begin(), d.operators.end(),
+  for (auto& [n, r] : operators) d->operators.push_back(r);
+  std::sort(d->operators.begin(), d->operators.end(),
             [](const OperatorDeltaRow& x, const OperatorDeltaRow& y) {
               int64_t cx = std::max(x.cuda_total_a_ns, x.cuda_total_b_ns);
               int64_t cy = std::max(y.cuda_total_a_ns, y.cuda_total_b_ns);
@@ -188,21 +169,34 @@ ReportDiff DiffReports(const Report& a, const Report& b) {
               if (px != py) return px > py;
               return x.name < y.name;
             });
-  for (auto& [n, r] : kernels) d.kernels.push_back(r);
-  for (auto& [n, r] : apis) d.apis.push_back(r);
-  for (auto& [n, r] : copies) d.copies.push_back(r);
-  SortRows(&d.kernels, d.units_a, d.units_b);
-  SortRows(&d.apis, d.units_a, d.units_b);
-  SortRows(&d.copies, d.units_a, d.units_b);
+  for (auto& [n, r] : kernels) d->kernels.push_back(r);
+  for (auto& [n, r] : apis) d->apis.push_back(r);
+  for (auto& [n, r] : copies) d->copies.push_back(r);
+  SortRows(&d->kernels, d->units_a, d->units_b);
+  SortRows(&d->apis, d->units_a, d->units_b);
+  SortRows(&d->copies, d->units_a, d->units_b);
+}
 
+void AddFindings(const Report& a, const Report& b, ReportDiff* d) {
   std::set<std::string> fa, fb;
   for (const Finding& f : a.findings) fa.insert(f.id);
   for (const Finding& f : b.findings) fb.insert(f.id);
-  for (const std::string& id : fa)
-    (fb.count(id) ? d.findings_both : d.findings_only_a).push_back(id);
-  for (const std::string& id : fb) {
-    if (!fa.count(id)) d.findings_only_b.push_back(id);
+  for (const std::string& id : fa) {
+    (fb.count(id) ? d->findings_both : d->findings_only_a).push_back(id);
   }
+  for (const std::string& id : fb) {
+    if (!fa.count(id)) d->findings_only_b.push_back(id);
+  }
+}
+
+}  // namespace
+
+ReportDiff DiffReports(const Report& a, const Report& b) {
+  ReportDiff d;
+  ChooseBasis(a, b, &d);
+  AddOverview(a, b, &d);
+  AddRows(a, b, &d);
+  AddFindings(a, b, &d);
   return d;
 }
 

@@ -215,7 +215,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
  private:
   struct Process {
-    std::unique_ptr<ProcessSink> sink;  // through the agent: where its batches go
+    std::unique_ptr<ProcessSink> sink;     // through the agent: where its batches go
     std::unique_ptr<KinetoSource> kineto;  // through Kineto: the offer, then its trace
   };
 
@@ -297,7 +297,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
   // List, which read only snapshot_: the pipeline's working state goes now. So do the pages
   // malloc keeps from the capture's buffers: glibc hands freed memory back to the system only
   // from the top of each thread's arena, and a capture of 64 processes left ~90 MB of RSS
-  // behind, more with every capture (tests/bench/profd_footprint_bench, docs/measurements/overhead.md).
+  // behind, more with every capture (tests/bench/profd_footprint_bench,
+  // docs/measurements/overhead.md).
   void ReleaseWorkingState() {
     std::vector<Process>().swap(processes_);
     analysis_.reset();
@@ -311,8 +312,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 
   bool Handle(Item& item) {
     if (item.kind == Item::kKineto) {
-      return processes_[item.target].kineto->Apply(item.kineto, info_,
-                                                   owner_->options_.finish_timeout, &P(item.target));
+      return processes_[item.target].kineto->Apply(
+          item.kineto, info_, owner_->options_.finish_timeout, &P(item.target));
     }
     if (item.kind == Item::kCounters) return HandleCounters(item.counters);
     if (item.kind == Item::kShutdown) {
@@ -539,9 +540,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
             proc.sink->FinishTrace(p.dropped_records(), p.truncated(),
                                    p.state() == v1::CAPTURE_STATE_FAILED ? p.message() : "");
         if (!s.ok() && write_error_.empty()) write_error_ = std::string(s.message());
-        *info_.add_files() =
-            folder_.Describe(proc.sink->file_name(),
-                             TraceFormatOf(format_).manifest_format, p.pid());
+        *info_.add_files() = folder_.Describe(proc.sink->file_name(),
+                                              TraceFormatOf(format_).manifest_format, p.pid());
       }
       if (proc.kineto && proc.kineto->collected()) {
         // Kineto's own JSON, as the process wrote it (gzip): CPU operators, kernels, flows.

@@ -7,9 +7,9 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "daemon/capture/capture_close.h"
 #include "daemon/capture/capture_folder.h"
@@ -30,37 +30,31 @@ constexpr char kKilledMessage[] =
     "profd stopped before the capture was finished (killed or crashed?); repaired when profd "
     "started again: the trace keeps the events written until then";
 
-}  // namespace
+// What a killed capture's unfinished.json recorded of its request (the CaptureInfo the capture
+// began with); empty when there is none or it was cut.
+std::string ReadRequestRecord(const CaptureFolder& folder) {
+  std::ifstream in(folder.PathOf(CaptureFolder::kUnfinished), std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
 
-// One folder a previous profd left without a manifest: its traces repaired (RepairTrace), then
-// summary.json and manifest.json as a finished capture has them, saying what happened.
-absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::string& path) {
-  CaptureFolder folder(path);
-  v1::CaptureInfo info;
-  std::string request;
-  {
-    std::ifstream in(folder.PathOf(CaptureFolder::kUnfinished), std::ios::binary);
-    std::ostringstream text;
-    text << in.rdbuf();
-    request = text.str();
-  }
-  if (request.empty() || !ProtoFromJson(request, &info)) {
-    info.Clear();  // no record of the request (or a cut one): what the folder itself says
-    info.set_capture_id(std::filesystem::path(path).filename().string());
-    info.set_hostname(options_.hostname);
-  }
-  struct Trace {
-    std::string name;
-    uint32_t pid;
-    TraceFormat format;
-    bool operator<(const Trace& o) const { return name < o.name; }
-  };
-  std::vector<Trace> traces;
+struct LeftTrace {
+  std::string name;
+  uint32_t pid;
+  TraceFormat format;
+  bool operator<(const LeftTrace& o) const { return name < o.name; }
+};
+
+// The traces the folder holds (trace-<pid><suffix>), by name; the writes the kill cut short
+// (.tmp, .repair) are removed.
+std::vector<LeftTrace> ListLeftTraces(const std::string& path) {
+  std::vector<LeftTrace> traces;
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(path, ec)) {
     const std::string name = entry.path().filename().string();
     if (absl::EndsWith(name, ".tmp") || absl::EndsWith(name, ".repair")) {
-      std::filesystem::remove(entry.path(), ec);  // a write the kill cut short
+      std::filesystem::remove(entry.path(), ec);
       continue;
     }
     uint32_t pid = 0;
@@ -68,45 +62,72 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
     if (ParseTraceFileName(name, &pid, &format)) traces.push_back({name, pid, format});
   }
   std::sort(traces.begin(), traces.end());
-  if (request.empty() && traces.empty()) {
-    return absl::NotFoundError(absl::StrCat(path, " holds no capture profd knows"));
+  return traces;
+}
+
+v1::ProcessCapture* ProcessOf(v1::CaptureInfo* info, uint32_t pid) {
+  for (v1::ProcessCapture& p : *info->mutable_processes()) {
+    if (p.pid() == pid) return &p;
   }
-  auto process_of = [&info](uint32_t pid) -> v1::ProcessCapture* {
-    for (v1::ProcessCapture& p : *info.mutable_processes()) {
-      if (p.pid() == pid) return &p;
-    }
-    v1::ProcessCapture* p = info.add_processes();
-    p->set_pid(pid);
-    return p;
-  };
-  std::vector<std::string> lost;
+  v1::ProcessCapture* p = info->add_processes();
+  p->set_pid(pid);
+  return p;
+}
+
+// Each left trace made readable by its format's repair and listed in info's files; what could
+// not be kept is removed and said in *lost. Kineto's copies are not profd's format to close:
+// kept when whole.
+void RepairLeftTraces(CaptureFolder& folder, const std::vector<LeftTrace>& traces, int gzip_level,
+                      v1::CaptureInfo* info, std::vector<std::string>* lost) {
+  std::error_code ec;
   for (const auto& [name, pid, format] : traces) {
-    if (process_of(pid)->path() == v1::CAPTURE_PATH_KINETO) {
-      // Kineto's own JSON, copied by KinetoSource: kept when the copy was whole; a cut one is
-      // not profd's format to close, and goes.
+    v1::ProcessCapture* p = ProcessOf(info, pid);
+    if (p->path() == v1::CAPTURE_PATH_KINETO) {
       if (GzipIsWhole(folder.PathOf(name))) {
-        *info.add_files() = folder.Describe(name, kKinetoTraceManifestFormat, pid);
+        *info->add_files() = folder.Describe(name, kKinetoTraceManifestFormat, pid);
       } else {
         std::filesystem::remove(folder.PathOf(name), ec);
-        lost.push_back(absl::StrCat("pid ", pid, ": Kineto's trace was cut while profd copied it"));
+        lost->push_back(
+            absl::StrCat("pid ", pid, ": Kineto's trace was cut while profd copied it"));
       }
       continue;
     }
     TraceProcess process;
     process.pid = pid;
-    process.comm = process_of(pid)->comm();
-    process.hostname = info.hostname();
-    process.capture_id = info.capture_id();
-    absl::StatusOr<TraceRepair> repaired = TraceFormatOf(format).repair(
-        folder.PathOf(name), process, kKilledMessage, options_.gzip_level);
+    process.comm = p->comm();
+    process.hostname = info->hostname();
+    process.capture_id = info->capture_id();
+    absl::StatusOr<TraceRepair> repaired =
+        TraceFormatOf(format).repair(folder.PathOf(name), process, kKilledMessage, gzip_level);
     if (!repaired.ok()) {
       // Nothing of it reads: no file that looks like a trace stays.
       std::filesystem::remove(folder.PathOf(name), ec);
-      lost.push_back(absl::StrCat("pid ", pid, ": ", repaired.status().message()));
+      lost->push_back(absl::StrCat("pid ", pid, ": ", repaired.status().message()));
       continue;
     }
-    *info.add_files() = folder.Describe(name, TraceFormatOf(format).manifest_format, pid);
+    *info->add_files() = folder.Describe(name, TraceFormatOf(format).manifest_format, pid);
   }
+}
+
+}  // namespace
+
+// One folder a previous profd left without a manifest: its traces repaired, then summary.json
+// and manifest.json as a finished capture has them (CloseCaptureFolder), saying what happened.
+absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::string& path) {
+  CaptureFolder folder(path);
+  v1::CaptureInfo info;
+  const std::string request = ReadRequestRecord(folder);
+  if (request.empty() || !ProtoFromJson(request, &info)) {
+    info.Clear();  // no record of the request (or a cut one): what the folder itself says
+    info.set_capture_id(std::filesystem::path(path).filename().string());
+    info.set_hostname(options_.hostname);
+  }
+  const std::vector<LeftTrace> traces = ListLeftTraces(path);
+  if (request.empty() && traces.empty()) {
+    return absl::NotFoundError(absl::StrCat(path, " holds no capture profd knows"));
+  }
+  std::vector<std::string> lost;
+  RepairLeftTraces(folder, traces, options_.gzip_level, &info, &lost);
   for (v1::ProcessCapture& p : *info.mutable_processes()) {
     if (CaptureSession::Terminal(p.state())) continue;
     p.set_state(v1::CAPTURE_STATE_FAILED);

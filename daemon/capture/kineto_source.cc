@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/capture/capture_session.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/analysis/trace_reader.h"
+#include "daemon/capture/capture_session.h"
 #include "daemon/kineto/kineto_trace_file.h"
 #include "daemon/trace/trace_format.h"
 
@@ -103,7 +103,8 @@ bool KinetoSource::Apply(const Event& event, const v1::CaptureInfo& capture,
   p->set_state(v1::CAPTURE_STATE_STARTED);
   p->set_enabled_unix_ns(absl::ToUnixNanos(start));
   p->set_start_latency_ns(absl::ToInt64Nanoseconds(
-      start - absl::FromUnixNanos(std::max(capture.requested_unix_ns(), capture.start_at_unix_ns()))));
+      start -
+      absl::FromUnixNanos(std::max(capture.requested_unix_ns(), capture.start_at_unix_ns()))));
   // Kineto writes the trace when the window ends, the whole JSON at once.
   deadline_ = start + absl::Milliseconds(capture.duration_ms()) + finish_timeout;
   return true;
@@ -131,8 +132,7 @@ bool KinetoSource::Collect(absl::Time now, int64_t duration_ms, absl::Duration f
 }
 
 absl::StatusOr<analysis::Report> KinetoSource::Analyze(const std::vector<std::string>& paths,
-                                                       uint64_t events,
-                                                       uint64_t max_exact_events) {
+                                                       uint64_t events, uint64_t max_exact_events) {
   if (events <= max_exact_events) return analysis::AnalyzeTraceFiles(paths);
   absl::StatusOr<analysis::Report> report = analysis::AnalyzeTraceFilesStreaming(paths);
   if (report.ok()) {

@@ -24,8 +24,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/analysis/report.h"
 #include "absl/time/time.h"
+#include "daemon/analysis/report.h"
 #include "daemon/kineto/kineto_config.h"
 #include "daemon/kineto/kineto_ipc_server.h"
 #include "profd/v1/profd.pb.h"

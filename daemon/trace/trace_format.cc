@@ -40,8 +40,8 @@ constexpr std::string_view kPerfettoSuffixes[] = {".pftrace.gz", ".perfetto-trac
 const TraceFormatInfo kFormats[] = {
     {TraceFormat::kChromeJson, "json", "Chrome JSON", ".json.gz", kJsonSuffixes, "chrome-json-gz",
      &CreateWriter<ChromeTraceWriter>, &StreamJson, &RepairTrace},
-    {TraceFormat::kPerfetto, "perfetto", "Perfetto protobuf", ".pftrace.gz", kPerfettoSuffixes, "perfetto-pb-gz",
-     &CreateWriter<PerfettoTraceWriter>, &StreamPerfettoTrace, &RepairPerfetto},
+    {TraceFormat::kPerfetto, "perfetto", "Perfetto protobuf", ".pftrace.gz", kPerfettoSuffixes,
+     "perfetto-pb-gz", &CreateWriter<PerfettoTraceWriter>, &StreamPerfettoTrace, &RepairPerfetto},
 };
 
 }  // namespace
@@ -72,7 +72,8 @@ std::string TraceFormatChoices() {
 }
 
 const TraceFormatInfo* TraceFormatOfManifest(std::string_view manifest_format) {
-  if (manifest_format == kKinetoTraceManifestFormat) return &TraceFormatOf(TraceFormat::kChromeJson);
+  if (manifest_format == kKinetoTraceManifestFormat)
+    return &TraceFormatOf(TraceFormat::kChromeJson);
   for (const TraceFormatInfo& f : kFormats) {
     if (f.manifest_format == manifest_format) return &f;
   }

@@ -45,9 +45,9 @@ struct TraceFormatInfo {
   std::string_view manifest_format;  // TraceFile.format in manifest.json
   // Writes a process's events into path (created or truncated); gzip_level is GzipStream's.
   absl::StatusOr<std::unique_ptr<TraceWriter>> (*create_writer)(const std::string& path,
-                                                              const TraceProcess& process,
-                                                              int gzip_level,
-                                                              TraceFile::BytesObserver on_bytes);
+                                                                const TraceProcess& process,
+                                                                int gzip_level,
+                                                                TraceFile::BytesObserver on_bytes);
   // Streams a file of this format into the analysis's tables and sink.
   absl::Status (*stream)(const std::string& path, analysis::Trace* tables,
                          analysis::TraceEventSink* sink);

@@ -62,7 +62,8 @@ TEST(CaptureRequestTest, EachFieldIsCheckedAtItsBound) {
   r.set_trace_format("perfetto");
   EXPECT_EQ(Refusal(r), "");
   r.set_trace_format("parquet");
-  EXPECT_THAT(Refusal(r), HasSubstr("--format parquet is not a trace format: give json or perfetto"));
+  EXPECT_THAT(Refusal(r),
+              HasSubstr("--format parquet is not a trace format: give json or perfetto"));
 
   r = Request();
   r.set_gpu_metrics(true);

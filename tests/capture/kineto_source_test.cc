@@ -92,8 +92,8 @@ TEST(KinetoSourceTest, ADeliveredConfigStartsTheProcessAndItsTraceIsDueByTheDead
   EXPECT_THAT(p.message(), HasSubstr("Kineto took the capture but wrote no trace within 5s"));
   EXPECT_FALSE(source.collected());
   // An ended row is left alone.
-  EXPECT_FALSE(source.Collect(deadline + absl::Seconds(10), capture.duration_ms(),
-                              absl::Seconds(5), &p));
+  EXPECT_FALSE(
+      source.Collect(deadline + absl::Seconds(10), capture.duration_ms(), absl::Seconds(5), &p));
 }
 
 }  // namespace

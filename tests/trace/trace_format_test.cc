@@ -62,9 +62,9 @@ TEST(TraceFormatTest, EveryFormatIsFoundByEachOfItsNames) {
   EXPECT_EQ(TraceFormatOfName("summary.txt"), nullptr);
   uint32_t pid = 0;
   TraceFormat format{};
-  for (const char* not_a_trace : {"trace-.json.gz", "trace-12x.json.gz", "trace--1.json.gz",
-                                  "trace-99999999999.json.gz", "summary.json", "trace-7.json",
-                                  "xtrace-7.json.gz", "trace-7.pftrace"}) {
+  for (const char* not_a_trace :
+       {"trace-.json.gz", "trace-12x.json.gz", "trace--1.json.gz", "trace-99999999999.json.gz",
+        "summary.json", "trace-7.json", "xtrace-7.json.gz", "trace-7.pftrace"}) {
     EXPECT_FALSE(ParseTraceFileName(not_a_trace, &pid, &format)) << not_a_trace;
   }
 }
