@@ -820,6 +820,11 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
         absl::StrCat("--label is ", request.label().size(), " bytes; a label may have at most ",
                      v1::kMaxLabelBytes, " (it is a name, not data)"));
   }
+  if (request.has_alert() && request.alert().ByteSizeLong() > v1::kMaxAlertBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the alert is ", request.alert().ByteSizeLong(),
+                                                   " bytes; a capture keeps at most ",
+                                                   v1::kMaxAlertBytes));
+  }
   absl::StatusOr<std::vector<CaptureTarget>> resolved =
       catalog_->Resolve(request, [this](uint32_t pid) { return RunningCaptureOf(pid); });
   if (!resolved.ok()) return resolved.status();
@@ -879,6 +884,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   info.set_start_at_unix_ns(absl::ToUnixNanos(start_at));
   info.set_duration_ms(request.duration_ms());
   info.set_label(request.label());
+  if (request.has_alert()) *info.mutable_alert() = request.alert();
   info.set_hostname(options_.hostname);
   for (int kind : request.kinds()) info.add_kinds(static_cast<v1::ActivityKind>(kind));
   if (request.gpu_metrics()) {
