@@ -130,8 +130,8 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   // The ALERT column only where an alert started one of the captures shown.
   const bool alerts = std::any_of(response.traces().begin(), response.traces().end(),
                                   [](const auto& t) { return !t.alert().empty(); });
-  std::vector<std::string> header = {"CAPTURE", "HOST", "PODS", "STARTED", "SIZE>", "STATE",
-                                     "LABEL"};
+  std::vector<std::string> header = {"CAPTURE", "HOST",  "PODS", "STARTED",
+                                     "SIZE>",   "STATE", "LABEL"};
   if (alerts) header.push_back("ALERT");
   analysis::TextTable table(header);
   for (const auto& t : response.traces()) {

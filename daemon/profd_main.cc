@@ -32,8 +32,8 @@
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "daemon/agents/agent_channel_server.h"
-#include "daemon/alerts/alert_webhook.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/alerts/alert_webhook.h"
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/capture/capture_targets.h"
 #include "daemon/kineto/kineto_config.h"
@@ -427,8 +427,8 @@ absl::Status AlertFlags(Config* config) {
   std::stringstream text;
   text << in.rdbuf();
   if (!in) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--alert_token_file=", token_file, ": cannot read it: ", std::strerror(errno)));
+    return absl::InvalidArgumentError(absl::StrCat("--alert_token_file=", token_file,
+                                                   ": cannot read it: ", std::strerror(errno)));
   }
   config->alerts.token = std::string(absl::StripAsciiWhitespace(text.str()));
   if (config->alerts.token.size() < 16) {

@@ -18,16 +18,15 @@ std::string LabelOf(const AlertmanagerAlert& alert, const std::string& label) {
 }
 
 absl::Status BadAnnotation(const char* name, const std::string& value, const std::string& want) {
-  return absl::InvalidArgumentError(absl::StrCat("annotation ", name, "=\"", value,
-                                                 "\": expected ", want));
+  return absl::InvalidArgumentError(
+      absl::StrCat("annotation ", name, "=\"", value, "\": expected ", want));
 }
 
 absl::Status ApplyAnnotations(const AlertmanagerAlert& alert, const AlertCaptureContext& context,
                               v1::CaptureRequest* request) {
   auto annotation = [&](const char* name) -> std::string {
     auto it = alert.annotations.find(name);
-    return it == alert.annotations.end() ? ""
-                                         : std::string(absl::StripAsciiWhitespace(it->second));
+    return it == alert.annotations.end() ? "" : std::string(absl::StripAsciiWhitespace(it->second));
   };
   absl::Duration duration = context.default_duration;
   if (std::string text = annotation(kDurationAnnotation); !text.empty()) {
@@ -66,7 +65,8 @@ absl::Status ApplyAnnotations(const AlertmanagerAlert& alert, const AlertCapture
 
 absl::StatusOr<AlertTargetLabels> ParseAlertTargetLabels(absl::string_view text) {
   AlertTargetLabels labels;
-  for (absl::string_view entry : absl::StrSplit(absl::string_view(text), ',', absl::SkipWhitespace())) {
+  for (absl::string_view entry :
+       absl::StrSplit(absl::string_view(text), ',', absl::SkipWhitespace())) {
     std::vector<absl::string_view> parts = absl::StrSplit(entry, absl::MaxSplits('=', 1));
     const absl::string_view target = absl::StripAsciiWhitespace(parts[0]);
     std::string* out = target == "pid"         ? &labels.pid
@@ -90,9 +90,9 @@ absl::StatusOr<v1::CaptureRequest> CaptureRequestForAlert(const AlertmanagerAler
                                                           const AlertCaptureContext& context) {
   const AlertTargetLabels& names = context.labels;
   if (std::string node = LabelOf(alert, names.node); !node.empty() && node != context.node) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "its label ", names.node, "=\"", node, "\" names another node than this one (",
-        context.node, "): route it to that node's profd"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("its label ", names.node, "=\"", node, "\" names another node than this one (",
+                     context.node, "): route it to that node's profd"));
   }
   v1::CaptureRequest request;
   const std::string pid_text = LabelOf(alert, names.pid);
@@ -112,12 +112,14 @@ absl::StatusOr<v1::CaptureRequest> CaptureRequestForAlert(const AlertmanagerAler
       return absl::InvalidArgumentError(
           absl::StrCat("its label ", names.gpu, "=\"", gpu_text, "\" is not a GPU index"));
     }
-    std::vector<uint32_t> pids =
-        context.pids_on_gpu ? context.pids_on_gpu(gpu, pod_namespace, pod) : std::vector<uint32_t>{};
+    std::vector<uint32_t> pids = context.pids_on_gpu ? context.pids_on_gpu(gpu, pod_namespace, pod)
+                                                     : std::vector<uint32_t>{};
     if (pids.empty()) {
       return absl::NotFoundError(absl::StrCat(
           "no process with an agent on GPU ", gpu,
-          pod.empty() ? "" : absl::StrCat(" in pod ", pod_namespace.empty() ? "" : pod_namespace + "/", pod),
+          pod.empty()
+              ? ""
+              : absl::StrCat(" in pod ", pod_namespace.empty() ? "" : pod_namespace + "/", pod),
           " on ", context.node));
     }
     for (uint32_t pid : pids) request.add_pids(pid);
@@ -129,9 +131,9 @@ absl::StatusOr<v1::CaptureRequest> CaptureRequestForAlert(const AlertmanagerAler
     for (const std::string* label : {&names.pid, &names.gpu, &names.pod}) {
       if (!label->empty()) wanted.push_back(*label);
     }
-    return absl::InvalidArgumentError(absl::StrCat(
-        "it names no process: it has none of the labels ", absl::StrJoin(wanted, ", "),
-        " (--alert_target_labels maps them; keep them in the rule's `by (...)`)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("it names no process: it has none of the labels ", absl::StrJoin(wanted, ", "),
+                     " (--alert_target_labels maps them; keep them in the rule's `by (...)`)"));
   }
   if (absl::Status s = ApplyAnnotations(alert, context, &request); !s.ok()) return s;
   return request;

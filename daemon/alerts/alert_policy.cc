@@ -60,8 +60,8 @@ AlertPolicy::Verdict AlertPolicy::Decide(const std::string& group_key, const std
     if (now - group.last_started < options_.cooldown) {
       return {AlertDecision::kCooledDown,
               absl::StrCat("its group started capture ", group.capture_id, " ",
-                           absl::FormatDuration(absl::Trunc(now - group.last_started,
-                                                            absl::Milliseconds(1))),
+                           absl::FormatDuration(
+                               absl::Trunc(now - group.last_started, absl::Milliseconds(1))),
                            " ago; --alert_cooldown is ", absl::FormatDuration(options_.cooldown))};
     }
   }
@@ -96,9 +96,9 @@ void AlertPolicy::Started(const std::string& group_key, const std::string& firin
 
 void AlertPolicy::Forget() {
   while (groups_.size() > options_.max_groups) {
-    auto oldest = std::min_element(groups_.begin(), groups_.end(), [](const auto& a, const auto& b) {
-      return a.second.touched < b.second.touched;
-    });
+    auto oldest = std::min_element(
+        groups_.begin(), groups_.end(),
+        [](const auto& a, const auto& b) { return a.second.touched < b.second.touched; });
     groups_.erase(oldest);
   }
 }

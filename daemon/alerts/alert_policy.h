@@ -65,7 +65,7 @@ class AlertPolicy {
  private:
   struct Group {
     absl::Time last_started = absl::InfinitePast();
-    std::string capture_id;        // its last capture
+    std::string capture_id;         // its last capture
     std::set<std::string> firings;  // that started one (bounded: kMaxFiringsPerGroup)
     std::deque<std::string> firing_order;
     uint64_t touched = 0;  // for forgetting the least recent group

@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "absl/strings/ascii.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "profd/v1/capture_limits.h"
 #include "rapidjson/stringbuffer.h"
 #include "rapidjson/writer.h"
@@ -40,9 +40,9 @@ std::string Targets(const v1::CaptureRequest& request) {
   std::vector<std::string> parts;
   for (uint32_t pid : request.pids()) parts.push_back(absl::StrCat("pid:", pid));
   if (!request.pod_name().empty()) {
-    parts.push_back(absl::StrCat("pod:",
-                                 request.pod_namespace().empty() ? "" : request.pod_namespace() + "/",
-                                 request.pod_name()));
+    parts.push_back(
+        absl::StrCat("pod:", request.pod_namespace().empty() ? "" : request.pod_namespace() + "/",
+                     request.pod_name()));
   }
   return absl::StrJoin(parts, ",");
 }
@@ -52,7 +52,8 @@ v1::CaptureAlert CaptureAlertOf(const AlertmanagerNotification& n, const Alertma
   alert.set_name(a.name());
   alert.mutable_labels()->insert(a.labels.begin(), a.labels.end());
   alert.mutable_annotations()->insert(a.annotations.begin(), a.annotations.end());
-  if (a.starts_at != absl::InfinitePast()) alert.set_starts_at_unix_ns(absl::ToUnixNanos(a.starts_at));
+  if (a.starts_at != absl::InfinitePast())
+    alert.set_starts_at_unix_ns(absl::ToUnixNanos(a.starts_at));
   alert.set_generator_url(a.generator_url);
   alert.set_fingerprint(a.fingerprint);
   alert.set_group_key(n.group_key);
@@ -143,8 +144,8 @@ HttpResponse AlertWebhook::Handle(const HttpRequest& request) {
   }
   w.EndArray();
   w.EndObject();
-  HttpResponse response =
-      Answer(RequestResult::kAccepted, 200, "OK", std::string(buffer.GetString(), buffer.GetSize()));
+  HttpResponse response = Answer(RequestResult::kAccepted, 200, "OK",
+                                 std::string(buffer.GetString(), buffer.GetSize()));
   response.content_type = "application/json";
   return response;
 }
@@ -169,7 +170,8 @@ AlertWebhook::Outcome AlertWebhook::Consider(const AlertmanagerNotification& not
     request->mutable_alert()->clear_annotations();
   }
   const absl::Time now = clock_();
-  const std::string firing = absl::StrCat(alert.fingerprint, "@", absl::ToUnixNanos(alert.starts_at));
+  const std::string firing =
+      absl::StrCat(alert.fingerprint, "@", absl::ToUnixNanos(alert.starts_at));
   AlertPolicy::Verdict verdict = policy_.Decide(notification.group_key, firing, now);
   if (verdict.decision != AlertDecision::kStarted) {
     outcome.decision = verdict.decision;

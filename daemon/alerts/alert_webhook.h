@@ -47,8 +47,9 @@ struct AlertCaptures {
 class AlertWebhook {
  public:
   // clock: absl::Now, or a test's.
-  AlertWebhook(AlertWebhookOptions options, AlertCaptures captures,
-               std::function<absl::Time()> clock = [] { return absl::Now(); });
+  AlertWebhook(
+      AlertWebhookOptions options, AlertCaptures captures,
+      std::function<absl::Time()> clock = [] { return absl::Now(); });
 
   // The HTTP listener's handler.
   HttpResponse Handle(const HttpRequest& request);

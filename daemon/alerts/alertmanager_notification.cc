@@ -10,9 +10,8 @@ namespace {
 using Value = rapidjson::Value;
 
 absl::Status Bad(const std::string& where, const std::string& what) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("not an Alertmanager webhook notification (payload version 4): ", where, ": ",
-                   what));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "not an Alertmanager webhook notification (payload version 4): ", where, ": ", what));
 }
 
 // A string member; absent is "" unless required.

@@ -106,17 +106,17 @@ absl::StatusOr<int> Listen(const std::string& address, const HttpServer::Options
   if (colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(absl::string_view(address).substr(colon + 1), &port) || port < 0 ||
       port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(options.address_flag, "=", address,
-                     " is not host:port (e.g. 0.0.0.0:", options.usual_port,
-                     ", 127.0.0.1:", options.usual_port, "), nor 'none'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        options.address_flag, "=", address, " is not host:port (e.g. 0.0.0.0:", options.usual_port,
+        ", 127.0.0.1:", options.usual_port, "), nor 'none'"));
   }
   std::string host = address.substr(0, colon);
   if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }
   auto fail = [&](const std::string& why) {
-    return absl::UnavailableError(absl::StrCat("cannot serve ", options.what, " on ", address, ": ", why,
+    return absl::UnavailableError(absl::StrCat("cannot serve ", options.what, " on ", address, ": ",
+                                               why,
                                                ". Is the port in use (another profd?) "
                                                "or the address not on this host?"));
   };
@@ -443,11 +443,10 @@ class HttpServer::Loop {
   }
 
   void Answer(Connection& c, const HttpResponse& response, bool head, bool close) {
-    c.head = absl::StrCat("HTTP/1.1 ", response.code, " ", response.reason,
-                          "\r\nContent-Type: ", response.content_type,
-                          "\r\nContent-Length: ", response.body->size(), "\r\n",
-                          response.extra_headers, "Connection: ", close ? "close" : "keep-alive",
-                          "\r\n\r\n");
+    c.head = absl::StrCat(
+        "HTTP/1.1 ", response.code, " ", response.reason,
+        "\r\nContent-Type: ", response.content_type, "\r\nContent-Length: ", response.body->size(),
+        "\r\n", response.extra_headers, "Connection: ", close ? "close" : "keep-alive", "\r\n\r\n");
     c.body = head ? nullptr : response.body;
     c.sent = 0;
     c.close_after = close;
@@ -529,8 +528,8 @@ HttpResponse HttpResponse::Text(int code, std::string reason, std::string text, 
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,
-                                                             Handler handler,
-                                                             const Options& options) {
+                                                              Handler handler,
+                                                              const Options& options) {
   std::string bound;
   absl::StatusOr<int> fd = Listen(address, options, &bound);
   if (!fd.ok()) return fd.status();

@@ -63,7 +63,8 @@ class MetricsServer::Page {
                 .Name("exposer_request_latencies")
                 .Help("Latencies of serving scrape requests, in microseconds")
                 .Register(*exposer_registry_)
-                .Add({}, prometheus::Summary::Quantiles{{0.5, 0.05}, {0.9, 0.01}, {0.99, 0.001}})) {}
+                .Add({}, prometheus::Summary::Quantiles{{0.5, 0.05}, {0.9, 0.01}, {0.99, 0.001}})) {
+  }
 
   HttpResponse Answer(const HttpRequest& request) {
     const bool head = request.method == "HEAD";

@@ -68,8 +68,9 @@ absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
                                                       const std::string& default_hostname);
 
 // The row of a capture profd just made, from its CaptureInfo rather than its manifest read back:
-// capture_id, hostname, label, alert name, source "capture", started_unix_ns (else requested_unix_ns), the
-// processes' pods, and its trace files with the sizes and digests taken as they were written.
+// capture_id, hostname, label, alert name, source "capture", started_unix_ns (else
+// requested_unix_ns), the processes' pods, and its trace files with the sizes and digests taken as
+// they were written.
 v1::StoredTrace DescribeCapture(const v1::CaptureInfo& info);
 
 // Lists every file of `folder` in trace (sorted by name, with sizes and SHA-256) and their total.

@@ -43,8 +43,8 @@ TEST(AlertTargetLabelsTest, DefaultsAreProfdsOwnLabelsAndEachCanBeRenamedOrTurne
   EXPECT_EQ(d->pod_namespace, "namespace");
   EXPECT_EQ(d->node, "hostname");
   EXPECT_EQ(d->gpu, "gpu");
-  absl::StatusOr<AlertTargetLabels> k =
-      ParseAlertTargetLabels(" pod=kubernetes_pod_name, namespace=kubernetes_namespace,node=,gpu=dev");
+  absl::StatusOr<AlertTargetLabels> k = ParseAlertTargetLabels(
+      " pod=kubernetes_pod_name, namespace=kubernetes_namespace,node=,gpu=dev");
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_EQ(k->pod, "kubernetes_pod_name");
   EXPECT_EQ(k->pod_namespace, "kubernetes_namespace");
@@ -54,8 +54,9 @@ TEST(AlertTargetLabelsTest, DefaultsAreProfdsOwnLabelsAndEachCanBeRenamedOrTurne
   for (const char* bad : {"container=c", "pod", "pid:process"}) {
     absl::StatusOr<AlertTargetLabels> r = ParseAlertTargetLabels(bad);
     ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_THAT(r.status().message(),
-                HasSubstr("is not target=label with a target among pid, pod, namespace, node, gpu"));
+    EXPECT_THAT(
+        r.status().message(),
+        HasSubstr("is not target=label with a target among pid, pod, namespace, node, gpu"));
   }
 }
 
@@ -109,9 +110,12 @@ TEST(AlertCaptureRequestTest, AlertsProfdCannotActOnSayWhy) {
   };
   EXPECT_THAT(error(Alert({{"namespace", "serving"}, {"severity", "page"}})),
               HasSubstr("it names no process: it has none of the labels pid, gpu, pod"));
-  EXPECT_THAT(error(Alert({{"pid", "12x"}})), HasSubstr("its label pid=\"12x\" is not a process id"));
-  EXPECT_THAT(error(Alert({{"gpu", "first"}})), HasSubstr("its label gpu=\"first\" is not a GPU index"));
-  EXPECT_THAT(error(Alert({{"gpu", "0"}})), HasSubstr("no process with an agent on GPU 0 on node-7"));
+  EXPECT_THAT(error(Alert({{"pid", "12x"}})),
+              HasSubstr("its label pid=\"12x\" is not a process id"));
+  EXPECT_THAT(error(Alert({{"gpu", "first"}})),
+              HasSubstr("its label gpu=\"first\" is not a GPU index"));
+  EXPECT_THAT(error(Alert({{"gpu", "0"}})),
+              HasSubstr("no process with an agent on GPU 0 on node-7"));
   EXPECT_THAT(error(Alert({{"hostname", "node-9"}, {"pid", "1"}})),
               HasSubstr("names another node than this one (node-7)"));
   EXPECT_THAT(error(Alert({{"pid", "1"}}, {{kDurationAnnotation, "5 seconds"}})),
@@ -128,12 +132,11 @@ TEST(AlertCaptureRequestTest, AlertsProfdCannotActOnSayWhy) {
 
 TEST(AlertCaptureRequestTest, AnnotationsChooseTheCapture) {
   absl::StatusOr<v1::CaptureRequest> r = CaptureRequestForAlert(
-      Alert({{"pid", "7"}, {"hostname", "node-7"}},
-            {{kDurationAnnotation, " 1500ms "},
-             {kGpuMetricsAnnotation, "true"},
-             {kFormatAnnotation, "perfetto"},
-             {kViaAnnotation, "kineto"},
-             {kLabelAnnotation, "slow step"}}),
+      Alert({{"pid", "7"}, {"hostname", "node-7"}}, {{kDurationAnnotation, " 1500ms "},
+                                                     {kGpuMetricsAnnotation, "true"},
+                                                     {kFormatAnnotation, "perfetto"},
+                                                     {kViaAnnotation, "kineto"},
+                                                     {kLabelAnnotation, "slow step"}}),
       Context());
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->duration_ms(), 1500);

@@ -34,7 +34,8 @@ class AlertPolicyTest : public ::testing::Test {
 };
 
 TEST_F(AlertPolicyTest, RepeatsAreDeduplicatedAndTheGroupCoolsDown) {
-  AlertPolicy policy = Make({.cooldown = absl::Minutes(10), .max_per_hour = 100, .max_concurrent = 5});
+  AlertPolicy policy =
+      Make({.cooldown = absl::Minutes(10), .max_per_hour = 100, .max_concurrent = 5});
   std::string why;
   EXPECT_EQ(Fire(policy, "g", "f1@1", "c1"), AlertDecision::kStarted);
   // Alertmanager's repeat of the same firing while the capture runs, and after it ended.
@@ -57,7 +58,8 @@ TEST_F(AlertPolicyTest, RepeatsAreDeduplicatedAndTheGroupCoolsDown) {
 }
 
 TEST_F(AlertPolicyTest, ConcurrentCapturesAreCapped) {
-  AlertPolicy policy = Make({.cooldown = absl::ZeroDuration(), .max_per_hour = 100, .max_concurrent = 2});
+  AlertPolicy policy =
+      Make({.cooldown = absl::ZeroDuration(), .max_per_hour = 100, .max_concurrent = 2});
   std::string why;
   EXPECT_EQ(Fire(policy, "a", "1", "ca"), AlertDecision::kStarted);
   EXPECT_EQ(Fire(policy, "b", "1", "cb"), AlertDecision::kStarted);
@@ -69,7 +71,8 @@ TEST_F(AlertPolicyTest, ConcurrentCapturesAreCapped) {
 }
 
 TEST_F(AlertPolicyTest, StartsPerHourAreCappedOverASlidingHour) {
-  AlertPolicy policy = Make({.cooldown = absl::ZeroDuration(), .max_per_hour = 3, .max_concurrent = 10});
+  AlertPolicy policy =
+      Make({.cooldown = absl::ZeroDuration(), .max_per_hour = 3, .max_concurrent = 10});
   std::string why;
   for (int i = 0; i < 3; ++i) {
     EXPECT_EQ(Fire(policy, "g" + std::to_string(i), "1", "c" + std::to_string(i)),
@@ -85,8 +88,8 @@ TEST_F(AlertPolicyTest, StartsPerHourAreCappedOverASlidingHour) {
 }
 
 TEST_F(AlertPolicyTest, ARefusedCaptureUsesNoSlotAndGroupsAreBounded) {
-  AlertPolicy policy = Make({.cooldown = absl::Hours(1), .max_per_hour = 1000, .max_concurrent = 1000,
-                             .max_groups = 2});
+  AlertPolicy policy = Make(
+      {.cooldown = absl::Hours(1), .max_per_hour = 1000, .max_concurrent = 1000, .max_groups = 2});
   // Decided but never Started (the orchestrator refused): the next try is free to start.
   EXPECT_EQ(policy.Decide("g", "1", now_).decision, AlertDecision::kStarted);
   EXPECT_EQ(Fire(policy, "g", "1", "c1"), AlertDecision::kStarted);

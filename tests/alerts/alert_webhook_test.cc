@@ -165,10 +165,10 @@ TEST_F(AlertWebhookTest, AFiringAlertStartsOneCaptureWithTheAlertInIt) {
   EXPECT_THAT(Post(Notification("firing", "99")).body,
               HasSubstr("the capture was refused: no process 99 on node-7"));
   EXPECT_EQ(started_.size(), 1u);
-  EXPECT_THAT(webhook_->counts().decisions,
-              UnorderedElementsAre(Pair("started", 1u), Pair("deduplicated", 1u),
-                                   Pair("cooled_down", 1u), Pair("rate_limited", 0u),
-                                   Pair("refused", 2u), Pair("resolved", 1u)));
+  EXPECT_THAT(
+      webhook_->counts().decisions,
+      UnorderedElementsAre(Pair("started", 1u), Pair("deduplicated", 1u), Pair("cooled_down", 1u),
+                           Pair("rate_limited", 0u), Pair("refused", 2u), Pair("resolved", 1u)));
   EXPECT_EQ(Requests("accepted"), 6u);
 }
 

@@ -63,7 +63,8 @@ TEST(AlertmanagerNotificationTest, ReadsWhatAlertmanagerSends) {
 
 TEST(AlertmanagerNotificationTest, ResolvedAlertsAndOldAlertmanagersWithoutFingerprints) {
   std::string body = kFiring;
-  body.replace(body.find("\"status\": \"firing\",\n      \"labels\""), 18, "\"status\": \"resolved\"");
+  body.replace(body.find("\"status\": \"firing\",\n      \"labels\""), 18,
+               "\"status\": \"resolved\"");
   body.replace(body.find("\"fingerprint\": \"3f2a9b0c1d4e5f60\""), 33, "\"x\": 1");
   absl::StatusOr<AlertmanagerNotification> n = ParseAlertmanagerNotification(body);
   ASSERT_TRUE(n.ok()) << n.status();

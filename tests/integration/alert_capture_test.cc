@@ -47,8 +47,8 @@ class AlertmanagerServer {
                                  "--web.listen-address=" + address_,
                                  "--cluster.listen-address="},  // no gossip port
         std::map<std::string, std::string>{}, dir_.File("alertmanager.log"));
-    EXPECT_TRUE(WaitFor([&] { return HttpGet("http://" + address_ + "/-/ready").ok(); },
-                        absl::Seconds(20)))
+    EXPECT_TRUE(
+        WaitFor([&] { return HttpGet("http://" + address_ + "/-/ready").ok(); }, absl::Seconds(20)))
         << log();
   }
   ~AlertmanagerServer() { process_->Kill(); }
@@ -113,8 +113,8 @@ TEST(AlertCaptureTest, AFiringRuleCapturesItsProcessOnceWithTheAlertInTheManifes
   // against its 30 s average.
   const std::string stop_launching = dir.File("stop-launching");
   auto agent = StartReplayAgent(profd.agent_socket(), "--launch-until=" + stop_launching);
-  const std::string launch_rate = absl::StrCat(
-      "rate(profd_process_kernel_launches_total{pid=\"", agent->pid(), "\"}[4s]) > 0");
+  const std::string launch_rate =
+      absl::StrCat("rate(profd_process_kernel_launches_total{pid=\"", agent->pid(), "\"}[4s]) > 0");
   ASSERT_TRUE(WaitFor([&] { return prometheus.Count(launch_rate) == 1; }, absl::Seconds(20)))
       << prometheus.log();
   std::ofstream(stop_launching).close();
@@ -157,10 +157,10 @@ TEST(AlertCaptureTest, AFiringRuleCapturesItsProcessOnceWithTheAlertInTheManifes
   // Another alert of the same group (same alertname, node and process; one more label), sent to
   // Alertmanager as Prometheus would: Alertmanager notifies the group again, and profd, within the
   // cooldown, starts nothing.
-  const std::string body = absl::StrCat(
-      R"([{"labels": {"alertname": ")", kAlert, R"(", "hostname": ")",
-      alert["labels"]["hostname"].GetString(), R"(", "pid": ")", pid,
-      R"(", "replica": "b"}, "annotations": {"profd_capture_duration": "500ms"},
+  const std::string body =
+      absl::StrCat(R"([{"labels": {"alertname": ")", kAlert, R"(", "hostname": ")",
+                   alert["labels"]["hostname"].GetString(), R"(", "pid": ")", pid,
+                   R"(", "replica": "b"}, "annotations": {"profd_capture_duration": "500ms"},
       "generatorURL": "http://test/graph"}])");
   HttpResult posted =
       HttpPost(absl::StrCat("http://", alertmanager.address(), "/api/v2/alerts"), body, {});
@@ -175,7 +175,8 @@ TEST(AlertCaptureTest, AFiringRuleCapturesItsProcessOnceWithTheAlertInTheManifes
       },
       absl::Seconds(20)))
       << profd.log() << alertmanager.log();
-  EXPECT_THAT(profd.log(), HasSubstr("decision=cooled_down alertname=\"ProfdKernelLaunchRateCollapsed\""));
+  EXPECT_THAT(profd.log(),
+              HasSubstr("decision=cooled_down alertname=\"ProfdKernelLaunchRateCollapsed\""));
   EXPECT_EQ(CapturesOf(profd, kAlert).size(), 1u);
   const std::string metrics = *HttpGet(metrics_url);
   EXPECT_EQ(SeriesValue(metrics, "profd_alert_decisions_total", "decision=\"started\""), 1);
