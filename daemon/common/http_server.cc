@@ -40,6 +40,7 @@ struct RequestHead {
   std::string version, connection;
   bool chunked = false;
   bool bad_length = false;
+  bool has_length = false;
   size_t content_length = 0;
 };
 
@@ -74,10 +75,10 @@ bool ParseRequest(absl::string_view head, RequestHead* r) {
     } else if (absl::EqualsIgnoreCase(name, "content-length")) {
       size_t length = 0;
       // Two different lengths, or one that is not a number: the body's end is unknown.
-      if (!absl::SimpleAtoi(value, &length) ||
-          (r->content_length != 0 && r->content_length != length)) {
+      if (!absl::SimpleAtoi(value, &length) || (r->has_length && r->content_length != length)) {
         r->bad_length = true;
       }
+      r->has_length = true;
       r->content_length = length;
     }
   }
