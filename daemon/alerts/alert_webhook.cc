@@ -91,6 +91,8 @@ HttpResponse AlertWebhook::Answer(RequestResult result, int code, const char* re
 }
 
 HttpResponse AlertWebhook::Handle(const HttpRequest& request) {
+  // How many refusals the budget left out, once per interval.
+  refused_requests_log_.Summarize(clock_());
   if (request.path != kWebhookPath) {
     return Answer(RequestResult::kNotFound, 404, "Not Found",
                   absl::StrCat("profd's alert listener serves POST ", kWebhookPath,
@@ -118,7 +120,6 @@ HttpResponse AlertWebhook::Handle(const HttpRequest& request) {
     return Answer(RequestResult::kBadRequest, 400, "Bad Request",
                   absl::StrCat(notification.status().message(), "\n"));
   }
-  refused_requests_log_.Summarize(clock_());
   // One answer line per alert, in order: what profd did and why.
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
