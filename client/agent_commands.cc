@@ -145,6 +145,10 @@ int RunStatus(const GlobalOptions& g) {
     std::cout << "  metrics:           http://" << Printable(response.metrics_address())
               << "/metrics\n";
   }
+  if (!response.alert_address().empty()) {
+    std::cout << "  alerts:            http://" << Printable(response.alert_address())
+              << "/alerts (Alertmanager webhook)\n";
+  }
   std::cout << "  GPU metrics:       "
             << (response.nvml_available()
                     ? std::string("NVML")

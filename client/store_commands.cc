@@ -44,7 +44,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ListOptions {
-  std::string hostname, pod, since;
+  std::string hostname, pod, alert, since;
   uint32_t limit = 50;
 };
 
@@ -95,6 +95,7 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   profd::v1::ListTracesRequest request;
   request.set_hostname(o.hostname);
   request.set_pod(o.pod);
+  request.set_alert(o.alert);
   request.set_limit(o.limit);
   int64_t since = 0;
   if (!ParseSince(o.since, &since)) {
@@ -120,16 +121,29 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   }
   if (response.traces().empty()) {
     std::cout << "No traces in " << profd::Printable(response.store_uri())
-              << (o.hostname.empty() && o.pod.empty() && o.since.empty() ? ""
-                                                                         : " matching the filters")
+              << (o.hostname.empty() && o.pod.empty() && o.alert.empty() && o.since.empty()
+                      ? ""
+                      : " matching the filters")
               << ". Take one with `profctl capture`, or add one with `profctl import FILE`.\n";
     return kExitOk;
   }
-  analysis::TextTable table({"CAPTURE", "HOST", "PODS", "STARTED", "SIZE>", "STATE", "LABEL"});
+  // The ALERT column only where an alert started one of the captures shown.
+  const bool alerts = std::any_of(response.traces().begin(), response.traces().end(),
+                                  [](const auto& t) { return !t.alert().empty(); });
+  std::vector<std::string> header = {"CAPTURE", "HOST",  "PODS", "STARTED",
+                                     "SIZE>",   "STATE", "LABEL"};
+  if (alerts) header.push_back("ALERT");
+  analysis::TextTable table(header);
   for (const auto& t : response.traces()) {
-    table.AddRow({t.capture_id(), t.hostname(),
-                  t.pods().empty() ? "-" : absl::StrJoin(t.pods(), ","), Ago(t.started_unix_ns()),
-                  analysis::FormatBytes(t.bytes()), State(t), t.label().empty() ? "-" : t.label()});
+    std::vector<std::string> row = {t.capture_id(),
+                                    t.hostname(),
+                                    t.pods().empty() ? "-" : absl::StrJoin(t.pods(), ","),
+                                    Ago(t.started_unix_ns()),
+                                    analysis::FormatBytes(t.bytes()),
+                                    State(t),
+                                    t.label().empty() ? "-" : t.label()};
+    if (alerts) row.push_back(t.alert().empty() ? "-" : t.alert());
+    table.AddRow(row);
   }
   std::cout << table.Render("");
   return kExitOk;
@@ -177,12 +191,35 @@ void PrintField(const std::string& name, const std::string& value) {
   std::cout << absl::StrFormat("%-10s %s\n", name, profd::Printable(value));
 }
 
+// The alert that started the capture (CaptureInfo.alert), if one did.
+void PrintAlert(const rapidjson::Value& m) {
+  auto it = m.FindMember("alert");
+  if (it == m.MemberEnd() || !it->value.IsObject()) return;
+  const rapidjson::Value& alert = it->value;
+  const double starts = Number(alert, "starts_at_unix_ns");
+  PrintField("alert", absl::StrCat(Text(alert, "name"), starts > 0 ? ", firing since " : "",
+                                   starts > 0 ? When(static_cast<int64_t>(starts)) : ""));
+  std::vector<std::string> labels;
+  if (auto l = alert.FindMember("labels"); l != alert.MemberEnd() && l->value.IsObject()) {
+    for (const auto& label : l->value.GetObject()) {
+      if (label.value.IsString()) {
+        labels.push_back(absl::StrCat(label.name.GetString(), "=", label.value.GetString()));
+      }
+    }
+  }
+  std::sort(labels.begin(), labels.end());
+  PrintField("  labels", absl::StrJoin(labels, ", "));
+  PrintField("  group", Text(alert, "group_key"));
+  PrintField("  from", Text(alert, "generator_url"));
+}
+
 // The manifest: the capture's request, window and processes (captures: a CaptureInfo; imports:
 // the fields trace_import.cc writes).
 void PrintManifest(const rapidjson::Value& m) {
   const std::string phase = EnumWord(Text(m, "phase"), "CAPTURE_PHASE_");
   PrintField("phase", phase == "unspecified" ? "" : phase);
   PrintField("message", Text(m, "message"));
+  PrintAlert(m);
   PrintField("requested", Number(m, "requested_unix_ns") > 0
                               ? When(static_cast<int64_t>(Number(m, "requested_unix_ns")))
                               : "");
@@ -594,6 +631,9 @@ void AddStoreCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   CLI::App* list = app.add_subcommand("list", "List stored traces, newest first");
   list->add_option("--hostname", list_options->hostname, "Only traces of this node");
   list->add_option("--pod", list_options->pod, "Only traces of this pod (name or namespace/pod)");
+  list->add_option("--alert", list_options->alert,
+                   "Only captures this alert started (its alertname, e.g. "
+                   "ProfdKernelLaunchRateCollapsed)");
   list->add_option("--since", list_options->since,
                    "Only traces newer than this: a duration back (1h, 30m) or an RFC 3339 time");
   list->add_option("--limit", list_options->limit, "At most this many (default 50)");

@@ -9,8 +9,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -20,6 +25,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -27,6 +33,7 @@
 #include "absl/time/clock.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/alerts/alert_webhook.h"
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/capture/capture_targets.h"
 #include "daemon/kineto/kineto_config.h"
@@ -99,6 +106,26 @@ ABSL_FLAG(uint32_t, grpc_max_pending_connections, 64,
 // host. /metrics is read-only and carries no trace data; the control plane is not on it.
 ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9477",
           "host:port for Prometheus' /metrics (port 0: any free port); 'none' disables");
+// Alertmanager -> capture (docs/ALERTS.md): off by default; it starts captures, so it needs a
+// bearer token.
+ABSL_FLAG(std::string, alert_address, "none",
+          "host:port of the Alertmanager webhook (POST /alerts), e.g. 0.0.0.0:9478; 'none' (the "
+          "default) turns it off. Needs --alert_token_file");
+ABSL_FLAG(std::string, alert_token_file, "",
+          "File holding the bearer token Alertmanager sends (http_config.authorization."
+          "credentials_file on its side); requests without it get 401");
+ABSL_FLAG(std::string, alert_target_labels, "",
+          "Which alert labels name the processes to capture, as target=label pairs (targets pid, "
+          "pod, namespace, node, gpu), e.g. pod=kubernetes_pod_name,node=instance; default: the "
+          "labels of profd's own series (pid, pod, namespace, gpu, and hostname for the node)");
+ABSL_FLAG(absl::Duration, alert_capture_duration, absl::Seconds(5),
+          "Capture length for alerts without the annotation profd_capture_duration");
+ABSL_FLAG(absl::Duration, alert_cooldown, absl::Minutes(10),
+          "After an alert group started a capture, its alerts start none for this long");
+ABSL_FLAG(uint32_t, alert_max_captures_per_hour, 12,
+          "Captures alerts may start per hour, all groups together");
+ABSL_FLAG(uint32_t, alert_max_concurrent_captures, 2,
+          "Captures started by alerts that may run at once");
 ABSL_FLAG(absl::Duration, nvml_sample_interval, absl::Seconds(1),
           "How often GPU utilization and memory are read from NVML");
 ABSL_FLAG(std::string, nvml_library, "libnvidia-ml.so.1",
@@ -380,7 +407,46 @@ struct Config {
   PmSampler::Options counters;
   GpuSampler::Options gpu;
   std::string metrics_address;  // "none" or empty: no /metrics
+  std::string alert_address;    // "none" or empty: no Alertmanager webhook
+  alerts::AlertWebhookOptions alerts;
 };
+
+// The Alertmanager webhook's configuration; its token is read now, so that a missing or empty
+// token file stops profd at start rather than refusing every alert later.
+absl::Status AlertFlags(Config* config) {
+  config->alert_address = absl::GetFlag(FLAGS_alert_address);
+  if (config->alert_address == "none" || config->alert_address.empty()) return absl::OkStatus();
+  const std::string token_file = absl::GetFlag(FLAGS_alert_token_file);
+  if (token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--alert_address needs --alert_token_file: a file holding the bearer token Alertmanager "
+        "sends (http_config.authorization.credentials_file), e.g. made with "
+        "`openssl rand -hex 32 > /etc/profd/alert-token`");
+  }
+  std::ifstream in(token_file);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat("--alert_token_file=", token_file,
+                                                   ": cannot read it: ", std::strerror(errno)));
+  }
+  config->alerts.token = std::string(absl::StripAsciiWhitespace(text.str()));
+  if (config->alerts.token.size() < 16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--alert_token_file=", token_file, ": the token is ", config->alerts.token.size(),
+        " characters; give at least 16 (e.g. `openssl rand -hex 32`)"));
+  }
+  absl::StatusOr<alerts::AlertTargetLabels> labels =
+      alerts::ParseAlertTargetLabels(absl::GetFlag(FLAGS_alert_target_labels));
+  if (!labels.ok()) return labels.status();
+  config->alerts.capture.labels = *std::move(labels);
+  config->alerts.capture.node = config->hostname;
+  config->alerts.capture.default_duration = absl::GetFlag(FLAGS_alert_capture_duration);
+  config->alerts.policy.cooldown = absl::GetFlag(FLAGS_alert_cooldown);
+  config->alerts.policy.max_per_hour = absl::GetFlag(FLAGS_alert_max_captures_per_hour);
+  config->alerts.policy.max_concurrent = absl::GetFlag(FLAGS_alert_max_concurrent_captures);
+  return absl::OkStatus();
+}
 
 ListenerFlags ListenerFlagsFromFlags() {
   ListenerFlags flags;
@@ -475,6 +541,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
   config.gpu.interval =
       std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
+  if (absl::Status s = AlertFlags(&config); !s.ok()) return s;
   return config;
 }
 
@@ -496,6 +563,7 @@ class Daemon {
   void ConnectCaptureOptions();
   absl::Status StartKineto();
   absl::Status StartMetricsServer();
+  absl::Status StartAlertWebhook();
   absl::Status StartGrpc(std::shared_ptr<grpc::ServerCredentials> tcp_credentials);
   void LogStarted() const;
 
@@ -516,6 +584,8 @@ class Daemon {
   std::unique_ptr<CaptureOrchestrator> captures_;
   std::unique_ptr<GpuSampler> gpu_sampler_;
   std::unique_ptr<MetricsServer> metrics_server_;
+  std::unique_ptr<alerts::AlertWebhook> alert_webhook_;
+  std::unique_ptr<HttpServer> alert_server_;  // after the webhook: it calls it
   std::unique_ptr<TcpListener> tcp_listener_;
   std::unique_ptr<store::TraceStoreService> store_service_;
   std::unique_ptr<ProfdService> service_;
@@ -555,6 +625,7 @@ absl::Status Daemon::Start(std::shared_ptr<grpc::ServerCredentials> tcp_credenti
   // For /metrics with --gpu_counters; else started only for captures with --gpu-metrics.
   if (absl::GetFlag(FLAGS_gpu_counters)) counter_sampler_->Start();
   if (absl::Status s = StartMetricsServer(); !s.ok()) return s;
+  if (absl::Status s = StartAlertWebhook(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(std::move(tcp_credentials)); !s.ok()) return s;
   LogStarted();
   return absl::OkStatus();
@@ -648,6 +719,55 @@ absl::Status Daemon::StartMetricsServer() {
   return absl::OkStatus();
 }
 
+// Alertmanager's webhook: firing alerts start captures through the orchestrator, as profctl's do.
+absl::Status Daemon::StartAlertWebhook() {
+  const std::string& address = config_.alert_address;
+  if (address == "none" || address.empty()) return absl::OkStatus();
+  alerts::AlertWebhookOptions options = config_.alerts;
+  // The processes on a GPU as /metrics labels them: what a rule on those series names.
+  options.capture.pids_on_gpu = [this](uint32_t gpu, const std::string& pod_namespace,
+                                       const std::string& pod) {
+    const GpuIndex gpu_index(*gpu_sampler_->snapshot());
+    std::vector<uint32_t> pids;
+    for (const v1::AgentInfo& a : targets_->ListInfo()) {
+      if ((!pod.empty() && a.pod_name() != pod) ||
+          (!pod_namespace.empty() && !pod.empty() && a.pod_namespace() != pod_namespace)) {
+        continue;
+      }
+      bool on = false;
+      for (const v1::DeviceCounters& c : a.counters()) on |= gpu_index.Of(a, c.device()) == gpu;
+      if (on) pids.push_back(a.pid());
+    }
+    return pids;
+  };
+  alerts::AlertCaptures captures;
+  captures.start = [this](const v1::CaptureRequest& request) { return captures_->Start(request); };
+  captures.is_running = [this](const std::string& id) {
+    std::optional<v1::CaptureInfo> info = captures_->Get(id);
+    return info.has_value() && !CaptureOrchestrator::Terminal(info->phase());
+  };
+  alert_webhook_ = std::make_unique<alerts::AlertWebhook>(std::move(options), std::move(captures));
+  HttpServer::Options http;
+  http.what = "the alert webhook";
+  http.address_flag = "--alert_address";
+  http.usual_port = 9478;
+  // Alertmanager sends a group's alerts in one notification (~1 KiB each; its max_alerts caps
+  // them): 1 MiB holds hundreds.
+  http.max_body_bytes = 1 << 20;
+  http.max_connections = 16;
+  absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
+      address,
+      [webhook = alert_webhook_.get()](const HttpRequest& request) {
+        return webhook->Handle(request);
+      },
+      http);
+  if (!started.ok()) return started.status();
+  alert_server_ = *std::move(started);
+  daemon_metrics_.SetAlertSource([webhook = alert_webhook_.get()] { return webhook->counts(); });
+  identity_.alert_address = alert_server_->address();
+  return absl::OkStatus();
+}
+
 // The gRPC server on the unix socket and, when asked, TCP; the unix socket is opened to the
 // access group only once the server runs.
 absl::Status Daemon::StartGrpc(std::shared_ptr<grpc::ServerCredentials> tcp_credentials) {
@@ -724,10 +844,14 @@ absl::Status Daemon::StartGrpc(std::shared_ptr<grpc::ServerCredentials> tcp_cred
 
 void Daemon::LogStarted() const {
   const std::string& mode = config_.listener.mode;
-  LogInfo(kComponent, "profd %s on %s: gRPC %s%s; metrics %s", PROFD_VERSION, identity_.hostname,
-          absl::StrJoin(identity_.grpc_addresses, ", "), mode.empty() ? "" : " (" + mode + ")",
+  LogInfo(kComponent, "profd %s on %s: gRPC %s%s; metrics %s; alerts %s", PROFD_VERSION,
+          identity_.hostname, absl::StrJoin(identity_.grpc_addresses, ", "),
+          mode.empty() ? "" : " (" + mode + ")",
           identity_.metrics_address.empty() ? "off"
-                                            : "http://" + identity_.metrics_address + "/metrics");
+                                            : "http://" + identity_.metrics_address + "/metrics",
+          identity_.alert_address.empty()
+              ? "off"
+              : absl::StrCat("http://", identity_.alert_address, alerts::kWebhookPath));
   LogInfo(kComponent, "%s",
           access_.configured
               ? absl::StrCat("profctl and the trace folders: root and group ", access_.name,
@@ -749,6 +873,7 @@ void Daemon::Stop() {
   if (tcp_listener_ != nullptr) tcp_listener_->Stop();  // nothing new handed to a stopping server
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   metrics_server_.reset();
+  alert_server_.reset();  // no alert starts a capture from here on
   gpu_sampler_->Stop();
   counter_sampler_->Stop();
   channel_->Stop();

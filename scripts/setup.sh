@@ -28,6 +28,7 @@ packages=(
 test_packages=(
   openssl                # tests: the openssl CLI makes throwaway CA/server/client certificates (tls_test)
   prometheus             # tests: a real Prometheus scrapes profd; promtool checks /metrics
+  prometheus-alertmanager # tests: a real Alertmanager sends alerts to profd's webhook
   chromium               # tests: headless Chromium renders the HTML report (profctl report --html)
   patchelf               # relocatable tarball
   clang-format

@@ -721,6 +721,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   info.set_start_at_unix_ns(absl::ToUnixNanos(start_at));
   info.set_duration_ms(request.duration_ms());
   info.set_label(request.label());
+  if (request.has_alert()) *info.mutable_alert() = request.alert();
   info.set_hostname(options_.hostname);
   for (int kind : request.kinds()) info.add_kinds(static_cast<v1::ActivityKind>(kind));
   if (request.gpu_metrics()) {

@@ -33,6 +33,11 @@ absl::Status CheckCaptureRequest(const v1::CaptureRequest& request, absl::Time n
         absl::StrCat("--label is ", request.label().size(), " bytes; a label may have at most ",
                      v1::kMaxLabelBytes, " (it is a name, not data)"));
   }
+  if (request.has_alert() && request.alert().ByteSizeLong() > v1::kMaxAlertBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("the alert is ", request.alert().ByteSizeLong(),
+                                                   " bytes; a capture keeps at most ",
+                                                   v1::kMaxAlertBytes));
+  }
   if (!request.trace_format().empty() && TraceFormatNamed(request.trace_format()) == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("--format ", request.trace_format(),
                                                    " is not a trace format: give ",

@@ -78,17 +78,25 @@ void DaemonMetrics::SetRetentionSource(
   retention_ = std::move(source);
 }
 
+void DaemonMetrics::SetAlertSource(std::function<Snapshot::Alerts()> source) {
+  MutexLock lock(&mutex_);
+  alerts_ = std::move(source);
+}
+
 DaemonMetrics::Snapshot DaemonMetrics::Read() const {
   std::function<Uploads()> source;
   std::function<std::pair<Snapshot::Retained, Snapshot::Retained>()> retention;
+  std::function<Snapshot::Alerts()> alerts;
   Snapshot snapshot;
   {
     MutexLock lock(&mutex_);
     snapshot = state_;
     source = uploads_;
     retention = retention_;
+    alerts = alerts_;
   }
   if (retention) std::tie(snapshot.capture_dir, snapshot.store) = retention();
+  if (alerts) snapshot.alerts = alerts();
   if (source) {  // outside our mutex: it takes the spool's
     const Uploads u = source();
     snapshot.uploads_succeeded = u.succeeded;

@@ -22,12 +22,15 @@
 // profd_spool_write_failures_total, profd_spool_captures_waiting_for_room and, from the retention
 // sweeps
 // (SetRetentionSource), profd_retention_kept_bytes{place} and
-// profd_retention_pruned_total{place} / _pruned_bytes_total{place} (docs/METRICS.md).
+// profd_retention_pruned_total{place} / _pruned_bytes_total{place} and, from the Alertmanager
+// webhook (SetAlertSource), profd_alert_webhook_requests_total{result} and
+// profd_alert_decisions_total{decision} (docs/METRICS.md).
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -73,6 +76,14 @@ class DaemonMetrics {
       uint64_t pruned_bytes = 0;
     };
     Retained capture_dir, store;
+    // The Alertmanager webhook (daemon/alerts), while it listens: requests by result and the
+    // decisions about the alerts in them, each as {label value, count}.
+    struct Alerts {
+      bool active = false;
+      std::vector<std::pair<std::string, uint64_t>> requests;
+      std::vector<std::pair<std::string, uint64_t>> decisions;
+    };
+    Alerts alerts;
   };
 
   void OnCaptureStarted();
@@ -93,6 +104,8 @@ class DaemonMetrics {
   void SetRetentionSource(
       std::function<std::pair<Snapshot::Retained, Snapshot::Retained>()> source);
   void OnTraceBytesWritten(uint64_t bytes);
+  // The alert webhook's counts, read on each Read() like the uploads.
+  void SetAlertSource(std::function<Snapshot::Alerts()> source);
 
   Snapshot Read() const;
 
@@ -102,6 +115,7 @@ class DaemonMetrics {
   std::function<Uploads()> uploads_ ABSL_GUARDED_BY(mutex_);
   std::function<std::pair<Snapshot::Retained, Snapshot::Retained>()> retention_
       ABSL_GUARDED_BY(mutex_);
+  std::function<Snapshot::Alerts()> alerts_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace profd

@@ -339,4 +339,19 @@ void GpuSampler::Run() {
   }
 }
 
+GpuIndex::GpuIndex(const GpuSnapshot& gpus) {
+  for (const GpuSample& g : gpus.gpus) {
+    if (!g.uuid.empty()) nvml_index_of_uuid_[g.uuid] = g.index;
+  }
+}
+
+uint32_t GpuIndex::Of(const v1::AgentInfo& process, uint32_t ordinal) const {
+  for (const v1::DeviceInfo& d : process.devices()) {
+    if (d.ordinal() != ordinal) continue;
+    auto nvml = nvml_index_of_uuid_.find(d.uuid());
+    if (nvml != nvml_index_of_uuid_.end()) return nvml->second;
+  }
+  return ordinal;
+}
+
 }  // namespace profd

@@ -19,11 +19,13 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/metrics/nvml.h"
+#include "profd/v1/profd.pb.h"
 
 namespace profd {
 
@@ -94,6 +96,19 @@ struct GpuSnapshot {
   std::vector<GpuSample> gpus;
   std::map<std::string, uint64_t> errors_by_call;  // failed NVML calls since start, by entry point
   absl::Time taken = absl::InfinitePast();
+};
+
+// What `gpu` means for a process's CUDA device everywhere (its /metrics series, an alert's gpu
+// label): NVML's index of the device's uuid, the order nvidia-smi shows. The agent counts by CUDA
+// ordinal, which CUDA_VISIBLE_DEVICES renumbers; without NVML, or for a uuid NVML does not list,
+// the ordinal stands in.
+class GpuIndex {
+ public:
+  explicit GpuIndex(const GpuSnapshot& gpus);
+  uint32_t Of(const v1::AgentInfo& process, uint32_t ordinal) const;
+
+ private:
+  std::unordered_map<std::string, uint32_t> nvml_index_of_uuid_;
 };
 
 class GpuSampler {

@@ -186,6 +186,30 @@ void AddCaptureFamilies(const Labels& host, const DaemonMetrics::Snapshot& daemo
                 MetricType::Gauge, host, static_cast<double>(daemon.spool_waiting_for_room));
 }
 
+// The Alertmanager webhook's requests and decisions: only while it listens (--alert_address).
+void AddAlertFamilies(const Labels& host, const DaemonMetrics::Snapshot::Alerts& alerts,
+                      Families* out) {
+  if (!alerts.active) return;
+  MetricFamily requests = Family(
+      "profd_alert_webhook_requests_total",
+      "Requests to the Alertmanager webhook, by result (accepted, unauthorized: no or a wrong "
+      "bearer token, bad_request: not a notification profd reads, not_found, method_not_allowed)",
+      MetricType::Counter);
+  for (const auto& [result, count] : alerts.requests) {
+    Add(requests, With(host, {{"result", result}}), static_cast<double>(count));
+  }
+  MetricFamily decisions =
+      Family("profd_alert_decisions_total",
+             "Alerts received, by what profd did (started a capture, deduplicated, cooled_down, "
+             "rate_limited, refused, resolved)",
+             MetricType::Counter);
+  for (const auto& [decision, count] : alerts.decisions) {
+    Add(decisions, With(host, {{"decision", decision}}), static_cast<double>(count));
+  }
+  out->push_back(std::move(requests));
+  out->push_back(std::move(decisions));
+}
+
 // Retention, per place (capture_dir; store for a local store with a cap): only where it runs.
 void AddRetentionFamilies(const Labels& host, const DaemonMetrics::Snapshot& daemon,
                           Families* out) {
@@ -313,10 +337,7 @@ void AddHardwareCounterFamilies(const std::string& hostname, const GpuCounterSna
 // Processes, from their agents' heartbeats.
 void AddProcessFamilies(const std::string& hostname, const std::vector<v1::AgentInfo>& agents,
                         const GpuSnapshot& gpus, Families* out) {
-  std::unordered_map<std::string, uint32_t> nvml_index_of_uuid;
-  for (const GpuSample& g : gpus.gpus) {
-    if (!g.uuid.empty()) nvml_index_of_uuid[g.uuid] = g.index;
-  }
+  const GpuIndex gpu_index(gpus);
   MetricFamily info =
       Family("profd_process_info", "One series per process with a connected agent; always 1",
              MetricType::Gauge);
@@ -349,17 +370,9 @@ void AddProcessFamilies(const std::string& hostname, const std::vector<v1::Agent
       Add(counters_paused, process, a.counters_paused() ? 1 : 0);
     }
     for (const v1::DeviceCounters& c : a.counters()) {
-      // The agent counts by CUDA ordinal, which CUDA_VISIBLE_DEVICES renumbers; the uuid says
-      // which physical GPU it is, and NVML's index for it is what `gpu` means everywhere. No
-      // uuid label on process series: it is on the GPU series, joined on (hostname, gpu), and
-      // leaving it out keeps the exposition with 64 agents x 8 GPUs ~20% smaller.
-      std::string uuid;
-      for (const v1::DeviceInfo& d : a.devices()) {
-        if (d.ordinal() == c.device()) uuid = d.uuid();
-      }
-      auto nvml = nvml_index_of_uuid.find(uuid);
-      const std::string gpu =
-          std::to_string(nvml != nvml_index_of_uuid.end() ? nvml->second : c.device());
+      // No uuid label on process series: it is on the GPU series, joined on (hostname, gpu),
+      // and leaving it out keeps the exposition with 64 agents x 8 GPUs ~20% smaller.
+      const std::string gpu = std::to_string(gpu_index.Of(a, c.device()));
       Labels labels = With(process, {{"gpu", gpu}});
       Add(launches, labels, static_cast<double>(c.kernel_launches()));
       Add(graphs, labels, static_cast<double>(c.graph_launches()));
@@ -398,6 +411,7 @@ std::vector<MetricFamily> MetricsCollector::Collect() const {
   AddDaemonFamilies(host, agents.size(), channel, &out);
   AddCaptureFamilies(host, daemon, captures_running, &out);
   AddRetentionFamilies(host, daemon, &out);
+  AddAlertFamilies(host, daemon.alerts, &out);
   AddNvmlFamilies(hostname, *gpus, agent_of_pid, &out);
   if (sources_.counters != nullptr) {
     AddHardwareCounterFamilies(hostname, *sources_.counters->snapshot(), *gpus, &out);

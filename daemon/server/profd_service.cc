@@ -55,6 +55,7 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
   for (const std::string& address : identity_->grpc_addresses)
     response->add_grpc_addresses(address);
   response->set_metrics_address(identity_->metrics_address);
+  response->set_alert_address(identity_->alert_address);
   response->set_store_uri(identity_->store_uri);
   response->set_agent_protocol_errors(channel_->protocol_errors());
   if (const kineto::KinetoIpcServer* kineto = targets_->kineto()) {

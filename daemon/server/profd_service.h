@@ -22,6 +22,7 @@ struct DaemonIdentity {
   std::string agent_socket;
   std::vector<std::string> grpc_addresses;
   std::string metrics_address;
+  std::string alert_address;  // the Alertmanager webhook's listener; empty when off
   std::string store_uri;
 };
 

@@ -53,6 +53,17 @@ bool PodMatches(const v1::StoredTrace& t, const std::string& pod) {
   return false;
 }
 
+}  // namespace
+
+bool TraceMatches(const v1::StoredTrace& row, const TraceFilter& filter) {
+  if (!filter.hostname.empty() && row.hostname() != filter.hostname) return false;
+  if (!filter.pod.empty() && !PodMatches(row, filter.pod)) return false;
+  if (!filter.alert.empty() && row.alert() != filter.alert) return false;
+  return absl::FromUnixNanos(row.started_unix_ns()) >= filter.since;
+}
+
+namespace {
+
 bool Newer(const v1::StoredTrace& a, const v1::StoredTrace& b) {
   if (a.started_unix_ns() != b.started_unix_ns()) return a.started_unix_ns() > b.started_unix_ns();
   return a.capture_id() > b.capture_id();
@@ -138,6 +149,13 @@ absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
         absl::StrCat(manifest_path, ": the host name ", s.message()));
   }
   trace.set_label(str("label"));
+  if (auto alert = manifest.FindMember("alert");
+      alert != manifest.MemberEnd() && alert->value.IsObject()) {
+    auto name = alert->value.FindMember("name");
+    if (name != alert->value.MemberEnd() && name->value.IsString()) {
+      trace.set_alert(name->value.GetString());
+    }
+  }
   trace.set_source(str("source").empty() ? "capture" : str("source"));
   int64_t started = i64("started_unix_ns");
   if (started == 0) started = i64("requested_unix_ns");
@@ -177,6 +195,7 @@ v1::StoredTrace DescribeCapture(const v1::CaptureInfo& info) {
   trace.set_capture_id(info.capture_id());
   trace.set_hostname(info.hostname());
   trace.set_label(info.label());
+  trace.set_alert(info.alert().name());
   trace.set_source("capture");
   trace.set_started_unix_ns(info.started_unix_ns() != 0 ? info.started_unix_ns()
                                                         : info.requested_unix_ns());
@@ -493,10 +512,7 @@ absl::StatusOr<std::vector<v1::StoredTrace>> TraceStore::List(const TraceFilter&
       absl::StatusOr<std::vector<v1::StoredTrace>> rows = ReadIndexes(keys, filter.deadline);
       if (!rows.ok()) return rows.status();
       for (v1::StoredTrace& row : *rows) {
-        if (!filter.hostname.empty() && row.hostname() != filter.hostname) continue;
-        if (!filter.pod.empty() && !PodMatches(row, filter.pod)) continue;
-        if (absl::FromUnixNanos(row.started_unix_ns()) < filter.since) continue;
-        out.push_back(std::move(row));
+        if (TraceMatches(row, filter)) out.push_back(std::move(row));
       }
       const size_t next = first + kBatch;
       if (next >= hosts.size()) break;

@@ -39,11 +39,15 @@ inline constexpr char kSummaryFile[] = "summary.json";
 struct TraceFilter {
   std::string hostname;  // exact
   std::string pod;       // pod name or namespace/pod
+  std::string alert;     // the alertname of the alert that started the capture, exact
   absl::Time since = absl::InfinitePast();
   size_t limit = 50;
   // Every store request of the listing ends by then (profctl list: its call's deadline).
   absl::Time deadline = absl::InfiniteFuture();
 };
+
+// Whether a row passes the filter's hostname, pod, alert and since (not its limit).
+bool TraceMatches(const v1::StoredTrace& row, const TraceFilter& filter);
 
 // Capture ids name folders and keys: letters, digits, '.', '_', '-', at most 200, not starting
 // with '.'. INVALID_ARGUMENT otherwise.
@@ -57,15 +61,16 @@ absl::Status ValidateStoredTrace(const v1::StoredTrace& row, const std::string& 
 
 // Describes a finished capture folder from its manifest.json and files (sizes, SHA-256): the row
 // the index will hold. Fields read from the manifest (all optional but the file itself):
-// capture_id (else the folder name), hostname (else default_hostname), label, source,
+// capture_id (else the folder name), hostname (else default_hostname), label, alert.name, source,
 // started_unix_ns (else requested_unix_ns, else the id's time), processes[].pod_name and
 // .pod_namespace. Files in sub-folders are ignored.
 absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
                                                       const std::string& default_hostname);
 
 // The row of a capture profd just made, from its CaptureInfo rather than its manifest read back:
-// capture_id, hostname, label, source "capture", started_unix_ns (else requested_unix_ns), the
-// processes' pods, and its trace files with the sizes and digests taken as they were written.
+// capture_id, hostname, label, alert name, source "capture", started_unix_ns (else
+// requested_unix_ns), the processes' pods, and its trace files with the sizes and digests taken as
+// they were written.
 v1::StoredTrace DescribeCapture(const v1::CaptureInfo& info);
 
 // Lists every file of `folder` in trace (sorted by name, with sizes and SHA-256) and their total.

@@ -22,20 +22,6 @@ namespace {
 constexpr char kComponent[] = "store";
 constexpr size_t kChunkBytes = 1 << 20;
 
-bool Matches(const v1::StoredTrace& t, const v1::ListTracesRequest& r) {
-  if (!r.hostname().empty() && t.hostname() != r.hostname()) return false;
-  if (r.since_unix_ns() != 0 && t.started_unix_ns() < r.since_unix_ns()) return false;
-  if (!r.pod().empty()) {
-    bool found = false;
-    for (const std::string& p : t.pods()) {
-      size_t slash = p.find('/');
-      found |= p == r.pod() || (slash != std::string::npos && p.substr(slash + 1) == r.pod());
-    }
-    if (!found) return false;
-  }
-  return true;
-}
-
 // The call's deadline, for the store requests made on its behalf: when profctl gives up, profd
 // stops waiting on the store too, so a silent store cannot pile up one thread per call.
 absl::Time DeadlineOf(const grpc::ServerContext* context) {
@@ -72,6 +58,7 @@ grpc::Status TraceStoreService::ListTraces(grpc::ServerContext* context,
   TraceFilter filter;
   filter.hostname = request->hostname();
   filter.pod = request->pod();
+  filter.alert = request->alert();
   if (request->since_unix_ns() != 0) filter.since = absl::FromUnixNanos(request->since_unix_ns());
   filter.limit = limit;
   filter.deadline = DeadlineOf(context);
@@ -85,7 +72,7 @@ grpc::Status TraceStoreService::ListTraces(grpc::ServerContext* context,
     response->set_store_error(std::string(stored.status().message()));
   }
   for (v1::StoredTrace& t : spool_->Pending()) {
-    if (Matches(t, *request) && !seen.count(t.capture_id())) all.push_back(std::move(t));
+    if (TraceMatches(t, filter) && !seen.count(t.capture_id())) all.push_back(std::move(t));
   }
   std::sort(all.begin(), all.end(), [](const v1::StoredTrace& a, const v1::StoredTrace& b) {
     return a.started_unix_ns() != b.started_unix_ns() ? a.started_unix_ns() > b.started_unix_ns()

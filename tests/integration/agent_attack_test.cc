@@ -147,11 +147,7 @@ class AgentAttackTest : public ::testing::Test {
   // The value of the series of `family` whose labels include `label` (e.g. reason="flood"); -1
   // when there is none.
   double Metric(const std::string& family, const std::string& label) const {
-    for (absl::string_view line : absl::StrSplit(Scrape(), '\n')) {
-      if (!absl::StartsWith(line, family + "{") || !absl::StrContains(line, label)) continue;
-      return std::stod(std::string(line.substr(line.rfind(' ') + 1)));
-    }
-    return -1;
+    return SeriesValue(Scrape(), family, label);
   }
   double ClosedFor(const std::string& reason) const {
     return Metric("profd_agent_protocol_errors_total", "reason=\"" + reason + "\"");

@@ -2,12 +2,15 @@
 // registration, heartbeats) with a capture backend that, instead of CUPTI, replays event batches
 // recorded from a real capture (tests/fixtures/), shifted to the current time (the capture's
 // --start-at, when it asks for one).
-//   replay_agent <batches.pb> [--die-after-start | --never-finish | --repeat=N]
+//   replay_agent <batches.pb> [--die-after-start | --never-finish | --repeat=N |
+//                              --launch-until=FILE]
 // REPLAY_KERNEL_NAME=TEXT puts TEXT before every kernel's name (hostile names, in tests of what
 // profctl shows).
 // --never-finish: a stalled capture thread; it sends its batches, then ignores stop requests and
 // never reports the capture's end (the agent thread keeps heartbeating).
 // --repeat=N: the recording N times over, one after the other in time (a longer capture).
+// --launch-until=FILE: the heartbeats count kernel launches on CUDA device 0, 1000 more in each,
+// until FILE exists, then no more (a process that stops launching: the launch-rate alert's case).
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +37,8 @@ std::vector<profd::v1::EventBatch> g_batches;
 bool g_die_after_start = false;
 bool g_never_finish = false;
 int g_repeat = 1;
+std::string g_launch_until_file;
+uint64_t g_launches = 0;
 
 uint64_t NowNs() {
   timespec ts;
@@ -147,6 +152,15 @@ class ReplayHandler final : public profagent::CaptureHandler {
   bool stop_ = false;
 };
 
+// Agent thread, at each heartbeat.
+void CountLaunches(profagent::wire::Heartbeat* heartbeat) {
+  if (access(g_launch_until_file.c_str(), F_OK) != 0) g_launches += 1000;
+  profagent::wire::DeviceCounters device;
+  device.device = 0;
+  device.kernel_launches = g_launches;
+  heartbeat->devices.push_back(device);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -167,12 +181,14 @@ int main(int argc, char** argv) {
     g_die_after_start |= std::strcmp(argv[i], "--die-after-start") == 0;
     g_never_finish |= std::strcmp(argv[i], "--never-finish") == 0;
     if (std::strncmp(argv[i], "--repeat=", 9) == 0) g_repeat = std::max(1, std::atoi(argv[i] + 9));
+    if (std::strncmp(argv[i], "--launch-until=", 15) == 0) g_launch_until_file = argv[i] + 15;
   }
   profagent::AgentOptions options;
   const char* socket = std::getenv(profd::v1::kAgentSocketEnv);
   options.socket_path = socket ? socket : profd::v1::kDefaultAgentSocket;
   options.injected = true;
   profagent::Agent::StartOnce(options, [](profagent::Agent* agent) -> profagent::CaptureHandler* {
+    if (!g_launch_until_file.empty()) agent->set_counters_fn(&CountLaunches);
     return new ReplayHandler(agent);
   });
   while (true) pause();

@@ -7,7 +7,9 @@
 
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace profd::testing {
 namespace {
@@ -39,6 +41,30 @@ absl::StatusOr<std::string> HttpGet(const std::string& url) {
   return body;
 }
 
+HttpResult HttpPost(const std::string& url, const std::string& body,
+                    const std::vector<std::string>& headers) {
+  std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
+  std::unique_ptr<curl_slist, void (*)(curl_slist*)> list(nullptr, curl_slist_free_all);
+  curl_slist* raw = nullptr;
+  for (const std::string& h : headers) raw = curl_slist_append(raw, h.c_str());
+  raw = curl_slist_append(raw, "Content-Type: application/json");
+  list.reset(raw);
+  HttpResult result;
+  curl_easy_setopt(curl.get(), CURLOPT_URL, url.c_str());
+  curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDS, body.data());
+  curl_easy_setopt(curl.get(), CURLOPT_POSTFIELDSIZE, static_cast<long>(body.size()));
+  curl_easy_setopt(curl.get(), CURLOPT_HTTPHEADER, list.get());
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEFUNCTION, &Append);
+  curl_easy_setopt(curl.get(), CURLOPT_WRITEDATA, &result.body);
+  curl_easy_setopt(curl.get(), CURLOPT_TIMEOUT_MS, 10000L);
+  if (CURLcode rc = curl_easy_perform(curl.get()); rc != CURLE_OK) {
+    result.error = absl::StrCat("POST ", url, ": ", curl_easy_strerror(rc));
+    return result;
+  }
+  curl_easy_getinfo(curl.get(), CURLINFO_RESPONSE_CODE, &result.status);
+  return result;
+}
+
 absl::StatusOr<rapidjson::Document> PrometheusQuery(const std::string& prometheus_address,
                                                     const std::string& expr) {
   std::unique_ptr<CURL, void (*)(CURL*)> curl(curl_easy_init(), curl_easy_cleanup);
@@ -64,6 +90,15 @@ absl::StatusOr<rapidjson::Document> PrometheusQuery(const std::string& prometheu
         "query ", expr, ": ", doc.HasMember("error") ? doc["error"].GetString() : body));
   }
   return doc;
+}
+
+double SeriesValue(const std::string& exposition, const std::string& family,
+                   const std::string& label) {
+  for (absl::string_view line : absl::StrSplit(exposition, '\n')) {
+    if (!absl::StartsWith(line, family + "{") || !absl::StrContains(line, label)) continue;
+    return std::stod(std::string(line.substr(line.rfind(' ') + 1)));
+  }
+  return -1;
 }
 
 int FreePort() {

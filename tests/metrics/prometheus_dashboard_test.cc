@@ -1,5 +1,5 @@
 // A real Prometheus (/usr/bin/prometheus, on a free loopback port, with the shipped
-// deploy/prometheus/prometheus-static.yml and profd-rules.yml) scrapes a real profd with a real
+// deploy/prometheus/prometheus-static.yml and its rule files) scrapes a real profd with a real
 // agent connected, and every PromQL expression of deploy/grafana/profd-dashboard.json (panels
 // and variables) is asked through Prometheus' HTTP query API: a malformed expression fails the
 // test through the API's error, and an expression without data fails it too — except, when
@@ -24,6 +24,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/metrics/http_get.h"
+#include "tests/metrics/prometheus_server.h"
 #include "tests/metrics/wire_agent.h"
 #include "tests/support/profd_process.h"
 
@@ -37,19 +38,6 @@ constexpr const char* kNvmlSeries[] = {"profd_gpu_", "profd_process_sm_utilizati
                                        "profd_process_gpu_memory_used_bytes",
                                        "profd_nvml_errors_total"};
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// Replaces `from` (which must occur) everywhere in text.
-void MustReplace(std::string& text, const std::string& from, const std::string& to) {
-  ASSERT_NE(text.find(from), std::string::npos) << "expected '" << from << "' in:\n" << text;
-  text = absl::StrReplaceAll(text, {{from, to}});
-}
-
 struct Expression {
   std::string where;  // panel title / variable name, for messages
   std::string promql;
@@ -61,7 +49,7 @@ struct Expression {
 // sees them.
 std::vector<Expression> DashboardExpressions() {
   rapidjson::Document dashboard;
-  dashboard.Parse(ReadFile(SourcePath("deploy/grafana/profd-dashboard.json")).c_str());
+  dashboard.Parse(ReadFileOrEmpty(SourcePath("deploy/grafana/profd-dashboard.json")).c_str());
   EXPECT_FALSE(dashboard.HasParseError()) << "profd-dashboard.json is not JSON";
   std::vector<Expression> out;
   auto add = [&](std::string where, std::string expr) {
@@ -102,59 +90,6 @@ std::vector<Expression> DashboardExpressions() {
   }
   return out;
 }
-
-// Prometheus in a temp dir, scraping one profd every second with the shipped config and rules.
-class PrometheusServer {
- public:
-  explicit PrometheusServer(const std::string& metrics_address) {
-    std::string config = ReadFile(SourcePath("deploy/prometheus/prometheus-static.yml"));
-    MustReplace(config, "scrape_interval: 15s", "scrape_interval: 1s");
-    MustReplace(config, "evaluation_interval: 15s", "evaluation_interval: 1s");
-    MustReplace(config, "localhost:9477", metrics_address);
-    std::ofstream(dir_.File("prometheus.yml")) << config;
-    std::filesystem::copy_file(SourcePath("deploy/prometheus/profd-rules.yml"),
-                               dir_.File("profd-rules.yml"));
-    RunResult check = Run({"/usr/bin/promtool", "check", "config", dir_.File("prometheus.yml")});
-    EXPECT_EQ(check.exit_code, 0) << check.out << check.err;
-
-    address_ = absl::StrCat("127.0.0.1:", FreePort());
-    process_ = std::make_unique<Subprocess>(
-        std::vector<std::string>{
-            "/usr/bin/prometheus", "--config.file=" + dir_.File("prometheus.yml"),
-            "--storage.tsdb.path=" + dir_.File("data"), "--web.listen-address=" + address_},
-        std::map<std::string, std::string>{}, dir_.File("prometheus.log"));
-    bool ready =
-        WaitFor([&] { return HttpGet("http://" + address_ + "/-/ready").ok(); }, absl::Seconds(30));
-    EXPECT_TRUE(ready) << log();
-  }
-  ~PrometheusServer() { process_->Kill(); }
-
-  const std::string& address() const { return address_; }
-  std::string log() const {
-    return ReadFileOrEmpty(dir_.File("prometheus.log")) +
-           ReadFileOrEmpty(dir_.File("prometheus.log.err"));
-  }
-
-  // The instant vector's size; -1 (and a test failure) when Prometheus rejects the expression.
-  int Count(const std::string& expr) const {
-    absl::StatusOr<rapidjson::Document> r = PrometheusQuery(address_, expr);
-    EXPECT_TRUE(r.ok()) << r.status();
-    if (!r.ok()) return -1;
-    return static_cast<int>((*r)["data"]["result"].GetArray().Size());
-  }
-
-  // The first sample's value, or NaN when there is none.
-  double Value(const std::string& expr) const {
-    absl::StatusOr<rapidjson::Document> r = PrometheusQuery(address_, expr);
-    if (!r.ok() || (*r)["data"]["result"].GetArray().Empty()) return std::nan("");
-    return std::stod((*r)["data"]["result"][0]["value"][1].GetString());
-  }
-
- private:
-  TempDir dir_;
-  std::string address_;
-  std::unique_ptr<Subprocess> process_;
-};
 
 std::string MetricsAddress(const ProfdProcess& profd) {
   return profd.ProfctlJson({"status"})["metrics_address"].GetString();

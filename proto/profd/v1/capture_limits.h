@@ -12,5 +12,8 @@ namespace profd::v1 {
 inline constexpr uint32_t kMaxStartDelayMs = 60 * 60 * 1000;
 // --label: free text kept in the manifest, shown by `captures`, `show` and `list`.
 inline constexpr size_t kMaxLabelBytes = 4096;
+// The alert kept in the manifest of a capture an alert started (names, labels, annotations, its
+// URLs): Prometheus alerts carry a few hundred bytes; this leaves room for long descriptions.
+inline constexpr size_t kMaxAlertBytes = 32 * 1024;
 
 }  // namespace profd::v1
