@@ -130,6 +130,19 @@ TEST(PodIdentityTest, TheCgroupNamesThePodNotTheProcesssEnvironment) {
       << profd.log();
   EXPECT_NE(api->Requests().find("token-ok"), std::string::npos) << api->Requests();
 
+  // profctl agents: the verified pod in the table, the claim in a note below it.
+  RunResult table = profd.Profctl({"agents"});
+  EXPECT_NE(table.out.find(absl::StrCat("pid ", impostor.pid(),
+                                        ": its environment claims pod kube-system/etcd-gpu-node-7; "
+                                        "its cgroup puts it in serving/llm-7f9c-5d8b9 (verified")),
+            std::string::npos)
+      << table.out;
+  EXPECT_NE(table.out.find(absl::StrCat("pid ", outsider.pid(),
+                                        ": its environment claims pod serving/llm-7f9c-k2x4q; "
+                                        "its cgroup is in no pod (verified)")),
+            std::string::npos)
+      << table.out;
+
   // Captures by pod go by the verified name: the claimed one finds no process.
   RunResult claimed = profd.Profctl(
       {"capture", "--pod", "etcd-gpu-node-7", "-n", "kube-system", "--duration", "100ms"});
