@@ -480,6 +480,36 @@ absl::Status RetentionFlags(store::RetentionOptions* options) {
   return absl::OkStatus();
 }
 
+// Whether `path` is `dir` or below it, by their names.
+bool IsInside(const std::string& path, const std::string& dir) {
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  const std::filesystem::path d = std::filesystem::path(dir).lexically_normal();
+  auto d_end = std::mismatch(d.begin(), d.end(), p.begin(), p.end()).first;
+  return d_end == d.end() || (std::next(d_end) == d.end() && d_end->empty());
+}
+
+// What the CSI plugin mounts into pods is the runtime folder: profctl's socket and the traces
+// must not be in it (a pod running as root could reach them).
+absl::Status CheckCsiFolders(const Config& config) {
+  if (!absl::StartsWith(config.csi.target_root, "/")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--csi_target_root must be an absolute path, not \"", config.csi.target_root, "\""));
+  }
+  const std::vector<std::pair<std::string, std::string>> private_paths = {
+      {"--grpc_socket", config.grpc_socket == "none" ? "" : config.grpc_socket},
+      {"--capture_dir", absl::GetFlag(FLAGS_capture_dir)},
+      {"--spool_dir", absl::GetFlag(FLAGS_spool_dir)}};
+  for (const auto& [flag, path] : private_paths) {
+    if (!path.empty() && IsInside(path, config.runtime_dir)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, "=", path, " is inside --runtime_dir=", config.runtime_dir,
+          ", which --csi_socket mounts into pods: move it out (the Kubernetes DaemonSet uses "
+          "--grpc_socket=/run/profd-ctl/profd.sock and --capture_dir=/var/lib/profd/captures)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Config> ConfigFromFlags() {
   Config config;
   config.runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
@@ -532,9 +562,8 @@ absl::StatusOr<Config> ConfigFromFlags() {
   config.csi.runtime_dir = config.runtime_dir;
   config.csi.kineto_dir = config.kineto_dir;
   config.csi.target_root = std::string(absl::StripSuffix(absl::GetFlag(FLAGS_csi_target_root), "/"));
-  if (config.csi_socket != "none" && !absl::StartsWith(config.csi.target_root, "/")) {
-    return absl::InvalidArgumentError(absl::StrCat("--csi_target_root must be an absolute path, not \"",
-                                                   config.csi.target_root, "\""));
+  if (config.csi_socket != "none") {
+    if (absl::Status s = CheckCsiFolders(config); !s.ok()) return s;
   }
   return config;
 }
