@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <cstdlib>
 #include <memory>
 #include <optional>
 #include <string>
@@ -143,8 +143,7 @@ ABSL_FLAG(std::string, kubernetes_pods, "none",
           "list. apiserver: the API server's, from inside the cluster (pods on --node_name); an "
           "https:// URL answering a v1 PodList (e.g. the kubelet's /pods); none: take the "
           "process's POD_NAME/POD_NAMESPACE as it says");
-ABSL_FLAG(std::string, kubernetes_token_file,
-          "/var/run/secrets/kubernetes.io/serviceaccount/token",
+ABSL_FLAG(std::string, kubernetes_token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token",
           "Bearer token for --kubernetes_pods (read again for each request); empty: none");
 ABSL_FLAG(std::string, kubernetes_ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
           "PEM CA of the --kubernetes_pods server; empty: the system's CAs");
@@ -561,7 +560,8 @@ absl::StatusOr<Config> ConfigFromFlags() {
   config.csi.node_id = node;
   config.csi.runtime_dir = config.runtime_dir;
   config.csi.kineto_dir = config.kineto_dir;
-  config.csi.target_root = std::string(absl::StripSuffix(absl::GetFlag(FLAGS_csi_target_root), "/"));
+  config.csi.target_root =
+      std::string(absl::StripSuffix(absl::GetFlag(FLAGS_csi_target_root), "/"));
   if (config.csi_socket != "none") {
     if (absl::Status s = CheckCsiFolders(config); !s.ok()) return s;
   }
@@ -846,8 +846,8 @@ absl::Status Daemon::StartCsi() {
                                                " (--csi_socket): is its folder there?"));
   }
   if (chmod(socket.c_str(), 0600) != 0) {
-    return absl::InternalError(absl::StrCat("cannot make ", socket, " root-only: ",
-                                            std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("cannot make ", socket, " root-only: ", std::strerror(errno)));
   }
   LogInfo(kComponent, "CSI node plugin %s on unix:%s: pods' volumes mounted under %s",
           config_.csi.driver_name, socket, config_.csi.target_root);

@@ -37,12 +37,13 @@ v1::AgentInfo InfoOf(uint32_t pid, uint32_t uid, const ProcessIdentity& identity
 }
 
 std::string PodConflict(const v1::AgentInfo& info) {
-  return absl::StrCat("pod ", info.pod_namespace().empty() && info.pod_name().empty()
-                                  ? "none (its cgroup names no pod)"
-                                  : absl::StrCat(info.pod_namespace(), "/", info.pod_name(),
-                                                 " (uid ", info.pod_uid(), ")"),
-                      ", verified; it claims ", info.claimed_pod_namespace(), "/",
-                      info.claimed_pod_name(), " (POD_NAMESPACE/POD_NAME), which is not used");
+  return absl::StrCat(
+      "pod ",
+      info.pod_namespace().empty() && info.pod_name().empty()
+          ? "none (its cgroup names no pod)"
+          : absl::StrCat(info.pod_namespace(), "/", info.pod_name(), " (uid ", info.pod_uid(), ")"),
+      ", verified; it claims ", info.claimed_pod_namespace(), "/", info.claimed_pod_name(),
+      " (POD_NAMESPACE/POD_NAME), which is not used");
 }
 
 }  // namespace
@@ -87,9 +88,8 @@ void AgentRegistry::ResolvePendingPods() {
     for (auto& [id, entry] : agents_) {
       if (entry.info.pod_identity() != v1::POD_IDENTITY_UNVERIFIED) continue;
       if (ResolvePod(pods_, &entry.info)) {
-        conflicts.push_back(
-            absl::StrCat("pid ", entry.info.pid(), " (", entry.info.comm(), "): ",
-                         PodConflict(entry.info)));
+        conflicts.push_back(absl::StrCat("pid ", entry.info.pid(), " (", entry.info.comm(),
+                                         "): ", PodConflict(entry.info)));
       }
     }
   }

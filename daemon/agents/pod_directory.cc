@@ -47,9 +47,9 @@ size_t Append(char* data, size_t size, size_t count, void* user) {
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot read the Kubernetes token ", path,
-        " (--kubernetes_token_file; in a pod: the service account's token)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot read the Kubernetes token ", path,
+                     " (--kubernetes_token_file; in a pod: the service account's token)"));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -62,16 +62,16 @@ absl::StatusOr<std::map<std::string, PodName>> ParsePodList(absl::string_view js
   rapidjson::Document doc;
   doc.Parse(json.data(), json.size());
   if (doc.HasParseError()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "the pod list is not JSON: ", rapidjson::GetParseError_En(doc.GetParseError()),
-        " at byte ", doc.GetErrorOffset()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the pod list is not JSON: ", rapidjson::GetParseError_En(doc.GetParseError()),
+                     " at byte ", doc.GetErrorOffset()));
   }
   if (!doc.IsObject() || StringMember(doc, "kind") != "PodList") {
     std::string kind = StringMember(doc, "kind");
     std::string message = StringMember(doc, "message");  // a Status from the API server
-    return absl::InvalidArgumentError(absl::StrCat(
-        "expected a PodList, got ", kind.empty() ? "something else" : kind,
-        message.empty() ? "" : absl::StrCat(": ", message)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected a PodList, got ", kind.empty() ? "something else" : kind,
+                     message.empty() ? "" : absl::StrCat(": ", message)));
   }
   std::map<std::string, PodName> pods;
   auto items = doc.FindMember("items");
@@ -194,12 +194,12 @@ absl::StatusOr<std::string> PodDirectory::Fetch() const {
   curl_slist_free_all(headers);
   curl_easy_cleanup(curl);
   if (body.too_large) {
-    return absl::ResourceExhaustedError(absl::StrCat("the pod list from ", options_.url,
-                                                     " is larger than ", body.limit, " bytes"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the pod list from ", options_.url, " is larger than ", body.limit, " bytes"));
   }
   if (code != CURLE_OK) {
-    return absl::UnavailableError(absl::StrCat("GET ", options_.url, ": ",
-                                               *error ? error : curl_easy_strerror(code)));
+    return absl::UnavailableError(
+        absl::StrCat("GET ", options_.url, ": ", *error ? error : curl_easy_strerror(code)));
   }
   if (http == 401 || http == 403) {
     return absl::PermissionDeniedError(absl::StrCat(

@@ -24,7 +24,7 @@ constexpr char kKinetoFolder[] = "kineto";
 // Whether `path` is the root of a mount (a bind mount shares the device of its source, so the
 // device number cannot tell).
 absl::StatusOr<bool> IsMountRoot(const std::string& path) {
-  struct statx st{};
+  struct statx st {};
   if (statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &st) != 0) {
     if (errno == ENOENT) return false;
     return absl::InternalError(absl::StrCat("cannot stat ", path, ": ", std::strerror(errno)));
@@ -68,10 +68,11 @@ absl::Status CsiVolumePublisher::Publish(const std::string& target_path, const s
     source = options_.kineto_dir;
     read_only = false;  // Kineto binds its own socket in it (the folder is sticky)
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "volumeAttributes folder \"", folder, "\" is not one profd serves: leave it out for the "
-        "agent and its socket, or \"kineto\" for Kineto's socket folder",
-        options_.kineto_dir == "none" ? " (off here: --kineto_socket_dir=none)" : ""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("volumeAttributes folder \"", folder,
+                     "\" is not one profd serves: leave it out for the "
+                     "agent and its socket, or \"kineto\" for Kineto's socket folder",
+                     options_.kineto_dir == "none" ? " (off here: --kineto_socket_dir=none)" : ""));
   }
   if (mkdir(target_path.c_str(), 0750) != 0 && errno != EEXIST) {
     return absl::InternalError(Errno("cannot create", target_path));
@@ -80,8 +81,8 @@ absl::Status CsiVolumePublisher::Publish(const std::string& target_path, const s
   if (!mounted.ok()) return mounted.status();
   if (*mounted) return absl::OkStatus();  // published before: the kubelet retries
   if (mount(source.c_str(), target_path.c_str(), nullptr, MS_BIND, nullptr) != 0) {
-    return absl::InternalError(absl::StrCat(Errno("cannot bind-mount", source), " at ",
-                                            target_path, " (profd needs CAP_SYS_ADMIN)"));
+    return absl::InternalError(absl::StrCat(Errno("cannot bind-mount", source), " at ", target_path,
+                                            " (profd needs CAP_SYS_ADMIN)"));
   }
   // Bind mounts take their flags from a remount. The agent folder stays executable: the pod
   // maps the library from it.
@@ -121,9 +122,9 @@ grpc::Status CsiIdentityService::GetPluginInfo(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status CsiIdentityService::GetPluginCapabilities(
-    grpc::ServerContext*, const csi::v1::GetPluginCapabilitiesRequest*,
-    csi::v1::GetPluginCapabilitiesResponse*) {
+grpc::Status CsiIdentityService::GetPluginCapabilities(grpc::ServerContext*,
+                                                       const csi::v1::GetPluginCapabilitiesRequest*,
+                                                       csi::v1::GetPluginCapabilitiesResponse*) {
   return grpc::Status::OK;  // node service only: no controller
 }
 
@@ -152,9 +153,9 @@ grpc::Status CsiNodeService::NodePublishVolume(grpc::ServerContext*,
   return ToGrpcStatus(publisher_->Publish(request->target_path(), value("folder"), pod));
 }
 
-grpc::Status CsiNodeService::NodeUnpublishVolume(
-    grpc::ServerContext*, const csi::v1::NodeUnpublishVolumeRequest* request,
-    csi::v1::NodeUnpublishVolumeResponse*) {
+grpc::Status CsiNodeService::NodeUnpublishVolume(grpc::ServerContext*,
+                                                 const csi::v1::NodeUnpublishVolumeRequest* request,
+                                                 csi::v1::NodeUnpublishVolumeResponse*) {
   if (request->volume_id().empty()) {
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "volume_id is empty");
   }

@@ -70,8 +70,7 @@ class CsiNodeService final : public csi::v1::Node::Service {
   explicit CsiNodeService(CsiVolumePublisher* publisher) : publisher_(publisher) {}
   grpc::Status NodePublishVolume(grpc::ServerContext*, const csi::v1::NodePublishVolumeRequest*,
                                  csi::v1::NodePublishVolumeResponse*) override;
-  grpc::Status NodeUnpublishVolume(grpc::ServerContext*,
-                                   const csi::v1::NodeUnpublishVolumeRequest*,
+  grpc::Status NodeUnpublishVolume(grpc::ServerContext*, const csi::v1::NodeUnpublishVolumeRequest*,
                                    csi::v1::NodeUnpublishVolumeResponse*) override;
   grpc::Status NodeGetCapabilities(grpc::ServerContext*, const csi::v1::NodeGetCapabilitiesRequest*,
                                    csi::v1::NodeGetCapabilitiesResponse*) override;

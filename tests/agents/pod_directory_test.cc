@@ -29,14 +29,17 @@ TEST(ParsePodListTest, NamesEveryPodByUidAndStaticPodsByTheirHash) {
   ASSERT_TRUE(pods.ok()) << pods.status();
   EXPECT_EQ(pods->size(), 5u);  // four pods, the static one under both keys
   EXPECT_EQ(pods->at(kLlmUid), (PodName{"serving", "llm-7f9c-5d8b9"}));
-  EXPECT_EQ(pods->at("2b7d9f1e-3c5a-4e8b-a0d2-6f4b8d0e2a3c"), (PodName{"serving", "llm-7f9c-k2x4q"}));
-  EXPECT_EQ(pods->at("6d7d0b7f6d1b4c4e0a8c1a2b3c4d5e6f"), (PodName{"kube-system", "etcd-gpu-node-7"}));
+  EXPECT_EQ(pods->at("2b7d9f1e-3c5a-4e8b-a0d2-6f4b8d0e2a3c"),
+            (PodName{"serving", "llm-7f9c-k2x4q"}));
+  EXPECT_EQ(pods->at("6d7d0b7f6d1b4c4e0a8c1a2b3c4d5e6f"),
+            (PodName{"kube-system", "etcd-gpu-node-7"}));
   ASSERT_TRUE(ParsePodList(Fixture("podlist-empty-node.json")).ok());
   EXPECT_TRUE(ParsePodList(Fixture("podlist-empty-node.json"))->empty());
 }
 
 TEST(ParsePodListTest, SaysWhatCameInstead) {
-  absl::StatusOr<std::map<std::string, PodName>> status = ParsePodList(Fixture("status-forbidden.json"));
+  absl::StatusOr<std::map<std::string, PodName>> status =
+      ParsePodList(Fixture("status-forbidden.json"));
   ASSERT_FALSE(status.ok());
   EXPECT_NE(status.status().message().find("expected a PodList, got Status: pods is forbidden"),
             std::string::npos)

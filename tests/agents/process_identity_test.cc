@@ -58,13 +58,13 @@ TEST(ProcessIdentityTest, ProcessesOutsideKubernetesHaveNoPod) {
 }
 
 TEST(ProcessIdentityTest, MalformedUidsAreNotPods) {
-  for (const char* text : {
-           "0::/kubepods/burstable/pod8e3f4c2a-5b1d-4f6e-9a7c-0b2d4e6f8a1/x\n",    // 35 chars
-           "0::/kubepods/burstable/pod8e3f4c2a-5b1d-4f6e-9a7c-0b2d4e6f8a1cz/x\n",  // 37
-           "0::/kubepods/burstable/pod8e3f4c2a05b1d04f6e09a7c00b2d4e6f8a1c/x\n",   // no dashes
-           "0::/kubepods/burstable/podzz3f4c2a-5b1d-4f6e-9a7c-0b2d4e6f8a1c/x\n",   // not hex
-           "0::/kubepods.slice/kubepods-pod8e3f4c2a_5b1d_4f6e_9a7c_0b2d4e6f8a1c\n",  // no .slice
-           "0::/\n", "", "garbage without colons\n"}) {
+  for (const char* text :
+       {"0::/kubepods/burstable/pod8e3f4c2a-5b1d-4f6e-9a7c-0b2d4e6f8a1/x\n",      // 35 chars
+        "0::/kubepods/burstable/pod8e3f4c2a-5b1d-4f6e-9a7c-0b2d4e6f8a1cz/x\n",    // 37
+        "0::/kubepods/burstable/pod8e3f4c2a05b1d04f6e09a7c00b2d4e6f8a1c/x\n",     // no dashes
+        "0::/kubepods/burstable/podzz3f4c2a-5b1d-4f6e-9a7c-0b2d4e6f8a1c/x\n",     // not hex
+        "0::/kubepods.slice/kubepods-pod8e3f4c2a_5b1d_4f6e_9a7c_0b2d4e6f8a1c\n",  // no .slice
+        "0::/\n", "", "garbage without colons\n"}) {
     ProcessIdentity identity;
     ParseCgroup(text, &identity);
     EXPECT_EQ(identity.pod_uid, "") << text;

@@ -5,6 +5,8 @@
 //
 // Mounting needs CAP_SYS_ADMIN: the test moves itself into a mount namespace of its own first
 // (every mount it makes disappears with it) and is skipped where that is not allowed.
+#include "daemon/csi/csi_node_service.h"
+
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/mount.h>
@@ -21,7 +23,6 @@
 #include <string>
 
 #include "csi/v1/csi_node.grpc.pb.h"
-#include "daemon/csi/csi_node_service.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/server_builder.h"
@@ -33,7 +34,7 @@ namespace {
 namespace fs = std::filesystem;
 
 bool IsMountRoot(const std::string& path) {
-  struct statx st{};
+  struct statx st {};
   return statx(AT_FDCWD, path.c_str(), AT_SYMLINK_NOFOLLOW, STATX_BASIC_STATS, &st) == 0 &&
          (st.stx_attributes & STATX_ATTR_MOUNT_ROOT) != 0;
 }

@@ -100,12 +100,13 @@ TEST_F(CsiVolumeTest, AnAgentInThePodReachesProfdThroughItsVolume) {
 
 TEST_F(CsiVolumeTest, ProfdRefusesToMountAFolderHoldingItsControlSocket) {
   TempDir node;
-  RunResult r = profd::testing::Run({BuildPath("daemon/profd"), "--runtime_dir=" + node.File("run"),
-                     "--grpc_socket=" + node.File("run/profd.sock"), "--metrics_address=none",
-                     "--capture_dir=" + node.File("captures"), "--spool_dir=" + node.File("spool"),
-                     "--store=file://" + node.File("store"), "--csi_socket=" + node.File("csi.sock"),
-                     "--csi_target_root=" + node.File("pods")},
-                    {}, absl::Seconds(20));
+  RunResult r = profd::testing::Run(
+      {BuildPath("daemon/profd"), "--runtime_dir=" + node.File("run"),
+       "--grpc_socket=" + node.File("run/profd.sock"), "--metrics_address=none",
+       "--capture_dir=" + node.File("captures"), "--spool_dir=" + node.File("spool"),
+       "--store=file://" + node.File("store"), "--csi_socket=" + node.File("csi.sock"),
+       "--csi_target_root=" + node.File("pods")},
+      {}, absl::Seconds(20));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--grpc_socket=" + node.File("run/profd.sock") + " is inside --runtime_dir"),
             std::string::npos)

@@ -33,8 +33,9 @@ constexpr char kContainer[] = "3f1c6a0e5b2d4e8f9a7b6c5d4e3f2a1b0c9d8e7f6a5b4c3d2
 class PodCgroup {
  public:
   bool Make(std::string* why) {
-    const std::string base =
-        fs::exists("/sys/fs/cgroup/memory/cgroup.procs") ? "/sys/fs/cgroup/memory" : "/sys/fs/cgroup";
+    const std::string base = fs::exists("/sys/fs/cgroup/memory/cgroup.procs")
+                                 ? "/sys/fs/cgroup/memory"
+                                 : "/sys/fs/cgroup";
     root_ = absl::StrCat(base, "/profd-pod-identity-test-", getpid());
     leaf_ = absl::StrCat(root_, "/kubepods/burstable/pod", kLlmUid, "/", kContainer);
     std::error_code error;
@@ -76,7 +77,8 @@ TEST(PodIdentityTest, TheCgroupNamesThePodNotTheProcesssEnvironment) {
   if (!cgroup.Make(&why)) GTEST_SKIP() << why;
   std::string error;
   auto api = KubernetesApiStandIn::Start({}, &error);
-  if (api == nullptr && error.empty()) GTEST_SKIP() << "needs /usr/bin/openssl and /usr/bin/python3";
+  if (api == nullptr && error.empty())
+    GTEST_SKIP() << "needs /usr/bin/openssl and /usr/bin/python3";
   ASSERT_NE(api, nullptr) << error;
 
   ProfdProcess profd({"--kubernetes_pods=" + api->PodsUrl("gpu-node-7"),
@@ -88,12 +90,11 @@ TEST(PodIdentityTest, TheCgroupNamesThePodNotTheProcesssEnvironment) {
   // of kube-system.
   const std::string replay = BuildPath("tests/integration/replay_agent");
   const std::string batches = SourcePath("tests/fixtures/burst_1000_kernels.batches.pb");
-  Subprocess impostor(
-      {"/bin/sh", "-c", "echo $$ > \"$0\" && exec \"$1\" \"$2\"", cgroup.leaf() + "/cgroup.procs",
-       replay, batches},
-      {{"PROFD_AGENT_SOCKET", profd.agent_socket()},
-       {"POD_NAME", "etcd-gpu-node-7"},
-       {"POD_NAMESPACE", "kube-system"}});
+  Subprocess impostor({"/bin/sh", "-c", "echo $$ > \"$0\" && exec \"$1\" \"$2\"",
+                       cgroup.leaf() + "/cgroup.procs", replay, batches},
+                      {{"PROFD_AGENT_SOCKET", profd.agent_socket()},
+                       {"POD_NAME", "etcd-gpu-node-7"},
+                       {"POD_NAMESPACE", "kube-system"}});
   // Outside any pod, claiming one of the serving pods.
   Subprocess outsider({replay, batches}, {{"PROFD_AGENT_SOCKET", profd.agent_socket()},
                                           {"POD_NAME", "llm-7f9c-k2x4q"},
@@ -147,8 +148,8 @@ TEST(PodIdentityTest, TheCgroupNamesThePodNotTheProcesssEnvironment) {
   RunResult claimed = profd.Profctl(
       {"capture", "--pod", "etcd-gpu-node-7", "-n", "kube-system", "--duration", "100ms"});
   EXPECT_NE(claimed.exit_code, 0) << claimed.out;
-  RunResult claimed_by_outsider = profd.Profctl(
-      {"capture", "--pod", "llm-7f9c-k2x4q", "-n", "serving", "--duration", "100ms"});
+  RunResult claimed_by_outsider =
+      profd.Profctl({"capture", "--pod", "llm-7f9c-k2x4q", "-n", "serving", "--duration", "100ms"});
   EXPECT_NE(claimed_by_outsider.exit_code, 0) << claimed_by_outsider.out;
   RunResult verified = profd.Profctl(
       {"--json", "capture", "--pod", "llm-7f9c-5d8b9", "-n", "serving", "--duration", "200ms"});

@@ -39,18 +39,13 @@ std::unique_ptr<KubernetesApiStandIn> KubernetesApiStandIn::Start(const Options&
   }
   const std::string token = "eyJhbGciOiJSUzI1NiJ9.stand-in-service-account-token.sig";
   std::ofstream(s->token_file_) << token << "\n";  // a newline, as kubelet-written files may end
-  std::vector<std::string> argv = {python,
-                                   SourcePath("tests/support/kubernetes_api_stand_in.py"),
-                                   "--cert",
-                                   s->ca_file_,
-                                   "--key",
-                                   s->dir_.File("server.key"),
-                                   "--token",
-                                   token,
-                                   "--pods",
-                                   SourcePath("tests/fixtures/kubernetes/" + options.pods_fixture),
-                                   "--log",
-                                   s->dir_.File("requests.log")};
+  std::vector<std::string> argv = {
+      python,    SourcePath("tests/support/kubernetes_api_stand_in.py"),
+      "--cert",  s->ca_file_,
+      "--key",   s->dir_.File("server.key"),
+      "--token", token,
+      "--pods",  SourcePath("tests/fixtures/kubernetes/" + options.pods_fixture),
+      "--log",   s->dir_.File("requests.log")};
   if (options.forbidden) argv.push_back("--forbidden");
   s->server_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{},
                                             s->dir_.File("server.out"));
@@ -79,8 +74,8 @@ KubernetesApiStandIn::~KubernetesApiStandIn() {
 }
 
 std::string KubernetesApiStandIn::PodsUrl(const std::string& node) const {
-  return absl::StrCat("https://127.0.0.1:", port_,
-                      "/api/v1/pods?fieldSelector=spec.nodeName%3D", node);
+  return absl::StrCat("https://127.0.0.1:", port_, "/api/v1/pods?fieldSelector=spec.nodeName%3D",
+                      node);
 }
 
 std::string KubernetesApiStandIn::Requests() const {

@@ -15,7 +15,7 @@ class KubernetesApiStandIn {
  public:
   struct Options {
     std::string pods_fixture = "podlist-gpu-node-7.json";  // in tests/fixtures/kubernetes/
-    bool forbidden = false;  // 403 for the pod list (RBAC missing)
+    bool forbidden = false;                                // 403 for the pod list (RBAC missing)
   };
   // Empty *error and a null result: openssl or /usr/bin/python3 is missing (callers skip).
   // Non-empty *error: they are there and it did not start (callers fail).
