@@ -44,6 +44,11 @@ size_t Append(char* data, size_t size, size_t count, void* user) {
   return n;
 }
 
+// libcurl's progress callback: a non-zero answer ends the transfer.
+int AbortWhenAsked(void* abort, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  return static_cast<std::atomic<bool>*>(abort)->load() ? 1 : 0;
+}
+
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
   std::ifstream in(path);
   if (!in) {
@@ -117,6 +122,7 @@ absl::StatusOr<std::string> PodDirectory::InClusterUrl(const std::string& node_n
 PodDirectory::PodDirectory(Options options) : options_(std::move(options)) {}
 
 PodDirectory::~PodDirectory() {
+  abort_fetch_ = true;
   {
     absl::MutexLock lock(&mutex_);
     stopping_ = true;
@@ -184,6 +190,9 @@ absl::StatusOr<std::string> PodDirectory::Fetch() const {
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, AbortWhenAsked);
+  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(&abort_fetch_));
   curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
                    static_cast<long>(absl::ToInt64Milliseconds(options_.timeout)));
   curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");

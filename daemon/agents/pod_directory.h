@@ -10,6 +10,7 @@
 // and callable from any thread.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <map>
 #include <memory>
@@ -86,6 +87,7 @@ class PodDirectory {
   std::map<std::string, PodName> pods_ ABSL_GUARDED_BY(mutex_);
   bool refresh_wanted_ ABSL_GUARDED_BY(mutex_) = false;
   bool stopping_ ABSL_GUARDED_BY(mutex_) = false;
+  std::atomic<bool> abort_fetch_{false};  // set by the destructor: a fetch in flight ends now
   std::string last_error_ ABSL_GUARDED_BY(mutex_);
   std::thread thread_;
 };
