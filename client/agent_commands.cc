@@ -157,6 +157,14 @@ int RunStatus(const GlobalOptions& g) {
             << "\n"
             << "  gRPC:              " << Printable(absl::StrJoin(response.grpc_addresses(), ", "))
             << "\n";
+  std::cout << "  pods:              "
+            << (response.pods_source().empty()
+                    ? std::string("as processes claim them (POD_NAME; --kubernetes_pods=none)")
+                    : "verified: cgroup pod UID -> " + Printable(response.pods_source()) +
+                          (response.pods_error().empty()
+                               ? std::string()
+                               : "; last list failed: " + Printable(response.pods_error())))
+            << "\n";
   if (!response.metrics_address().empty()) {
     std::cout << "  metrics:           http://" << Printable(response.metrics_address())
               << "/metrics\n";

@@ -144,6 +144,11 @@ TEST(PodIdentityTest, TheCgroupNamesThePodNotTheProcesssEnvironment) {
             std::string::npos)
       << table.out;
 
+  RunResult status = profd.Profctl({"status"});
+  EXPECT_NE(status.out.find("pods:              verified: cgroup pod UID -> https://127.0.0.1:"),
+            std::string::npos)
+      << status.out;
+
   // Captures by pod go by the verified name: the claimed one finds no process.
   RunResult claimed = profd.Profctl(
       {"capture", "--pod", "etcd-gpu-node-7", "-n", "kube-system", "--duration", "100ms"});
