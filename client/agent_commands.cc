@@ -86,6 +86,22 @@ int RunAgents(const GlobalOptions& g) {
                   ViaOf(a), CuptiOf(a), a.command_line().empty() ? a.comm() : a.command_line()});
     const profd::v1::CuptiSharing& s = a.cupti_sharing();
     std::string pid = "pid " + std::to_string(a.pid()) + ": ";
+    // The pod column is the verified pod where profd checks it; a claim that differs is shown.
+    const std::string claimed = a.claimed_pod_namespace() + "/" + a.claimed_pod_name();
+    const std::string pod = a.pod_namespace() + "/" + a.pod_name();
+    if (a.pod_identity() == profd::v1::POD_IDENTITY_VERIFIED && !a.claimed_pod_name().empty() &&
+        (a.claimed_pod_name() != a.pod_name() ||
+         (!a.claimed_pod_namespace().empty() && a.claimed_pod_namespace() != a.pod_namespace()))) {
+      notes.push_back(pid + "its environment claims pod " + claimed + "; its cgroup puts it in " +
+                      pod + " (verified, shown above)");
+    } else if (a.pod_identity() == profd::v1::POD_IDENTITY_NOT_IN_A_POD &&
+               !a.claimed_pod_name().empty()) {
+      notes.push_back(pid + "its environment claims pod " + claimed +
+                      "; its cgroup is in no pod (verified)");
+    } else if (a.pod_identity() == profd::v1::POD_IDENTITY_UNVERIFIED) {
+      notes.push_back(pid + "pod not verified yet: pod UID " + a.pod_uid() +
+                      " is not in the pod list profd read (the pod shown is the process's claim)");
+    }
     if (s.mode() == profd::v1::CUPTI_SHARING_PARTIAL ||
         s.mode() == profd::v1::CUPTI_SHARING_NOT_SHARED ||
         s.mode() == profd::v1::CUPTI_SHARING_OFF) {
@@ -140,6 +156,14 @@ int RunStatus(const GlobalOptions& g) {
                                                        " PyTorch processes polling)")
             << "\n"
             << "  gRPC:              " << Printable(absl::StrJoin(response.grpc_addresses(), ", "))
+            << "\n";
+  std::cout << "  pods:              "
+            << (response.pods_source().empty()
+                    ? std::string("as processes claim them (POD_NAME; --kubernetes_pods=none)")
+                    : "verified: cgroup pod UID -> " + Printable(response.pods_source()) +
+                          (response.pods_error().empty()
+                               ? std::string()
+                               : "; last list failed: " + Printable(response.pods_error())))
             << "\n";
   if (!response.metrics_address().empty()) {
     std::cout << "  metrics:           http://" << Printable(response.metrics_address())

@@ -2,6 +2,7 @@
 //   agent channel (unix socket) -> AgentRegistry -> gRPC service (unix socket for root and
 //   --access_group; TCP only when asked, with mutual TLS; docs/SECURITY.md)
 //   NVML sampler + AgentRegistry + DaemonMetrics -> /metrics (HTTP, daemon/metrics)
+#include <errno.h>
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -33,9 +35,11 @@
 #include "absl/time/clock.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
+#include "daemon/agents/pod_directory.h"
 #include "daemon/alerts/alert_webhook.h"
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/capture/capture_targets.h"
+#include "daemon/csi/csi_node_service.h"
 #include "daemon/kineto/kineto_config.h"
 #include "daemon/kineto/kineto_ipc_server.h"
 #include "daemon/log.h"
@@ -153,6 +157,23 @@ ABSL_FLAG(absl::Duration, kineto_poll_interval, absl::Seconds(1),
           "which they read through KINETO_CONFIG); Kineto's own default is 5s");
 ABSL_FLAG(std::string, kineto_max_trace_bytes, "2GiB",
           "Largest trace profd takes from a process captured through Kineto");
+ABSL_FLAG(std::string, csi_socket, "none",
+          "Serve the CSI node plugin (application pods mount the agent and its socket as an "
+          "inline csi.profd.dev volume, no hostPath) on this unix socket; none: off");
+ABSL_FLAG(std::string, csi_driver_name, "csi.profd.dev", "The CSIDriver object's name");
+ABSL_FLAG(std::string, csi_target_root, "/var/lib/kubelet/pods",
+          "The CSI plugin mounts pods' volumes only under this folder (the kubelet's pod folder)");
+ABSL_FLAG(std::string, kubernetes_pods, "none",
+          "Verify which pod a process is in: its cgroup's pod UID looked up in the node's pod "
+          "list. apiserver: the API server's, from inside the cluster (pods on --node_name); an "
+          "https:// URL answering a v1 PodList (e.g. the kubelet's /pods); none: take the "
+          "process's POD_NAME/POD_NAMESPACE as it says");
+ABSL_FLAG(std::string, kubernetes_token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token",
+          "Bearer token for --kubernetes_pods (read again for each request); empty: none");
+ABSL_FLAG(std::string, kubernetes_ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
+          "PEM CA of the --kubernetes_pods server; empty: the system's CAs");
+ABSL_FLAG(std::string, node_name, "",
+          "This node's Kubernetes name (default: $NODE_NAME, else the host name)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "How often agents send counters");
 ABSL_FLAG(absl::Duration, agent_timeout, absl::Seconds(10), "An agent silent this long is dropped");
 // What one peer of the agent socket (0666: any local user) may cost profd; docs/SECURITY.md.
@@ -409,6 +430,9 @@ struct Config {
   std::string metrics_address;  // "none" or empty: no /metrics
   std::string alert_address;    // "none" or empty: no Alertmanager webhook
   alerts::AlertWebhookOptions alerts;
+  std::string csi_socket;       // "none": no CSI node plugin
+  CsiNodeOptions csi;
+  std::optional<PodDirectory::Options> pods;  // none: pods as processes claim them
 };
 
 // The Alertmanager webhook's configuration; its token is read now, so that a missing or empty
@@ -446,6 +470,26 @@ absl::Status AlertFlags(Config* config) {
   config->alerts.policy.max_per_hour = absl::GetFlag(FLAGS_alert_max_captures_per_hour);
   config->alerts.policy.max_concurrent = absl::GetFlag(FLAGS_alert_max_concurrent_captures);
   return absl::OkStatus();
+}
+
+// --kubernetes_pods and the flags beside it.
+absl::StatusOr<std::optional<PodDirectory::Options>> PodDirectoryFlags(const std::string& node) {
+  const std::string source = absl::GetFlag(FLAGS_kubernetes_pods);
+  if (source == "none" || source.empty()) return std::nullopt;
+  PodDirectory::Options options;
+  if (source == "apiserver") {
+    absl::StatusOr<std::string> url = PodDirectory::InClusterUrl(node);
+    if (!url.ok()) return url.status();
+    options.url = *url;
+  } else if (absl::StartsWith(source, "https://")) {
+    options.url = source;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kubernetes_pods=", source, ": expected none, apiserver or an https:// URL"));
+  }
+  options.token_file = absl::GetFlag(FLAGS_kubernetes_token_file);
+  options.ca_file = absl::GetFlag(FLAGS_kubernetes_ca_file);
+  return options;
 }
 
 ListenerFlags ListenerFlagsFromFlags() {
@@ -501,6 +545,36 @@ absl::Status RetentionFlags(store::RetentionOptions* options) {
   return absl::OkStatus();
 }
 
+// Whether `path` is `dir` or below it, by their names.
+bool IsInside(const std::string& path, const std::string& dir) {
+  const std::filesystem::path p = std::filesystem::path(path).lexically_normal();
+  const std::filesystem::path d = std::filesystem::path(dir).lexically_normal();
+  auto d_end = std::mismatch(d.begin(), d.end(), p.begin(), p.end()).first;
+  return d_end == d.end() || (std::next(d_end) == d.end() && d_end->empty());
+}
+
+// What the CSI plugin mounts into pods is the runtime folder: profctl's socket and the traces
+// must not be in it (a pod running as root could reach them).
+absl::Status CheckCsiFolders(const Config& config) {
+  if (!absl::StartsWith(config.csi.target_root, "/")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--csi_target_root must be an absolute path, not \"", config.csi.target_root, "\""));
+  }
+  const std::vector<std::pair<std::string, std::string>> private_paths = {
+      {"--grpc_socket", config.grpc_socket == "none" ? "" : config.grpc_socket},
+      {"--capture_dir", absl::GetFlag(FLAGS_capture_dir)},
+      {"--spool_dir", absl::GetFlag(FLAGS_spool_dir)}};
+  for (const auto& [flag, path] : private_paths) {
+    if (!path.empty() && IsInside(path, config.runtime_dir)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, "=", path, " is inside --runtime_dir=", config.runtime_dir,
+          ", which --csi_socket mounts into pods: move it out (the Kubernetes DaemonSet uses "
+          "--grpc_socket=/run/profd-ctl/profd.sock and --capture_dir=/var/lib/profd/captures)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Config> ConfigFromFlags() {
   Config config;
   config.runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
@@ -542,6 +616,22 @@ absl::StatusOr<Config> ConfigFromFlags() {
       std::max(absl::GetFlag(FLAGS_nvml_sample_interval), absl::Milliseconds(100));
   config.metrics_address = absl::GetFlag(FLAGS_metrics_address);
   if (absl::Status s = AlertFlags(&config); !s.ok()) return s;
+  std::string node = absl::GetFlag(FLAGS_node_name);
+  if (const char* env = std::getenv("NODE_NAME"); node.empty() && env != nullptr) node = env;
+  if (node.empty()) node = config.hostname;
+  absl::StatusOr<std::optional<PodDirectory::Options>> pods = PodDirectoryFlags(node);
+  if (!pods.ok()) return pods.status();
+  config.pods = *std::move(pods);
+  config.csi_socket = absl::GetFlag(FLAGS_csi_socket);
+  config.csi.driver_name = absl::GetFlag(FLAGS_csi_driver_name);
+  config.csi.node_id = node;
+  config.csi.runtime_dir = config.runtime_dir;
+  config.csi.kineto_dir = config.kineto_dir;
+  config.csi.target_root =
+      std::string(absl::StripSuffix(absl::GetFlag(FLAGS_csi_target_root), "/"));
+  if (config.csi_socket != "none") {
+    if (absl::Status s = CheckCsiFolders(config); !s.ok()) return s;
+  }
   return config;
 }
 
@@ -565,12 +655,14 @@ class Daemon {
   absl::Status StartMetricsServer();
   absl::Status StartAlertWebhook();
   absl::Status StartGrpc(std::shared_ptr<grpc::ServerCredentials> tcp_credentials);
+  absl::Status StartCsi();
   void LogStarted() const;
 
   Config config_;
   const AccessGroup access_;
   DaemonIdentity identity_;
   AgentRegistry registry_;
+  std::unique_ptr<PodDirectory> pods_;  // stops before the registry it resolves into
   std::unique_ptr<AgentChannelServer> channel_;
   std::unique_ptr<store::TraceStore> trace_store_;
   std::unique_ptr<store::Spool> spool_;  // the capture code submits finished captures here
@@ -590,12 +682,23 @@ class Daemon {
   std::unique_ptr<store::TraceStoreService> store_service_;
   std::unique_ptr<ProfdService> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<CsiVolumePublisher> csi_publisher_;
+  std::unique_ptr<CsiIdentityService> csi_identity_;
+  std::unique_ptr<CsiNodeService> csi_node_;
+  std::unique_ptr<grpc::Server> csi_server_;  // null without --csi_socket
 };
 
 absl::Status Daemon::Start(std::shared_ptr<grpc::ServerCredentials> tcp_credentials) {
   identity_.hostname = config_.hostname;
   identity_.started = absl::Now();
   identity_.agent_socket = config_.agent_socket;
+  if (config_.pods) {
+    pods_ = std::make_unique<PodDirectory>(*config_.pods);
+    registry_.set_pod_directory(pods_.get());
+    pods_->Start([this] { registry_.ResolvePendingPods(); });
+    LogInfo(kComponent, "pods verified: cgroup pod UID -> %s (--kubernetes_pods)",
+            config_.pods->url);
+  }
   channel_ = std::make_unique<AgentChannelServer>(config_.channel, &registry_);
   OpenTraceStore();
   ConnectCaptureOptions();
@@ -627,6 +730,7 @@ absl::Status Daemon::Start(std::shared_ptr<grpc::ServerCredentials> tcp_credenti
   if (absl::Status s = StartMetricsServer(); !s.ok()) return s;
   if (absl::Status s = StartAlertWebhook(); !s.ok()) return s;
   if (absl::Status s = StartGrpc(std::move(tcp_credentials)); !s.ok()) return s;
+  if (absl::Status s = StartCsi(); !s.ok()) return s;
   LogStarted();
   return absl::OkStatus();
 }
@@ -842,6 +946,34 @@ absl::Status Daemon::StartGrpc(std::shared_ptr<grpc::ServerCredentials> tcp_cred
   return absl::OkStatus();
 }
 
+// The CSI node plugin, on its own socket: only the kubelet (root) reaches it, through the
+// node-driver-registrar's registration; it shares nothing with profctl's control plane.
+absl::Status Daemon::StartCsi() {
+  const std::string& socket = config_.csi_socket;
+  if (socket == "none") return absl::OkStatus();
+  unlink(socket.c_str());
+  csi_publisher_ = std::make_unique<CsiVolumePublisher>(config_.csi);
+  csi_identity_ = std::make_unique<CsiIdentityService>(&csi_publisher_->options());
+  csi_node_ = std::make_unique<CsiNodeService>(csi_publisher_.get());
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("unix:" + socket, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(csi_identity_.get());
+  builder.RegisterService(csi_node_.get());
+  csi_server_ = builder.BuildAndStart();
+  if (csi_server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot serve the CSI node plugin on ", socket,
+                                               " (--csi_socket): is its folder there?"));
+  }
+  if (chmod(socket.c_str(), 0600) != 0) {
+    return absl::InternalError(
+        absl::StrCat("cannot make ", socket, " root-only: ", std::strerror(errno)));
+  }
+  LogInfo(kComponent, "CSI node plugin %s on unix:%s: pods' volumes mounted under %s",
+          config_.csi.driver_name, socket, config_.csi.target_root);
+  return absl::OkStatus();
+}
+
 void Daemon::LogStarted() const {
   const std::string& mode = config_.listener.mode;
   LogInfo(kComponent, "profd %s on %s: gRPC %s%s; metrics %s; alerts %s", PROFD_VERSION,
@@ -860,6 +992,7 @@ void Daemon::LogStarted() const {
 }
 
 void Daemon::AbortStart() {
+  if (csi_server_ != nullptr) csi_server_->Shutdown();
   if (server_ != nullptr) server_->Shutdown();
   if (channel_ != nullptr) channel_->Stop();
 }
@@ -872,6 +1005,8 @@ void Daemon::Stop() {
   captures_->Shutdown();
   if (tcp_listener_ != nullptr) tcp_listener_->Stop();  // nothing new handed to a stopping server
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  // Mounts already made stay: the kubelet unmounts each pod's volume through the next profd.
+  if (csi_server_ != nullptr) csi_server_->Shutdown();
   metrics_server_.reset();
   alert_server_.reset();  // no alert starts a capture from here on
   gpu_sampler_->Stop();

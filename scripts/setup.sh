@@ -31,6 +31,7 @@ test_packages=(
   prometheus-alertmanager # tests: a real Alertmanager sends alerts to profd's webhook
   chromium               # tests: headless Chromium renders the HTML report (profctl report --html)
   patchelf               # relocatable tarball
+  python3-kubernetes     # tests: the Kubernetes manifests checked against the API schema (its models)
   clang-format
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan+UBSan (clang's runtimes)
   llvm-14                # llvm-symbolizer: sanitizer reports with file:line

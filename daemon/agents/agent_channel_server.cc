@@ -491,8 +491,9 @@ bool AgentChannelServer::HandleFrame(ConnectionId id, Connection& c, std::unique
       }
       c.registered = true;
       lifecycle_log_.Log(absl::StrFormat(
-          "agent registered: pid %u (%s, uid %u, agent %s, %d GPU(s))", pid, registered->comm,
-          c.peer->uid(), message->hello.agent_version(), message->hello.devices_size()));
+          "agent registered: pid %u (%s, uid %u, agent %s, %d GPU(s))%s", pid, registered->comm,
+          c.peer->uid(), message->hello.agent_version(), message->hello.devices_size(),
+          registered->pod_conflict.empty() ? "" : "; " + registered->pod_conflict));
       // One live agent per process: the newer connection is the one the process uses now (an
       // agent that reconnects), the older one is stale.
       if (registered->replaces) {

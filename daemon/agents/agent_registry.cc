@@ -17,14 +17,14 @@ v1::AgentInfo InfoOf(uint32_t pid, uint32_t uid, const ProcessIdentity& identity
   info.set_comm(identity.comm);
   info.set_container_id(identity.container_id);
   info.set_pod_uid(identity.pod_uid);
-  info.set_pod_name(hello.pod_name());
+  info.set_claimed_pod_name(hello.pod_name());
   if (hello.distributed() && hello.rank() < hello.world_size()) {
     info.set_distributed(true);
     info.set_rank(hello.rank());
     info.set_world_size(hello.world_size());
     info.set_local_rank(hello.local_rank());
   }
-  info.set_pod_namespace(hello.pod_namespace());
+  info.set_claimed_pod_namespace(hello.pod_namespace());
   info.set_container_name(hello.container_name());
   *info.mutable_devices() = hello.devices();
   info.set_cupti_version(hello.cupti_version());
@@ -34,6 +34,16 @@ v1::AgentInfo InfoOf(uint32_t pid, uint32_t uid, const ProcessIdentity& identity
   info.set_connected_since_unix_ns(absl::ToUnixNanos(now));
   info.set_last_heartbeat_unix_ns(absl::ToUnixNanos(now));
   return info;
+}
+
+std::string PodConflict(const v1::AgentInfo& info) {
+  return absl::StrCat(
+      "pod ",
+      info.pod_namespace().empty() && info.pod_name().empty()
+          ? "none (its cgroup names no pod)"
+          : absl::StrCat(info.pod_namespace(), "/", info.pod_name(), " (uid ", info.pod_uid(), ")"),
+      ", verified; it claims ", info.claimed_pod_namespace(), "/", info.claimed_pod_name(),
+      " (POD_NAMESPACE/POD_NAME), which is not used");
 }
 
 }  // namespace
@@ -47,9 +57,10 @@ absl::StatusOr<AgentRegistry::Registered> AgentRegistry::Register(
   if (!identity.ok()) return identity.status();
   v1::AgentInfo info =
       InfoOf(static_cast<uint32_t>(process->pid()), process->uid(), *identity, hello, now);
+  Registered registered;
+  if (ResolvePod(pods_, &info)) registered.pod_conflict = PodConflict(info);
   MutexLock lock(&mutex_);
   // Two live entries with one pid are one process: a pid names one live process at a time.
-  Registered registered;
   registered.comm = identity->comm;
   for (const auto& [id, entry] : agents_) {
     if (id != connection && entry.info.pid() == info.pid() && entry.Live()) {
@@ -65,8 +76,26 @@ void AgentRegistry::Register(ConnectionId connection, uint32_t pid, uint32_t uid
   ProcessIdentity identity =
       ReadProcessIdentity(static_cast<pid_t>(pid)).value_or(ProcessIdentity{});
   v1::AgentInfo info = InfoOf(pid, uid, identity, hello, now);
+  ResolvePod(pods_, &info);
   MutexLock lock(&mutex_);
   agents_[connection] = Entry{std::move(info), nullptr};
+}
+
+void AgentRegistry::ResolvePendingPods() {
+  std::vector<std::string> conflicts;
+  {
+    MutexLock lock(&mutex_);
+    for (auto& [id, entry] : agents_) {
+      if (entry.info.pod_identity() != v1::POD_IDENTITY_UNVERIFIED) continue;
+      if (ResolvePod(pods_, &entry.info)) {
+        conflicts.push_back(absl::StrCat("pid ", entry.info.pid(), " (", entry.info.comm(),
+                                         "): ", PodConflict(entry.info)));
+      }
+    }
+  }
+  if (conflicts.empty()) return;
+  absl::MutexLock lock(&log_mutex_);
+  for (const std::string& line : conflicts) pod_log_.Log(line);
 }
 
 void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& heartbeat,

@@ -21,6 +21,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/agents/peer_process.h"
+#include "daemon/agents/pod_directory.h"
+#include "daemon/log.h"
 #include "profd/v1/agent_channel.pb.h"
 #include "profd/v1/profd.pb.h"
 
@@ -36,7 +38,16 @@ class AgentRegistry {
     // per process, so the caller closes that one.
     std::optional<ConnectionId> replaces;
     std::string comm;  // from /proc, for the log
+    // Where the pod it claims differs from the one profd verified: says both, for the log.
+    std::string pod_conflict;
   };
+  // Main thread, before the agent channel starts: which pod a process is in is then verified
+  // (pod_directory.h), for agents and for what CaptureTargets lists. Null: the claims are used.
+  void set_pod_directory(PodDirectory* directory) { pods_ = directory; }
+  PodDirectory* pod_directory() const { return pods_; }
+  // The pod directory's thread, after each new pod list: entries not yet verified are resolved
+  // again, and disagreements found now are logged.
+  void ResolvePendingPods();
   // Agent I/O thread. The hello has passed CheckHello. Reads who the process is from /proc while
   // it is alive; fails when it has exited.
   absl::StatusOr<Registered> Register(ConnectionId connection,
@@ -68,8 +79,14 @@ class AgentRegistry {
     bool Live() const { return process == nullptr || !process->Exited(); }
   };
 
+  PodDirectory* pods_ = nullptr;
   mutable absl::Mutex mutex_;
   std::map<ConnectionId, Entry> agents_ ABSL_GUARDED_BY(mutex_);
+  // Processes choose their claims, and can reconnect: disagreements found on a refresh are
+  // logged within a budget (those at registration go in the channel's own registration line).
+  absl::Mutex log_mutex_;
+  LogBudget pod_log_ ABSL_GUARDED_BY(log_mutex_){"pods", "pod claims that disagree with the cgroup",
+                                                 Severity::kWarning, 10};
 };
 
 }  // namespace profd

@@ -54,18 +54,37 @@ std::string ContainerIdIn(absl::string_view segment) {
   return IsHex64(candidate) ? std::string(candidate) : "";
 }
 
-// "pod<uid>" (cgroupfs, dashes) or "kubepods-burstable-pod<uid>.slice" (systemd, underscores).
-std::string PodUidIn(absl::string_view segment) {
-  size_t at = segment.find("pod");
-  if (at == absl::string_view::npos) return "";
-  absl::string_view rest = segment.substr(at + 3);
-  if (absl::EndsWith(rest, ".slice")) rest.remove_suffix(6);
-  if (rest.size() != 36) return "";
-  std::string uid = absl::StrReplaceAll(rest, {{"_", "-"}});
-  for (char c : uid) {
-    if (!absl::ascii_isxdigit(c) && c != '-') return "";
+// A pod UID as the kubelet writes it into cgroup names: a UUID (8-4-4-4-12 hex), or for a static
+// pod the 32-hex hash of its manifest (the API's mirror pod has it as kubernetes.io/config.mirror).
+bool IsPodUid(absl::string_view uid) {
+  if (uid.size() == 32) {
+    for (char c : uid) {
+      if (!absl::ascii_isxdigit(c)) return false;
+    }
+    return true;
   }
-  return uid;
+  if (uid.size() != 36) return false;
+  for (size_t i = 0; i < uid.size(); ++i) {
+    const bool dash = i == 8 || i == 13 || i == 18 || i == 23;
+    if (dash ? uid[i] != '-' : !absl::ascii_isxdigit(uid[i])) return false;
+  }
+  return true;
+}
+
+// "pod<uid>" (cgroupfs driver, dashes) or "kubepods[-<qos>]-pod<uid>.slice" (systemd driver,
+// underscores for the dashes). A UID has no 'p' or 'o', so the last "pod" starts it.
+std::string PodUidIn(absl::string_view segment) {
+  size_t at = segment.rfind("pod");
+  if (at == absl::string_view::npos) return "";
+  if (at != 0 && !absl::StartsWith(segment, "kubepods-")) return "";
+  absl::string_view rest = segment.substr(at + 3);
+  if (absl::EndsWith(rest, ".slice")) {
+    rest.remove_suffix(6);
+  } else if (at != 0) {
+    return "";
+  }
+  std::string uid = absl::StrReplaceAll(rest, {{"_", "-"}});
+  return IsPodUid(uid) ? absl::AsciiStrToLower(uid) : "";
 }
 
 }  // namespace
@@ -75,9 +94,15 @@ void ParseCgroup(absl::string_view cgroup_text, ProcessIdentity* identity) {
     // hierarchy-id:controllers:path
     std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
     if (parts.size() != 3) continue;
+    // The pod is the first pod segment below the kubelet's "kubepods" cgroup: a process allowed
+    // to make cgroups inside its own (a delegated subtree) could name one "pod<another uid>",
+    // but only below the kubelet's, which comes first. Paths seen through a cgroup namespace
+    // ("/../../kubepods.slice/...") read the same.
+    bool in_kubepods = false;
     for (absl::string_view segment : absl::StrSplit(parts[2], '/', absl::SkipEmpty())) {
-      if (identity->pod_uid.empty()) identity->pod_uid = PodUidIn(segment);
-      if (std::string id = ContainerIdIn(segment); !id.empty()) identity->container_id = id;
+      if (absl::StartsWith(segment, "kubepods")) in_kubepods = true;
+      if (in_kubepods && identity->pod_uid.empty()) identity->pod_uid = PodUidIn(segment);
+      if (identity->container_id.empty()) identity->container_id = ContainerIdIn(segment);
     }
     if (!identity->container_id.empty()) return;
   }

@@ -75,6 +75,8 @@ std::vector<CaptureTarget> CaptureTargets::List() const {
     t.info.set_comm(identity->comm);
     t.info.set_container_id(identity->container_id);
     t.info.set_pod_uid(identity->pod_uid);
+    // No hello, so no claim: the pod is the verified one, or none.
+    ResolvePod(registry_->pod_directory(), &t.info);
     t.info.set_connected_since_unix_ns(absl::ToUnixNanos(client.first_poll));
     *t.info.mutable_kineto() = KinetoInfoOf(client);
     t.path = v1::CAPTURE_PATH_KINETO;

@@ -62,6 +62,10 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
     response->set_kineto_socket(kineto->socket_path());
     response->set_kineto_processes(static_cast<uint32_t>(kineto->Clients().size()));
   }
+  if (PodDirectory* pods = registry_->pod_directory()) {
+    response->set_pods_source(pods->options().url);
+    response->set_pods_error(pods->last_error());
+  }
   if (gpus_ != nullptr) {
     std::shared_ptr<const GpuSnapshot> gpus = gpus_->snapshot();
     response->set_nvml_available(gpus->nvml_available);

@@ -20,6 +20,10 @@ class ProfdProcess {
   // Runs profd through a launcher, e.g. {"/usr/bin/prlimit", "--nofile=256:256", "--"}: the
   // launcher must exec profd, so that pid() stays profd's. Set before Start().
   void set_launcher(std::vector<std::string> launcher) { launcher_ = std::move(launcher); }
+  // More flags, for those that name runtime_dir() (set before Start()).
+  void AddFlags(const std::vector<std::string>& flags) {
+    extra_flags_.insert(extra_flags_.end(), flags.begin(), flags.end());
+  }
   // Starts profd and waits until `profctl status` answers. Can be called again after Stop().
   void Start();
   void Stop();  // SIGTERM, then wait
