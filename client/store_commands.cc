@@ -44,7 +44,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ListOptions {
-  std::string hostname, pod, since;
+  std::string hostname, pod, since, fleet;
   uint32_t limit = 50;
 };
 
@@ -95,6 +95,7 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   profd::v1::ListTracesRequest request;
   request.set_hostname(o.hostname);
   request.set_pod(o.pod);
+  request.set_fleet_id(o.fleet);
   request.set_limit(o.limit);
   int64_t since = 0;
   if (!ParseSince(o.since, &since)) {
@@ -120,7 +121,8 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   }
   if (response.traces().empty()) {
     std::cout << "No traces in " << profd::Printable(response.store_uri())
-              << (o.hostname.empty() && o.pod.empty() && o.since.empty() ? ""
+              << (o.hostname.empty() && o.pod.empty() && o.since.empty() && o.fleet.empty()
+                      ? ""
                                                                          : " matching the filters")
               << ". Take one with `profctl capture`, or add one with `profctl import FILE`.\n";
     return kExitOk;
@@ -295,6 +297,7 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
   }
   PrintField("source", source);
   PrintField("label", t.label());
+  if (!t.fleet_id().empty()) PrintField("fleet", t.fleet_id());
   PrintField("started", When(t.started_unix_ns()));
   PrintField("pods", absl::StrJoin(t.pods(), ", "));
   PrintField("state", State(t) + (t.upload_error().empty() ? ""
@@ -594,6 +597,9 @@ void AddStoreCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   CLI::App* list = app.add_subcommand("list", "List stored traces, newest first");
   list->add_option("--hostname", list_options->hostname, "Only traces of this node");
   list->add_option("--pod", list_options->pod, "Only traces of this pod (name or namespace/pod)");
+  list->add_option("--fleet", list_options->fleet,
+                   "Only the nodes' captures of this fleet capture (profctl capture -l/"
+                   "--deployment/--job)");
   list->add_option("--since", list_options->since,
                    "Only traces newer than this: a duration back (1h, 30m) or an RFC 3339 time");
   list->add_option("--limit", list_options->limit, "At most this many (default 50)");

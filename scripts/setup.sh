@@ -27,6 +27,7 @@ packages=(
 )
 test_packages=(
   openssl                # tests: the openssl CLI makes throwaway CA/server/client certificates (tls_test)
+  libyaml-dev            # profctl reads YAML kubeconfigs (fleet capture; without it: JSON ones only)
   prometheus             # tests: a real Prometheus scrapes profd; promtool checks /metrics
   chromium               # tests: headless Chromium renders the HTML report (profctl report --html)
   patchelf               # relocatable tarball

@@ -185,6 +185,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       p->set_pid(t.info.pid());
       p->set_comm(t.info.comm());
       p->set_pod_name(t.info.pod_name());
+      p->set_pod_namespace(t.info.pod_namespace());
       p->set_state(v1::CAPTURE_STATE_UNSPECIFIED);
       p->set_path(t.path);
     }
@@ -820,6 +821,12 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
         absl::StrCat("--label is ", request.label().size(), " bytes; a label may have at most ",
                      v1::kMaxLabelBytes, " (it is a name, not data)"));
   }
+  // The fleet id goes into the manifest and the store's index as a capture id does.
+  if (!request.fleet_id().empty() && !IsFleetId(request.fleet_id())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fleet id '", request.fleet_id(),
+        "' is not one: expected <yyyymmdd>T<hhmmss>Z-fleet-<hex>, as profctl makes them"));
+  }
   absl::StatusOr<std::vector<CaptureTarget>> resolved =
       catalog_->Resolve(request, [this](uint32_t pid) { return RunningCaptureOf(pid); });
   if (!resolved.ok()) return resolved.status();
@@ -879,6 +886,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   info.set_start_at_unix_ns(absl::ToUnixNanos(start_at));
   info.set_duration_ms(request.duration_ms());
   info.set_label(request.label());
+  info.set_fleet_id(request.fleet_id());
   info.set_hostname(options_.hostname);
   for (int kind : request.kinds()) info.add_kinds(static_cast<v1::ActivityKind>(kind));
   if (request.gpu_metrics()) {

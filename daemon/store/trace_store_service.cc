@@ -25,6 +25,7 @@ constexpr size_t kChunkBytes = 1 << 20;
 bool Matches(const v1::StoredTrace& t, const v1::ListTracesRequest& r) {
   if (!r.hostname().empty() && t.hostname() != r.hostname()) return false;
   if (r.since_unix_ns() != 0 && t.started_unix_ns() < r.since_unix_ns()) return false;
+  if (!r.fleet_id().empty() && t.fleet_id() != r.fleet_id()) return false;
   if (!r.pod().empty()) {
     bool found = false;
     for (const std::string& p : t.pods()) {
@@ -72,6 +73,7 @@ grpc::Status TraceStoreService::ListTraces(grpc::ServerContext* context,
   TraceFilter filter;
   filter.hostname = request->hostname();
   filter.pod = request->pod();
+  filter.fleet_id = request->fleet_id();
   if (request->since_unix_ns() != 0) filter.since = absl::FromUnixNanos(request->since_unix_ns());
   filter.limit = limit;
   filter.deadline = DeadlineOf(context);

@@ -2,12 +2,13 @@
 // registration, heartbeats) with a capture backend that, instead of CUPTI, replays event batches
 // recorded from a real capture (tests/fixtures/), shifted to the current time (the capture's
 // --start-at, when it asks for one).
-//   replay_agent <batches.pb> [--die-after-start | --never-finish | --repeat=N]
+//   replay_agent <batches.pb> [--die-after-start | --never-finish | --repeat=N | --stretch=F]
 // REPLAY_KERNEL_NAME=TEXT puts TEXT before every kernel's name (hostile names, in tests of what
 // profctl shows).
 // --never-finish: a stalled capture thread; it sends its batches, then ignores stop requests and
 // never reports the capture's end (the agent thread keeps heartbeating).
 // --repeat=N: the recording N times over, one after the other in time (a longer capture).
+// --stretch=F: every kernel runs F times as long (a slower rank of a job: the straggler).
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,6 +35,7 @@ std::vector<profd::v1::EventBatch> g_batches;
 bool g_die_after_start = false;
 bool g_never_finish = false;
 int g_repeat = 1;
+double g_stretch = 1;
 
 uint64_t NowNs() {
   timespec ts;
@@ -167,6 +169,16 @@ int main(int argc, char** argv) {
     g_die_after_start |= std::strcmp(argv[i], "--die-after-start") == 0;
     g_never_finish |= std::strcmp(argv[i], "--never-finish") == 0;
     if (std::strncmp(argv[i], "--repeat=", 9) == 0) g_repeat = std::max(1, std::atoi(argv[i] + 9));
+    if (std::strncmp(argv[i], "--stretch=", 10) == 0) g_stretch = std::atof(argv[i] + 10);
+  }
+  if (g_stretch > 0 && g_stretch != 1) {
+    for (auto& b : g_batches) {
+      for (auto& k : *b.mutable_kernels()) {
+        k.set_end_ns(k.start_ns() +
+                     static_cast<uint64_t>(static_cast<double>(k.end_ns() - k.start_ns()) *
+                                           g_stretch));
+      }
+    }
   }
   profagent::AgentOptions options;
   const char* socket = std::getenv(profd::v1::kAgentSocketEnv);
