@@ -83,9 +83,9 @@ void CaptureOnNode(const GlobalOptions& g, const profd::v1::CaptureRequest& requ
     if (progress && run->last.phase() != shown) {
       shown = run->last.phase();
       std::lock_guard<std::mutex> lock(*progress_mu);
-      std::cerr << "  " << Printable(run->node) << " (" << run->address
-                << "): " << PhaseWord(shown) << ", capture " << run->last.capture_id() << ", "
-                << run->last.processes_size() << " process(es)"
+      std::cerr << "  " << Printable(run->node) << " (" << run->address << "): " << PhaseWord(shown)
+                << ", capture " << run->last.capture_id() << ", " << run->last.processes_size()
+                << " process(es)"
                 << (message.events() > 0
                         ? absl::StrCat(", ", analysis::FormatCount(message.events()), " events")
                         : "")
@@ -103,8 +103,8 @@ void CaptureOnNode(const GlobalOptions& g, const profd::v1::CaptureRequest& requ
     } else if (!id.empty() && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                                status.error_code() == grpc::StatusCode::CANCELLED ||
                                status.error_code() == grpc::StatusCode::INTERNAL)) {
-      run->error = absl::StrCat("profd stopped or its connection broke during capture ", id,
-                                " (", status.error_message(),
+      run->error = absl::StrCat("profd stopped or its connection broke during capture ", id, " (",
+                                status.error_message(),
                                 "); a profd that restarts repairs what it had written");
     } else {
       run->error = client.Explain(status);
@@ -292,8 +292,7 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
     std::cerr << "profctl: " << access.status().message() << "\n";
     return kExitError;
   }
-  const std::string name_space =
-      f.name_space.empty() ? access->default_namespace : f.name_space;
+  const std::string name_space = f.name_space.empty() ? access->default_namespace : f.name_space;
   KubernetesApi api(*access, call_timeout);
   std::string selector = f.selector;
   std::string workload = absl::StrCat("pods matching ", f.selector);
@@ -345,8 +344,8 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
   // One id, one instant.
   const absl::Time now = absl::Now();
   const std::string fleet_id = profd::NewFleetId(now);
-  absl::Time start_at = now + (request.delay_ms() > 0 ? absl::Milliseconds(request.delay_ms())
-                                                      : lead);
+  absl::Time start_at =
+      now + (request.delay_ms() > 0 ? absl::Milliseconds(request.delay_ms()) : lead);
   if (request.start_at_unix_ns() != 0) start_at = absl::FromUnixNanos(request.start_at_unix_ns());
   request.set_delay_ms(0);
   request.set_start_at_unix_ns(absl::ToUnixNanos(start_at));
@@ -364,9 +363,8 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
     std::cerr << "Fleet capture " << fleet_id << " of " << Printable(workload) << " in "
               << Printable(name_space) << ": " << pod_count << " pod(s) on " << runs.size()
               << " node(s), all starting at "
-              << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", start_at, absl::UTCTimeZone())
-              << " for " << absl::FormatDuration(absl::Milliseconds(request.duration_ms()))
-              << "\n";
+              << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", start_at, absl::UTCTimeZone()) << " for "
+              << absl::FormatDuration(absl::Milliseconds(request.duration_ms())) << "\n";
   }
   std::mutex progress_mu;
   std::vector<std::thread> threads;

@@ -30,8 +30,8 @@ constexpr int kMaxDepth = 64;
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const std::string& what) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(absl::StrCat("cannot read ", what, " ", path, ": ",
-                                            std::strerror(errno)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(errno)));
   }
   std::stringstream text;
   text << in.rdbuf();
@@ -67,8 +67,7 @@ absl::StatusOr<std::string> Material(const rapidjson::Value& entry, const std::s
   if (std::string data = StringOf(entry, (field + "-data").c_str()); !data.empty()) {
     std::string decoded;
     if (!absl::Base64Unescape(data, &decoded)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(where, ": ", field, "-data is not base64"));
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, "-data is not base64"));
     }
     return decoded;
   }
@@ -90,8 +89,8 @@ bool YamlToJson(yaml_document_t* doc, yaml_node_t* node, rapidjson::Value* out,
       return true;
     case YAML_SEQUENCE_NODE:
       out->SetArray();
-      for (yaml_node_item_t* i = node->data.sequence.items.start;
-           i < node->data.sequence.items.top; ++i) {
+      for (yaml_node_item_t* i = node->data.sequence.items.start; i < node->data.sequence.items.top;
+           ++i) {
         rapidjson::Value v;
         if (!YamlToJson(doc, yaml_document_get_node(doc, *i), &v, alloc, depth + 1)) return false;
         out->PushBack(v, alloc);
@@ -99,8 +98,8 @@ bool YamlToJson(yaml_document_t* doc, yaml_node_t* node, rapidjson::Value* out,
       return true;
     case YAML_MAPPING_NODE:
       out->SetObject();
-      for (yaml_node_pair_t* p = node->data.mapping.pairs.start;
-           p < node->data.mapping.pairs.top; ++p) {
+      for (yaml_node_pair_t* p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top;
+           ++p) {
         yaml_node_t* key = yaml_document_get_node(doc, p->key);
         if (key == nullptr || key->type != YAML_SCALAR_NODE) return false;
         rapidjson::Value k, v;
@@ -167,9 +166,10 @@ absl::StatusOr<rapidjson::Document> ParseKubeconfig(const std::string& text,
   }
   return doc;
 #else
-  return absl::FailedPreconditionError(absl::StrCat(
-      where, " is YAML, and this profctl was built without libyaml: give a JSON kubeconfig "
-             "(kubectl config view --raw -o json > FILE; --kubeconfig FILE)"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(where,
+                   " is YAML, and this profctl was built without libyaml: give a JSON kubeconfig "
+                   "(kubectl config view --raw -o json > FILE; --kubeconfig FILE)"));
 #endif
 }
 
@@ -204,8 +204,8 @@ absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
           "kubectl uses (--kubeconfig FILE)");
     }
     const std::string h = host;
-    access_out.server = absl::StrCat("https://", h.find(':') != std::string::npos ? "[" + h + "]" : h,
-                                     ":", port);
+    access_out.server =
+        absl::StrCat("https://", h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", port);
     absl::StatusOr<std::string> token =
         ReadWholeFile(absl::StrCat(kServiceAccountDir, "/token"), "the service account token");
     if (!token.ok()) return token.status();
@@ -229,11 +229,10 @@ absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
   const std::string base_dir = path.find('/') == std::string::npos
                                    ? "."
                                    : path.substr(0, path.rfind('/') == 0 ? 1 : path.rfind('/'));
-  const std::string context_name =
-      context.empty() ? StringOf(*config, "current-context") : context;
+  const std::string context_name = context.empty() ? StringOf(*config, "current-context") : context;
   if (context_name.empty()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "kubeconfig ", path, " has no current-context: name one with --context"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("kubeconfig ", path, " has no current-context: name one with --context"));
   }
   const rapidjson::Value* ctx = Named(*config, "contexts", context_name, "context");
   if (ctx == nullptr) {
@@ -254,8 +253,8 @@ absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
   const std::string insecure = StringOf(*cluster, "insecure-skip-tls-verify");
   const rapidjson::Value* insecure_bool = Member(*cluster, "insecure-skip-tls-verify");
   access_out.insecure_skip_tls_verify =
-      insecure == "true" || (insecure_bool != nullptr && insecure_bool->IsBool() &&
-                             insecure_bool->GetBool());
+      insecure == "true" ||
+      (insecure_bool != nullptr && insecure_bool->IsBool() && insecure_bool->GetBool());
   absl::StatusOr<std::string> ca = Material(*cluster, "certificate-authority", base_dir, where);
   if (!ca.ok()) return ca.status();
   access_out.ca_pem = *ca;
@@ -308,15 +307,14 @@ absl::StatusOr<rapidjson::Document> KubernetesApi::Get(const std::string& path) 
   curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout_)));
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
   curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
-  curl_blob ca{const_cast<char*>(access_.ca_pem.data()), access_.ca_pem.size(),
-               CURL_BLOB_NOCOPY};
+  curl_blob ca{const_cast<char*>(access_.ca_pem.data()), access_.ca_pem.size(), CURL_BLOB_NOCOPY};
   if (!access_.ca_pem.empty()) curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &ca);
   if (access_.insecure_skip_tls_verify) {
     curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
     curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
   }
-  curl_blob cert{const_cast<char*>(access_.client_cert_pem.data()),
-                 access_.client_cert_pem.size(), CURL_BLOB_NOCOPY};
+  curl_blob cert{const_cast<char*>(access_.client_cert_pem.data()), access_.client_cert_pem.size(),
+                 CURL_BLOB_NOCOPY};
   curl_blob key{const_cast<char*>(access_.client_key_pem.data()), access_.client_key_pem.size(),
                 CURL_BLOB_NOCOPY};
   if (!access_.client_cert_pem.empty()) {
@@ -347,16 +345,17 @@ absl::StatusOr<rapidjson::Document> KubernetesApi::Get(const std::string& path) 
   if (code / 100 != 2) {
     // Kubernetes answers errors as a Status object with a message.
     const std::string message = json ? StringOf(doc, "message") : body.substr(0, 200);
-    const std::string said = absl::StrCat("the Kubernetes API answered GET ", path, " with ", code,
-                                          ": ", message);
+    const std::string said =
+        absl::StrCat("the Kubernetes API answered GET ", path, " with ", code, ": ", message);
     switch (code) {
       case 401:
-        return absl::UnauthenticatedError(absl::StrCat(
-            said, " (the credentials of ", access_.source, " were not accepted)"));
+        return absl::UnauthenticatedError(
+            absl::StrCat(said, " (the credentials of ", access_.source, " were not accepted)"));
       case 403:
-        return absl::PermissionDeniedError(absl::StrCat(
-            said, " (", access_.source, " may not read this; its user needs get/list on pods, "
-                  "deployments and jobs in that namespace)"));
+        return absl::PermissionDeniedError(
+            absl::StrCat(said, " (", access_.source,
+                         " may not read this; its user needs get/list on pods, "
+                         "deployments and jobs in that namespace)"));
       case 404:
         return absl::NotFoundError(said);
       default:
@@ -414,15 +413,15 @@ absl::StatusOr<std::string> KubernetesApi::SelectorOf(const std::string& kind,
                                                       const std::string& name_space,
                                                       const std::string& name) const {
   const std::string path =
-      kind == "job" ? absl::StrCat("/apis/batch/v1/namespaces/", Escape(name_space), "/jobs/",
-                                   Escape(name))
-                    : absl::StrCat("/apis/apps/v1/namespaces/", Escape(name_space),
-                                   "/deployments/", Escape(name));
+      kind == "job"
+          ? absl::StrCat("/apis/batch/v1/namespaces/", Escape(name_space), "/jobs/", Escape(name))
+          : absl::StrCat("/apis/apps/v1/namespaces/", Escape(name_space), "/deployments/",
+                         Escape(name));
   absl::StatusOr<rapidjson::Document> object = Get(path);
   if (!object.ok()) {
     if (absl::IsNotFound(object.status())) {
-      return absl::NotFoundError(absl::StrCat("no ", kind, " ", name, " in namespace ",
-                                              name_space, " (", object.status().message(), ")"));
+      return absl::NotFoundError(absl::StrCat("no ", kind, " ", name, " in namespace ", name_space,
+                                              " (", object.status().message(), ")"));
     }
     return object.status();
   }
@@ -445,17 +444,17 @@ absl::StatusOr<std::vector<WorkloadPod>> KubernetesApi::ListPods(
   std::vector<WorkloadPod> pods;
   std::string next;
   do {
-    std::string path = absl::StrCat("/api/v1/namespaces/", Escape(name_space),
-                                    "/pods?labelSelector=", Escape(selector),
-                                    "&limit=", kPodsPerPage);
+    std::string path =
+        absl::StrCat("/api/v1/namespaces/", Escape(name_space),
+                     "/pods?labelSelector=", Escape(selector), "&limit=", kPodsPerPage);
     if (!next.empty()) absl::StrAppend(&path, "&continue=", Escape(next));
     absl::StatusOr<rapidjson::Document> list = Get(path);
     if (!list.ok()) return list.status();
     if (StringOf(*list, "kind") != "PodList") {
       return absl::DataLossError(absl::StrCat("GET ", path, " did not answer a PodList"));
     }
-    if (const rapidjson::Value* items = Member(*list, "items"); items != nullptr &&
-                                                                items->IsArray()) {
+    if (const rapidjson::Value* items = Member(*list, "items");
+        items != nullptr && items->IsArray()) {
       for (const auto& item : items->GetArray()) {
         const rapidjson::Value* meta = Member(item, "metadata");
         const rapidjson::Value* spec = Member(item, "spec");

@@ -517,8 +517,10 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
     }
     for (const analysis::Finding& f : r.findings) findings.push_back(f.id);
     // TextTable makes its cells printable.
-    const std::string trace = by_name ? fs::path(p.path).filename().string() : p.path;
-    table.AddRow({p.who.empty() ? trace : absl::StrCat(p.who, " ", trace),
+    // A fleet's trace is named by whose it is (namespace/pod@node); PID says which process.
+    table.AddRow({!p.who.empty() ? p.who
+                  : by_name      ? fs::path(p.path).filename().string()
+                                 : p.path,
                   pids.empty() ? "-" : absl::StrJoin(pids, ","),
                   analysis::FormatDuration(static_cast<double>(r.window_ns)),
                   analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),

@@ -29,8 +29,8 @@
 #include "client/output_folder.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
-#include "daemon/common/printable.h"
 #include "daemon/common/file_name.h"
+#include "daemon/common/printable.h"
 #include "daemon/common/proto_json.h"
 #include "daemon/common/sha256.h"
 #include "profd/v1/store.grpc.pb.h"
@@ -123,7 +123,7 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
     std::cout << "No traces in " << profd::Printable(response.store_uri())
               << (o.hostname.empty() && o.pod.empty() && o.since.empty() && o.fleet.empty()
                       ? ""
-                                                                         : " matching the filters")
+                      : " matching the filters")
               << ". Take one with `profctl capture`, or add one with `profctl import FILE`.\n";
     return kExitOk;
   }

@@ -54,8 +54,7 @@ bool IsCollectiveKernel(const std::string& name) {
          absl::StrContains(n, "allgather") || absl::StrContains(n, "reducescatter");
 }
 
-CrossRankReport AnalyzeRanks(const std::vector<RankInput>& ranks,
-                             const CrossRankOptions& options) {
+CrossRankReport AnalyzeRanks(const std::vector<RankInput>& ranks, const CrossRankOptions& options) {
   CrossRankReport out;
   for (const RankInput& in : ranks) out.ranks.push_back(RowOf(in));
   if (out.ranks.size() < 2) return out;
@@ -72,8 +71,7 @@ CrossRankReport AnalyzeRanks(const std::vector<RankInput>& ranks,
   const int64_t median = Median(others_compute);
   const double ratio = median > 0 ? static_cast<double>(slowest->compute_ns) / median : 0;
   const int64_t excess = slowest->compute_ns - median;
-  if (median <= 0 || ratio < options.straggler_ratio ||
-      excess < options.straggler_min_excess_ns) {
+  if (median <= 0 || ratio < options.straggler_ratio || excess < options.straggler_min_excess_ns) {
     return out;
   }
   Finding f;
@@ -91,38 +89,40 @@ CrossRankReport AnalyzeRanks(const std::vector<RankInput>& ranks,
                                     Ns(median), " on the others (", Ns(excess), " more)"));
   const int64_t others_wait = Median(others_collective);
   if (others_wait > 0 || slowest->collective_ns > 0) {
-    f.evidence.push_back(absl::StrCat("the others waited in collective kernels ", Ns(others_wait),
-                                      " (median), ", slowest->name, " only ",
-                                      Ns(slowest->collective_ns),
-                                      ": they arrive first and wait for it"));
-  } else {
     f.evidence.push_back(absl::StrCat(
-        "no collective kernels in these traces; the others' GPUs were idle ",
-        Ns(Median(others_idle)), " (median) against ", Ns(slowest->idle_ns), " on ",
-        slowest->name));
+        "the others waited in collective kernels ", Ns(others_wait), " (median), ", slowest->name,
+        " only ", Ns(slowest->collective_ns), ": they arrive first and wait for it"));
+  } else {
+    f.evidence.push_back(
+        absl::StrCat("no collective kernels in these traces; the others' GPUs were idle ",
+                     Ns(Median(others_idle)), " (median) against ", Ns(slowest->idle_ns), " on ",
+                     slowest->name));
   }
   f.advice.push_back(absl::StrCat(
       "Look at ", slowest->name,
       "'s own report (its row above): a kernel slower there than on the others points at its "
       "GPU or node (clocks and throttling, another process on the GPU, a slower link); more "
       "kernels or larger ones point at uneven work given to that rank"));
-  f.advice.push_back(
-      "Every other rank waits for it at each collective: the job runs at this rank's speed");
+  f.advice.push_back(others_wait > 0
+                         ? "Every other rank waits for it at each collective: the job runs at "
+                           "this rank's speed"
+                         : "Where the ranks synchronize (a collective, a shared batch, a "
+                           "request fanned out to all), the others wait for this one");
   out.findings.push_back(std::move(f));
   return out;
 }
 
 std::string RenderRanks(const CrossRankReport& report) {
-  TextTable table({"RANK", "WINDOW>", "KERNELS>", "COMPUTE>", "COLLECTIVES>", "GPU BUSY>",
-                   "GPU IDLE>"},
-                  60);
+  TextTable table(
+      {"RANK", "WINDOW>", "KERNELS>", "COMPUTE>", "COLLECTIVES>", "GPU BUSY>", "GPU IDLE>"}, 60);
   for (const RankRow& r : report.ranks) {
     table.AddRow({r.name, Ns(r.window_ns), Ns(r.kernel_ns), Ns(r.compute_ns), Ns(r.collective_ns),
                   FormatPercent(r.busy_ratio), Ns(r.idle_ns)});
   }
-  std::string out = absl::StrCat("ACROSS RANKS (kernel time outside collectives = each rank's own "
-                                 "work)\n",
-                                 table.Render());
+  std::string out = absl::StrCat(
+      "ACROSS RANKS (kernel time outside collectives = each rank's own "
+      "work)\n",
+      table.Render());
   if (report.findings.empty()) {
     absl::StrAppend(&out, "  No straggler: no rank's work stands out from the others'.\n");
   } else {

@@ -13,7 +13,7 @@
 namespace profd::analysis {
 
 struct RankRow {
-  std::string name;           // who the rank is: pod and node, or its trace
+  std::string name;  // who the rank is: pod and node, or its trace
   int64_t window_ns = 0;
   int64_t kernel_ns = 0;      // all its kernels
   int64_t collective_ns = 0;  // NCCL (and other collective) kernels: where a rank waits for others
@@ -35,7 +35,7 @@ struct CrossRankReport {
 
 // Thresholds (docs/ANALYSIS.md, "Across ranks").
 struct CrossRankOptions {
-  double straggler_ratio = 1.25;         // its compute time over the others' median
+  double straggler_ratio = 1.25;             // its compute time over the others' median
   int64_t straggler_min_excess_ns = 100000;  // and at least this much more (noise on tiny traces)
 };
 

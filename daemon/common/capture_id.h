@@ -1,5 +1,6 @@
-// Capture ids, for captures and imports alike, and fleet capture ids: <yyyymmdd>T<hhmmss>Z-<host>-<8 hex>, the format
-// of docs/TRACE_FORMAT.md. They name capture folders and store keys.
+// Capture ids, for captures and imports alike: <yyyymmdd>T<hhmmss>Z-<host>-<8 hex>, the format
+// of docs/TRACE_FORMAT.md. They name capture folders and store keys. And the ids of captures
+// across nodes (fleet ids), which each node's capture carries.
 #pragma once
 
 #include <string>

@@ -134,8 +134,7 @@ absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
   int64_t started = i64("started_unix_ns");
   if (started == 0) started = i64("requested_unix_ns");
   absl::Time from_id;
-  if (started == 0 && TimeOfId(trace.capture_id(), &from_id))
-    started = absl::ToUnixNanos(from_id);
+  if (started == 0 && TimeOfId(trace.capture_id(), &from_id)) started = absl::ToUnixNanos(from_id);
   if (started == 0) {
     struct stat st;
     if (stat(manifest_path.c_str(), &st) == 0) started = int64_t{st.st_mtime} * 1000000000;

@@ -36,8 +36,8 @@ TEST(CrossRankTest, NamesTheRankTheOthersWaitFor) {
                                  RankReport(60 * kMs, 2 * kMs), RankReport(39 * kMs, 23 * kMs)};
   std::vector<RankInput> ranks;
   for (size_t i = 0; i < reports.size(); ++i) {
-    ranks.push_back({"train/trainer-" + std::to_string(i) + "@gpu-node-" + std::to_string(i + 1),
-                     &reports[i]});
+    ranks.push_back(
+        {"train/trainer-" + std::to_string(i) + "@gpu-node-" + std::to_string(i + 1), &reports[i]});
   }
   CrossRankReport out = AnalyzeRanks(ranks);
   ASSERT_EQ(out.ranks.size(), 4u);

@@ -47,11 +47,10 @@ int main(int argc, char** argv) {
       std::ifstream in(folder + "/manifest.json");
       std::stringstream text;
       text << in.rdbuf();
-      std::ofstream(folder + "/manifest.json")
-          << absl::StrReplaceAll(text.str(), {{"{\"capture_id\"",
-                                               absl::StrCat("{\"fleet_id\":\"",
-                                                            pass == 0 ? other_fleet : fleet_id,
-                                                            "\",\"capture_id\"")}});
+      std::ofstream(folder + "/manifest.json") << absl::StrReplaceAll(
+          text.str(),
+          {{"{\"capture_id\"", absl::StrCat("{\"fleet_id\":\"", pass == 0 ? other_fleet : fleet_id,
+                                            "\",\"capture_id\"")}});
       auto described = store::DescribeCaptureFolder(folder, host);
       const absl::Time t0 = absl::Now();
       auto put = (*store)->Put(*described, folder, /*may_move=*/true);

@@ -28,30 +28,30 @@ TEST(KubeconfigTest, ReadsKubectlsYamlWithFilesBesideIt) {
   std::string cert, key;
   absl::Base64Escape("-----BEGIN CERTIFICATE-----\nME\n", &cert);
   absl::Base64Escape("-----BEGIN PRIVATE KEY-----\nKEY\n", &key);
-  std::ofstream(dir.File("config")) << "apiVersion: v1\n"
-                                       "kind: Config\n"
-                                       "clusters:\n"
-                                       "- name: prod\n"
-                                       "  cluster:\n"
-                                       "    server: https://10.0.0.1:6443\n"
-                                       "    certificate-authority: ca.crt\n"
-                                       "- name: lab\n"
-                                       "  cluster: {server: 'https://lab:6443', "
-                                       "insecure-skip-tls-verify: true}\n"
-                                       "contexts:\n"
-                                       "- name: prod-admin\n"
-                                       "  context: {cluster: prod, user: admin, namespace: serving}\n"
-                                       "- name: lab\n"
-                                       "  context:\n"
-                                       "    cluster: lab\n"
-                                       "    user: bot\n"
-                                       "current-context: prod-admin\n"
-                                       "users:\n"
-                                       "- name: admin\n"
-                                       "  user:\n"
-                                       "    client-certificate-data: "
-                                    << cert << "\n    client-key-data: " << key
-                                    << "\n- name: bot\n  user:\n    token: abc.def\n";
+  std::ofstream(dir.File("config"))
+      << "apiVersion: v1\n"
+         "kind: Config\n"
+         "clusters:\n"
+         "- name: prod\n"
+         "  cluster:\n"
+         "    server: https://10.0.0.1:6443\n"
+         "    certificate-authority: ca.crt\n"
+         "- name: lab\n"
+         "  cluster: {server: 'https://lab:6443', "
+         "insecure-skip-tls-verify: true}\n"
+         "contexts:\n"
+         "- name: prod-admin\n"
+         "  context: {cluster: prod, user: admin, namespace: serving}\n"
+         "- name: lab\n"
+         "  context:\n"
+         "    cluster: lab\n"
+         "    user: bot\n"
+         "current-context: prod-admin\n"
+         "users:\n"
+         "- name: admin\n"
+         "  user:\n"
+         "    client-certificate-data: "
+      << cert << "\n    client-key-data: " << key << "\n- name: bot\n  user:\n    token: abc.def\n";
   absl::StatusOr<KubeAccess> prod = LoadKubeAccess(dir.File("config"), "");
   ASSERT_TRUE(prod.ok()) << prod.status();
   EXPECT_EQ(prod->server, "https://10.0.0.1:6443");
@@ -83,8 +83,8 @@ TEST(KubeconfigTest, SaysWhatIsWrongWithABadOne) {
   EXPECT_TRUE(absl::StrContains(plugin.status().message(), "plugin (exec or auth-provider)"))
       << plugin.status();
   std::ofstream(dir.File("garbage")) << "clusters: [unclosed\n";
-  EXPECT_TRUE(absl::StrContains(LoadKubeAccess(dir.File("garbage"), "").status().message(),
-                                "is not YAML"));
+  EXPECT_TRUE(
+      absl::StrContains(LoadKubeAccess(dir.File("garbage"), "").status().message(), "is not YAML"));
   EXPECT_TRUE(absl::StrContains(LoadKubeAccess(dir.File("absent"), "").status().message(),
                                 "cannot read the kubeconfig"));
   std::ofstream(dir.File("json")) << R"({"clusters": [], "current-context": ""})";
@@ -98,7 +98,8 @@ TEST(SelectorTest, DeploymentsAndJobsAsTheApiReturnsThem) {
         std::pair{"job-training-trainer.json",
                   "batch.kubernetes.io/controller-uid=dd6398cd-98ea-aabd-4a6e-9360d3d66dde"}}) {
     rapidjson::Document doc;
-    doc.Parse(ReadFileOrEmpty(SourcePath(std::string("tests/fixtures/kubernetes/") + file)).c_str());
+    doc.Parse(
+        ReadFileOrEmpty(SourcePath(std::string("tests/fixtures/kubernetes/") + file)).c_str());
     ASSERT_FALSE(doc.HasParseError()) << file;
     absl::StatusOr<std::string> s = LabelSelectorText(doc["spec"]["selector"]);
     ASSERT_TRUE(s.ok()) << s.status();

@@ -45,7 +45,7 @@ class FleetNetwork {
  public:
   FleetNetwork() : prefix_(absl::StrCat("profd-fleet-", getpid())) {}
   ~FleetNetwork() {
-    for (const std::string& ns : made_) Run({ip_, "netns", "del", ns});
+    for (const std::string& ns : made_) profd::testing::Run({ip_, "netns", "del", ns});
   }
 
   // False (with why) when namespaces cannot be made here.
@@ -65,11 +65,12 @@ class FleetNetwork {
     for (int i = 1; i <= kNodes; ++i) {
       const std::string n = node(i), port = absl::StrCat("n", i);
       if (!Ns(n) ||
-          !Do({"-n", laptop(), "link", "add", port, "type", "veth", "peer", "name", "eth0",
-               "netns", n}) ||
+          !Do({"-n", laptop(), "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns",
+               n}) ||
           !Do({"-n", laptop(), "link", "set", port, "master", "br0", "up"}) ||
           !Do({"-n", n, "addr", "add", absl::StrCat(NodeIp(i, true), "/24"), "dev", "eth0"}) ||
-          !Do({"-n", n, "link", "set", "eth0", "up"}) || !Do({"-n", n, "link", "set", "lo", "up"})) {
+          !Do({"-n", n, "link", "set", "eth0", "up"}) ||
+          !Do({"-n", n, "link", "set", "lo", "up"})) {
         *why = error_;
         return false;
       }
@@ -92,7 +93,7 @@ class FleetNetwork {
   }
   bool Do(std::vector<std::string> args) {
     args.insert(args.begin(), ip_);
-    RunResult r = Run(args);
+    RunResult r = profd::testing::Run(args);
     if (r.exit_code != 0) error_ += absl::StrCat(absl::StrJoin(args, " "), ": ", r.err);
     return r.exit_code == 0;
   }
@@ -118,16 +119,16 @@ class FleetTest : public ::testing::Test {
                 << "): the nodes get loopback addresses 127.0.0.11-14 instead\n";
     }
     pki_ = std::make_unique<TestPki>(openssl);
-    ASSERT_TRUE(pki_->Ca("ca") && pki_->Leaf("profctl", "ca", "on-call engineer",
-                                             "extendedKeyUsage=clientAuth\n") &&
-                pki_->Leaf("apiserver", "ca", "kube-apiserver",
-                           absl::StrCat("subjectAltName=IP:", ApiIp(),
-                                        "\nextendedKeyUsage=serverAuth\n")))
+    ASSERT_TRUE(
+        pki_->Ca("ca") &&
+        pki_->Leaf("profctl", "ca", "on-call engineer", "extendedKeyUsage=clientAuth\n") &&
+        pki_->Leaf("apiserver", "ca", "kube-apiserver",
+                   absl::StrCat("subjectAltName=IP:", ApiIp(), "\nextendedKeyUsage=serverAuth\n")))
         << pki_->error();
     for (int i = 1; i <= kNodes; ++i) {
-      ASSERT_TRUE(pki_->Leaf(absl::StrCat("node", i), "ca", absl::StrCat("profd on gpu-node-", i),
-                             absl::StrCat("subjectAltName=IP:", NodeIp(i),
-                                          "\nextendedKeyUsage=serverAuth\n")))
+      ASSERT_TRUE(pki_->Leaf(
+          absl::StrCat("node", i), "ca", absl::StrCat("profd on gpu-node-", i),
+          absl::StrCat("subjectAltName=IP:", NodeIp(i), "\nextendedKeyUsage=serverAuth\n")))
           << pki_->error();
     }
     StartApi();
@@ -212,10 +213,10 @@ class FleetTest : public ::testing::Test {
                                        SourcePath("tests/fixtures/burst_1000_kernels.batches.pb")};
       if (pod == straggler) argv.push_back("--stretch=3");
       agents_.push_back(std::make_unique<Subprocess>(
-          argv, std::map<std::string, std::string>{
-                    {"PROFD_AGENT_SOCKET", nodes_[i - 1]->agent_socket()},
-                    {"POD_NAME", pod},
-                    {"POD_NAMESPACE", "serving"}}));
+          argv,
+          std::map<std::string, std::string>{{"PROFD_AGENT_SOCKET", nodes_[i - 1]->agent_socket()},
+                                             {"POD_NAME", pod},
+                                             {"POD_NAMESPACE", "serving"}}));
       pods_.push_back(pod);
     }
   }
@@ -230,9 +231,15 @@ class FleetTest : public ::testing::Test {
 
   // profctl on the laptop, over mTLS to the nodes (the node's certificate names its address).
   std::vector<std::string> Profctl(std::vector<std::string> args) const {
-    std::vector<std::string> argv = {BuildPath("client/profctl"), "--tls-ca", pki_->File("ca.pem"),
-                                     "--tls-cert", pki_->File("profctl.pem"), "--tls-key",
-                                     pki_->File("profctl.key"), "--timeout", "30s"};
+    std::vector<std::string> argv = {BuildPath("client/profctl"),
+                                     "--tls-ca",
+                                     pki_->File("ca.pem"),
+                                     "--tls-cert",
+                                     pki_->File("profctl.pem"),
+                                     "--tls-key",
+                                     pki_->File("profctl.key"),
+                                     "--timeout",
+                                     "30s"};
     argv.insert(argv.end(), args.begin(), args.end());
     return OnLaptop(argv);
   }
@@ -254,8 +261,9 @@ class FleetTest : public ::testing::Test {
   bool Stored(const std::string& fleet_id, size_t want) {
     return WaitFor(
         [&] {
-          RunResult r = Run({BuildPath("client/profctl"), "--target", nodes_[0]->target(), "--json",
-                             "list", "--fleet", fleet_id});
+          RunResult r =
+              profd::testing::Run({BuildPath("client/profctl"), "--target", nodes_[0]->target(),
+                                   "--json", "list", "--fleet", fleet_id});
           rapidjson::Document d;
           d.Parse(r.out.c_str());
           return !d.HasParseError() && d.HasMember("traces") && d["traces"].Size() == want;
@@ -283,8 +291,8 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
 
   // One command, every node, one id, one start.
   const absl::Time before = absl::Now();
-  RunResult r = Run(Capture({"--json", "--deployment", "llm", "-n", "serving", "--duration", "1s",
-                             "--lead", "1s"}));
+  RunResult r = profd::testing::Run(Capture(
+      {"--json", "--deployment", "llm", "-n", "serving", "--duration", "1s", "--lead", "1s"}));
   const absl::Duration took = absl::Now() - before;
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   rapidjson::Document doc;
@@ -319,8 +327,8 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
   ASSERT_TRUE(Stored(fleet_id, kNodes));
 
   // The report over every node's traces: a row per pod, the straggler named with its numbers.
-  RunResult report = Run(Profctl({"--target", absl::StrCat(NodeIp(1), ":7465"), "report",
-                                  fleet_id}));
+  RunResult report = profd::testing::Run(
+      Profctl({"--target", absl::StrCat(NodeIp(1), ":7465"), "report", fleet_id}));
   ASSERT_EQ(report.exit_code, 0) << report.out << report.err;
   for (const std::string& pod : pods_) {
     EXPECT_TRUE(Has(report.out, "serving/" + pod + "@gpu-node-")) << pod << "\n" << report.out;
@@ -328,8 +336,8 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
   EXPECT_TRUE(Has(report.out, "ACROSS RANKS")) << report.out;
   EXPECT_TRUE(Has(report.out, "serving/" + straggler + "@gpu-node-3 is the straggler"))
       << report.out;
-  RunResult json = Run(Profctl({"--target", absl::StrCat(NodeIp(2), ":7465"), "--json", "report",
-                                fleet_id}));
+  RunResult json = profd::testing::Run(
+      Profctl({"--target", absl::StrCat(NodeIp(2), ":7465"), "--json", "report", fleet_id}));
   ASSERT_EQ(json.exit_code, 0) << json.err;
   rapidjson::Document rd;
   rd.Parse(json.out.c_str());
@@ -357,7 +365,8 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
   const std::string out = ReadFileOrEmpty(dir_.File("capture2.out"));
   const std::string err = ReadFileOrEmpty(dir_.File("capture2.out.err"));
   EXPECT_TRUE(Has(out, "3 of 4 node(s) captured")) << out << err;
-  EXPECT_TRUE(Has(out, absl::StrCat("FAILED gpu-node-4 (", NodeIp(4), ":7465): profd stopped or "
+  EXPECT_TRUE(Has(out, absl::StrCat("FAILED gpu-node-4 (", NodeIp(4),
+                                    ":7465): profd stopped or "
                                     "its connection broke during capture")))
       << out << err;
   std::string second_id;
@@ -368,8 +377,8 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
   }
   ASSERT_FALSE(second_id.empty()) << out;
   ASSERT_TRUE(Stored(second_id, kNodes - 1));
-  RunResult partial = Run(Profctl({"--target", absl::StrCat(NodeIp(1), ":7465"), "--json",
-                                   "report", second_id}));
+  RunResult partial = profd::testing::Run(
+      Profctl({"--target", absl::StrCat(NodeIp(1), ":7465"), "--json", "report", second_id}));
   ASSERT_EQ(partial.exit_code, 0) << partial.err;
   rapidjson::Document pd;
   pd.Parse(partial.out.c_str());
@@ -380,8 +389,9 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
 TEST_F(FleetTest, WorkloadsResolveThroughTheApiAndBadInputIsSaidClearly) {
   // No profd answers at the nodes' addresses: the Job's four pods resolve to four nodes, each
   // named as failed, nothing hangs.
-  RunResult job = Run(Capture({"--job", "trainer", "-n", "training", "--duration", "1s",
-                               "--lead", "200ms", "--node-address", "{node_ip}:1"}));
+  RunResult job =
+      profd::testing::Run(Capture({"--job", "trainer", "-n", "training", "--duration", "1s",
+                                   "--lead", "200ms", "--node-address", "{node_ip}:1"}));
   EXPECT_EQ(job.exit_code, 5) << job.out << job.err;
   for (int i = 1; i <= kNodes; ++i) {
     EXPECT_TRUE(Has(job.out, absl::StrCat("FAILED gpu-node-", i, " (", NodeIp(i), ":1)")))
@@ -389,11 +399,11 @@ TEST_F(FleetTest, WorkloadsResolveThroughTheApiAndBadInputIsSaidClearly) {
   }
   EXPECT_TRUE(Has(job.err, "4 pod(s) on 4 node(s)")) << job.err;
 
-  RunResult missing = Run(Capture({"--deployment", "nope", "--duration", "1s"}));
+  RunResult missing = profd::testing::Run(Capture({"--deployment", "nope", "--duration", "1s"}));
   EXPECT_EQ(missing.exit_code, 4);
   EXPECT_TRUE(Has(missing.err, "no deployment nope in namespace serving")) << missing.err;
 
-  RunResult none = Run(Capture({"-l", "app=nothing-here", "--duration", "1s"}));
+  RunResult none = profd::testing::Run(Capture({"-l", "app=nothing-here", "--duration", "1s"}));
   EXPECT_EQ(none.exit_code, 4);
   EXPECT_TRUE(Has(none.err, "no running pod of pods matching app=nothing-here")) << none.err;
 
@@ -401,15 +411,16 @@ TEST_F(FleetTest, WorkloadsResolveThroughTheApiAndBadInputIsSaidClearly) {
   std::string config = ReadFileOrEmpty(dir_.File("kubeconfig"));
   config.replace(config.find(kToken), strlen(kToken), "stolen");
   std::ofstream(dir_.File("bad-kubeconfig")) << config;
-  RunResult refused = Run(Profctl({"capture", "--kubeconfig", dir_.File("bad-kubeconfig"), "-l",
+  RunResult refused =
+      profd::testing::Run(Profctl({"capture", "--kubeconfig", dir_.File("bad-kubeconfig"), "-l",
                                    "app=llm", "--duration", "1s"}));
   EXPECT_EQ(refused.exit_code, 1);
   EXPECT_TRUE(Has(refused.err, "answered GET /api/v1/namespaces/serving/pods")) << refused.err;
   EXPECT_TRUE(Has(refused.err, "401")) << refused.err;
 
   // Two workloads at once, and a workload with --pid, are usage errors.
-  EXPECT_EQ(Run(Capture({"-l", "app=llm", "--job", "trainer"})).exit_code, 2);
-  EXPECT_EQ(Run(Capture({"-l", "app=llm", "--pid", "1"})).exit_code, 2);
+  EXPECT_EQ(profd::testing::Run(Capture({"-l", "app=llm", "--job", "trainer"})).exit_code, 2);
+  EXPECT_EQ(profd::testing::Run(Capture({"-l", "app=llm", "--pid", "1"})).exit_code, 2);
 }
 
 }  // namespace

@@ -174,9 +174,9 @@ int main(int argc, char** argv) {
   if (g_stretch > 0 && g_stretch != 1) {
     for (auto& b : g_batches) {
       for (auto& k : *b.mutable_kernels()) {
-        k.set_end_ns(k.start_ns() +
-                     static_cast<uint64_t>(static_cast<double>(k.end_ns() - k.start_ns()) *
-                                           g_stretch));
+        k.set_end_ns(
+            k.start_ns() +
+            static_cast<uint64_t>(static_cast<double>(k.end_ns() - k.start_ns()) * g_stretch));
       }
     }
   }
