@@ -6,10 +6,11 @@
 // the routes profctl uses, answered from tests/fixtures/kubernetes/, shaped as the API server
 // answers). One command captures every node under one fleet id; `profctl report FLEET_ID` sets
 // the pods side by side and names the straggler; a node killed mid-capture is named, the others'
-// traces kept. Needs root (network namespaces); without them, distinct loopback addresses
-// 127.0.0.N stand in for the nodes.
+// traces kept. Needs root (network namespaces); without them (or with PROFD_TEST_NO_NETNS set),
+// distinct loopback addresses 127.0.0.11-14 stand in for the nodes.
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
@@ -50,6 +51,10 @@ class FleetNetwork {
 
   // False (with why) when namespaces cannot be made here.
   bool Make(std::string* why) {
+    if (std::getenv("PROFD_TEST_NO_NETNS") != nullptr) {
+      *why = "PROFD_TEST_NO_NETNS is set";
+      return false;
+    }
     ip_ = FindProgram("ip");
     if (geteuid() != 0 || ip_.empty()) {
       *why = "not root, or no ip(8)";
