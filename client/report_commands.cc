@@ -233,12 +233,20 @@ int FetchFleetTraces(const GlobalOptions& g, ProfdClient& client, const std::str
   std::vector<profd::v1::StoredTrace> traces(list.traces().begin(), list.traces().end());
   std::sort(traces.begin(), traces.end(),
             [](const auto& a, const auto& b) { return a.hostname() < b.hostname(); });
+  // One node's capture that cannot be read (damaged, removed meanwhile) leaves that node out,
+  // said as such; the report goes on with the others.
+  int failed_rc = kExitOk;
+  size_t fetched_captures = 0;
   for (const profd::v1::StoredTrace& t : traces) {
     if (int rc = FetchStoredTraces(g, client, t.capture_id(), fetched, out); rc != kExitOk) {
-      return rc;
+      std::cerr << "profctl: node " << Printable(t.hostname()) << " (capture " << t.capture_id()
+                << ") is left out of the report of " << fleet_id << "\n";
+      failed_rc = rc;
+      continue;
     }
+    ++fetched_captures;
   }
-  return kExitOk;
+  return fetched_captures > 0 ? kExitOk : failed_rc;
 }
 
 // Downloads the traces of a stored capture (any profctl list shows: imports, captures from

@@ -114,8 +114,8 @@ TEST_F(CaptureTargetsTest, AWorkloadsPodsPickTheirAgentsAndNoneFoundIsSaid) {
   hello.set_agent_version("0.2.0");
   hello.set_pod_name("llm-0");
   hello.set_pod_namespace("serving");
-  registry_.Register(kConnection, static_cast<uint32_t>(getpid()),
-                     static_cast<uint32_t>(getuid()), hello, absl::Now());
+  registry_.Register(kConnection, static_cast<uint32_t>(getpid()), static_cast<uint32_t>(getuid()),
+                     hello, absl::Now());
   v1::CaptureRequest request;
   request.add_pods("serving/llm-0");
   request.add_pods("serving/llm-without-agent");

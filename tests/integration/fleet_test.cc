@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <set>
@@ -353,6 +354,23 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
   EXPECT_STREQ(finding["id"].GetString(), "straggler");
   EXPECT_GT(finding["value"].GetDouble(), 2.0);  // 3x the kernel time of the others
   EXPECT_LT(finding["value"].GetDouble(), 4.0);
+
+  // One node's stored capture damaged: that node is left out and named, the others reported.
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(dir_.File("store"))) {
+    const std::string path = entry.path().string();
+    if (Has(path, "/gpu-node-2/") && Has(path, "/trace-") && entry.is_regular_file()) {
+      std::ofstream(path, std::ios::app) << "damage";
+    }
+  }
+  RunResult damaged = profd::testing::Run(
+      Profctl({"--target", absl::StrCat(NodeIp(1), ":7465"), "--json", "report", fleet_id}));
+  EXPECT_EQ(damaged.exit_code, 0) << damaged.err;
+  EXPECT_TRUE(Has(damaged.err, "checksum mismatch")) << damaged.err;
+  EXPECT_TRUE(Has(damaged.err, "node gpu-node-2 (capture ")) << damaged.err;
+  rapidjson::Document dd;
+  dd.Parse(damaged.out.c_str());
+  ASSERT_FALSE(dd.HasParseError()) << damaged.out;
+  EXPECT_EQ(dd["per_process"].Size(), 6u);
 
   // A node dies mid-capture: the others' captures are whole and stored, the dead one is named
   // with why, and the exit code says the result is partial.
