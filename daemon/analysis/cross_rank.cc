@@ -120,9 +120,7 @@ std::string RenderRanks(const CrossRankReport& report) {
                   FormatPercent(r.busy_ratio), Ns(r.idle_ns)});
   }
   std::string out = absl::StrCat(
-      "ACROSS RANKS (kernel time outside collectives = each rank's own "
-      "work)\n",
-      table.Render());
+      "ACROSS RANKS (kernel time outside collectives = each rank's own work)\n", table.Render());
   if (report.findings.empty()) {
     absl::StrAppend(&out, "  No straggler: no rank's work stands out from the others'.\n");
   } else {

@@ -4,7 +4,7 @@
 // from each rank's own Report: nothing here reads a trace.
 #pragma once
 
-#include <optional>
+#include <cstdint>
 #include <string>
 #include <vector>
 
