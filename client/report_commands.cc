@@ -170,8 +170,9 @@ int FolderTraces(const std::string& folder, std::vector<std::string>* out) {
   return kExitOk;
 }
 
-// Each trace file of a stored capture by whose it is, from its manifest (a CaptureInfo: files
-// name their pid, processes their pod): "namespace/pod@host", or "pid P@host" outside a pod.
+// Each trace file of a stored capture by the pod it is of, from its manifest (a CaptureInfo:
+// files name their pid, processes their pod): "namespace/pod@host"; a process outside a pod has
+// none (its trace's name says it).
 std::map<std::string, std::string> TraceOwners(const profd::v1::ShowTraceResponse& shown) {
   std::map<std::string, std::string> out;
   rapidjson::Document manifest;
@@ -197,10 +198,8 @@ std::map<std::string, std::string> TraceOwners(const profd::v1::ShowTraceRespons
   if (auto f = manifest.FindMember("files"); f != manifest.MemberEnd() && f->value.IsArray()) {
     for (const auto& file : f->value.GetArray()) {
       if (!file.IsObject()) continue;
-      const int64_t pid = pid_of(file);
-      auto pod = pods.find(pid);
-      out[str(file, "name")] =
-          absl::StrCat(pod != pods.end() ? pod->second : absl::StrCat("pid ", pid), "@", host);
+      auto pod = pods.find(pid_of(file));
+      if (pod != pods.end()) out[str(file, "name")] = absl::StrCat(pod->second, "@", host);
     }
   }
   return out;
@@ -506,9 +505,14 @@ int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
 // is named by its trace's file name (trace-<pid>.json.gz), which a long folder path would push
 // out of the column; the folder is said once above when they share one.
 std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
-  analysis::TextTable table({"TRACE", "PID>", "WINDOW>", "EVENTS>", "KERNELS>", "KERNEL TIME>",
-                             "GPU BUSY", "TOP KERNEL", "FINDINGS"},
-                            48);
+  // Traces of a fleet capture also say whose they are: namespace/pod@node.
+  const bool with_pods = std::any_of(processes.begin(), processes.end(),
+                                     [](const ProcessReport& p) { return !p.who.empty(); });
+  std::vector<std::string> columns = {"TRACE",    "PID>",       "WINDOW>",
+                                      "EVENTS>",  "KERNELS>",   "KERNEL TIME>",
+                                      "GPU BUSY", "TOP KERNEL", "FINDINGS"};
+  if (with_pods) columns.insert(columns.begin(), "POD");
+  analysis::TextTable table(columns, 48);
   std::set<std::string> folders, names;
   for (const ProcessReport& p : processes) {
     folders.insert(fs::path(p.path).parent_path().string());
@@ -525,17 +529,17 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
     }
     for (const analysis::Finding& f : r.findings) findings.push_back(f.id);
     // TextTable makes its cells printable.
-    // A fleet's trace is named by whose it is (namespace/pod@node); PID says which process.
-    table.AddRow({!p.who.empty() ? p.who
-                  : by_name      ? fs::path(p.path).filename().string()
-                                 : p.path,
-                  pids.empty() ? "-" : absl::StrJoin(pids, ","),
-                  analysis::FormatDuration(static_cast<double>(r.window_ns)),
-                  analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),
-                  analysis::FormatDuration(static_cast<double>(r.kernel_time_ns)),
-                  busy.empty() ? "-" : absl::StrJoin(busy, ", "),
-                  r.top_kernels.empty() ? "-" : r.top_kernels[0].name,
-                  findings.empty() ? "-" : absl::StrJoin(findings, ", ")});
+    std::vector<std::string> row;
+    if (with_pods) row.push_back(p.who.empty() ? "-" : p.who);
+    row.insert(row.end(), {by_name ? fs::path(p.path).filename().string() : p.path,
+                           pids.empty() ? "-" : absl::StrJoin(pids, ","),
+                           analysis::FormatDuration(static_cast<double>(r.window_ns)),
+                           analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),
+                           analysis::FormatDuration(static_cast<double>(r.kernel_time_ns)),
+                           busy.empty() ? "-" : absl::StrJoin(busy, ", "),
+                           r.top_kernels.empty() ? "-" : r.top_kernels[0].name,
+                           findings.empty() ? "-" : absl::StrJoin(findings, ", ")});
+    table.AddRow(row);
   }
   std::string where;
   if (by_name && folders.size() == 1 && !folders.begin()->empty()) {
