@@ -821,6 +821,13 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
         absl::StrCat("--label is ", request.label().size(), " bytes; a label may have at most ",
                      v1::kMaxLabelBytes, " (it is a name, not data)"));
   }
+  // A node runs a few pods of a workload; a request naming more is no fleet capture's.
+  constexpr int kMaxPods = 1024;
+  if (request.pods_size() > kMaxPods) {
+    return absl::InvalidArgumentError(absl::StrCat("the request names ", request.pods_size(),
+                                                   " pods; one node's capture takes at most ",
+                                                   kMaxPods));
+  }
   // The fleet id goes into the manifest and the store's index as a capture id does.
   if (!request.fleet_id().empty() && !IsFleetId(request.fleet_id())) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -922,7 +929,13 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     }
   }
   capture->Launch(request);
-  LogInfo(kComponent, "capture %s requested: %d ms", id, request.duration_ms());
+  if (request.fleet_id().empty()) {
+    LogInfo(kComponent, "capture %s requested: %d ms", id, request.duration_ms());
+  } else {
+    // A node's part of a capture across nodes: its log says which, and which pods.
+    LogInfo(kComponent, "capture %s requested: %d ms, part of fleet capture %s (pods %s)", id,
+            request.duration_ms(), request.fleet_id(), absl::StrJoin(request.pods(), ", "));
+  }
   return id;
 }
 
