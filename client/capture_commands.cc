@@ -22,6 +22,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "client/commands.h"
+#include "client/fleet_capture.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
 #include "daemon/capture/capture_request.h"
@@ -53,6 +54,7 @@ struct CaptureFlags {
   bool gpu_metrics = false;
   std::string gpu_metrics_interval = "1ms";
   std::string format;  // "": profd's --trace_format
+  FleetFlags fleet;    // -l / --deployment / --job: across nodes
 };
 
 using analysis::FormatBytes;
@@ -474,9 +476,19 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     std::cerr << "profctl: " << bad.message() << "\n";
     return kExitUsage;
   }
+  if (f.fleet.wanted()) {
+    if (!f.output.empty()) {
+      std::cerr << "profctl: --output copies one node's traces; a capture across nodes keeps "
+                   "them in the shared store: `profctl report FLEET_ID`, `profctl list`\n";
+      return kExitUsage;
+    }
+    FleetFlags fleet = f.fleet;
+    fleet.name_space = f.pod_namespace;
+    return RunFleetCapture(g, fleet, request, f.no_progress);
+  }
   if (f.pids.empty() && !f.all && f.pod.empty()) {
     std::cerr << "profctl: say what to capture: --pid PID (see `profctl agents`), --pod NAME or "
-                 "--all\n";
+                 "--all; across nodes -l SELECTOR, --deployment NAME or --job NAME\n";
     return kExitUsage;
   }
 
@@ -650,7 +662,28 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   capture->add_option("--pod", f->pod,
                       "Every process of this Kubernetes pod: POD (with -n NAMESPACE), or "
                       "NAMESPACE/POD, as the POD and NAMESPACE columns of `agents` say");
-  capture->add_option("-n,--namespace", f->pod_namespace, "Namespace of --pod");
+  capture->add_option("-n,--namespace", f->pod_namespace,
+                      "Namespace of --pod, -l, --deployment, --job (default: the kubeconfig "
+                      "context's)");
+  capture->add_option("-l,--selector", f->fleet.selector,
+                      "Across nodes: the pods this Kubernetes label selector picks (app=llm)");
+  capture->add_option("--deployment", f->fleet.deployment,
+                      "Across nodes: the pods of this Deployment");
+  capture->add_option("--job", f->fleet.job, "Across nodes: the pods of this Job");
+  capture->add_option("--kubeconfig", f->fleet.kubeconfig,
+                      "Kubernetes credentials (default as kubectl: $KUBECONFIG, ~/.kube/config, "
+                      "else the pod's service account)");
+  capture->add_option("--context", f->fleet.context, "kubeconfig context (default: current)");
+  capture->add_option("--node-address", f->fleet.node_address,
+                      "Each node's profd, from {node_ip} (the pod's hostIP) and {node_name} "
+                      "(default {node_ip}:7465); mutual TLS with --tls-ca/--tls-cert/--tls-key, "
+                      "--tls-server-name may use the same names");
+  capture->add_option("--node-timeout", f->fleet.node_timeout,
+                      "Across nodes: how long after the window a node may take before it is "
+                      "reported failed (default 30s)");
+  capture->add_option("--lead", f->fleet.lead,
+                      "Across nodes without --start-at/--delay: every node starts this long after "
+                      "the pods are found (default 2s)");
   capture->add_option("--duration", f->duration, "How long to capture (default 5s)");
   capture->add_option("--delay", f->delay, "Start this long after the request (e.g. 2s)");
   capture->add_option("--start-at", f->start_at,

@@ -1,6 +1,7 @@
 // profctl: the command line for profd. Each subcommand is one call (or one stream) to the daemon;
 // human output by default, the response message as JSON with --json.
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 
@@ -56,7 +57,9 @@ int main(int argc, char** argv) {
   setenv("GRPC_VERBOSITY", "NONE", /*overwrite=*/0);
   CLI::App app{"profctl " PROFD_VERSION
                ": on-demand GPU profiling of running processes, through profd"};
-  app.name("profctl");
+  // Installed as kubectl-profd too, kubectl's plugin: `kubectl profd capture ...`.
+  const std::string called = argc > 0 ? std::filesystem::path(argv[0]).filename().string() : "";
+  app.name(called == "kubectl-profd" ? "kubectl profd" : "profctl");
   app.require_subcommand(0, 1);
   app.fallthrough();
   app.footer(

@@ -21,6 +21,7 @@ enum ExitCode {
   kExitNotFound = 4,     // unknown pid, capture or trace
   kExitCaptureFailed = 5,
   kExitPermissionDenied = 6,  // this user may not use profd's control socket (root or its group)
+  kExitPartial = 7,  // a capture across nodes: some nodes failed, the others' traces are kept
 };
 
 inline constexpr char kDefaultTarget[] = "unix:/run/profd/profd.sock";

@@ -25,10 +25,12 @@
 #include "client/commands.h"
 #include "client/output_folder.h"
 #include "daemon/analysis/analysis.h"
+#include "daemon/analysis/cross_rank.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/render.h"
 #include "daemon/analysis/report_diff.h"
 #include "daemon/analysis/text_table.h"
+#include "daemon/common/capture_id.h"
 #include "daemon/common/file_name.h"
 #include "daemon/common/printable.h"
 #include "daemon/common/sha256.h"
@@ -46,6 +48,9 @@ namespace analysis = profd::analysis;
 namespace fs = std::filesystem;
 using profd::EscapeJsonLineSeparators;
 using profd::Printable;
+
+// A fleet capture has one capture per node: its report reads at most this many.
+constexpr uint32_t kMaxFleetCaptures = 10000;
 
 // The two files of a capture folder that are not traces (docs/TRACE_FORMAT.md).
 constexpr char kManifestName[] = "manifest.json";
@@ -127,10 +132,17 @@ class FetchedTraces {
     auto it = shown_.find(path);
     return it == shown_.end() ? path : it->second;
   }
+  // Whose a fetched trace is, as the rows across ranks name it: namespace/pod@host.
+  void SetWho(const std::string& path, std::string who) { who_[path] = std::move(who); }
+  std::string Who(const std::string& path) const {
+    auto it = who_.find(path);
+    return it == who_.end() ? "" : it->second;
+  }
 
  private:
   std::vector<std::string> dirs_;
   std::map<std::string, std::string> shown_;
+  std::map<std::string, std::string> who_;
 };
 
 // The trace files of a capture folder, sorted; kExitNotFound and why when it holds none.
@@ -158,6 +170,84 @@ int FolderTraces(const std::string& folder, std::vector<std::string>* out) {
   return kExitOk;
 }
 
+// Each trace file of a stored capture by the pod it is of, from its manifest (a CaptureInfo:
+// files name their pid, processes their pod): "namespace/pod@host"; a process outside a pod has
+// none (its trace's name says it).
+std::map<std::string, std::string> TraceOwners(const profd::v1::ShowTraceResponse& shown) {
+  std::map<std::string, std::string> out;
+  rapidjson::Document manifest;
+  manifest.Parse(shown.manifest_json().c_str());
+  if (manifest.HasParseError() || !manifest.IsObject()) return out;
+  auto str = [](const rapidjson::Value& v, const char* name) -> std::string {
+    auto it = v.FindMember(name);
+    return it != v.MemberEnd() && it->value.IsString() ? it->value.GetString() : "";
+  };
+  auto pid_of = [](const rapidjson::Value& v) -> int64_t {
+    auto it = v.FindMember("pid");
+    return it != v.MemberEnd() && it->value.IsInt64() ? it->value.GetInt64() : -1;
+  };
+  std::map<int64_t, std::string> pods;
+  if (auto p = manifest.FindMember("processes"); p != manifest.MemberEnd() && p->value.IsArray()) {
+    for (const auto& proc : p->value.GetArray()) {
+      if (!proc.IsObject() || str(proc, "pod_name").empty()) continue;
+      const std::string ns = str(proc, "pod_namespace");
+      pods[pid_of(proc)] = ns.empty() ? str(proc, "pod_name") : ns + "/" + str(proc, "pod_name");
+    }
+  }
+  const std::string host = shown.trace().hostname();
+  if (auto f = manifest.FindMember("files"); f != manifest.MemberEnd() && f->value.IsArray()) {
+    for (const auto& file : f->value.GetArray()) {
+      if (!file.IsObject()) continue;
+      auto pod = pods.find(pid_of(file));
+      if (pod != pods.end()) out[str(file, "name")] = absl::StrCat(pod->second, "@", host);
+    }
+  }
+  return out;
+}
+
+int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::string& id,
+                      FetchedTraces* fetched, std::vector<std::string>* out);
+
+// The traces of every node's capture of a fleet capture (profctl capture -l / --deployment /
+// --job), from the shared store. On failure prints why and returns the exit code.
+int FetchFleetTraces(const GlobalOptions& g, ProfdClient& client, const std::string& fleet_id,
+                     absl::Time at, FetchedTraces* fetched, std::vector<std::string>* out) {
+  profd::v1::ListTracesRequest request;
+  request.set_fleet_id(fleet_id);
+  // Every node's capture started after the fleet id was made, by clocks within a minute of it.
+  request.set_since_unix_ns(absl::ToUnixNanos(at - absl::Minutes(1)));
+  request.set_limit(kMaxFleetCaptures);
+  profd::v1::ListTracesResponse list;
+  grpc::ClientContext ctx;
+  grpc::Status status = StoreStub(client)->ListTraces(WithDeadline(&ctx, g), request, &list);
+  if (!status.ok()) return Fail(client, status);
+  if (list.traces_size() == 0) {
+    std::cerr << "profctl: no capture of fleet capture " << fleet_id << " in the store "
+              << Printable(list.store_uri())
+              << (list.store_error().empty() ? "" : " (" + Printable(list.store_error()) + ")")
+              << ": the nodes' captures reach it once uploaded (`profctl spool` on a node says "
+                 "what waits), and only a store the nodes share holds them all\n";
+    return kExitNotFound;
+  }
+  std::vector<profd::v1::StoredTrace> traces(list.traces().begin(), list.traces().end());
+  std::sort(traces.begin(), traces.end(),
+            [](const auto& a, const auto& b) { return a.hostname() < b.hostname(); });
+  // One node's capture that cannot be read (damaged, removed meanwhile) leaves that node out,
+  // said as such; the report goes on with the others.
+  int failed_rc = kExitOk;
+  size_t fetched_captures = 0;
+  for (const profd::v1::StoredTrace& t : traces) {
+    if (int rc = FetchStoredTraces(g, client, t.capture_id(), fetched, out); rc != kExitOk) {
+      std::cerr << "profctl: node " << Printable(t.hostname()) << " (capture " << t.capture_id()
+                << ") is left out of the report of " << fleet_id << "\n";
+      failed_rc = rc;
+      continue;
+    }
+    ++fetched_captures;
+  }
+  return fetched_captures > 0 ? kExitOk : failed_rc;
+}
+
 // Downloads the traces of a stored capture (any profctl list shows: imports, captures from
 // before a restart, other nodes', spooled ones) into a folder of `fetched`, each checked against
 // the SHA-256 the store recorded. On failure prints why and returns the exit code.
@@ -179,6 +269,7 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
     }
     return Fail(client, status);
   }
+  const std::map<std::string, std::string> who = TraceOwners(shown);
   profd::v1::GetTraceRequest request;
   request.set_capture_id(id);
   std::map<std::string, std::string> want;  // name -> sha256 the store recorded
@@ -247,6 +338,9 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
       }
       written.push_back(folder->PathOf(name));
       fetched->Name(written.back(), absl::StrCat(id, "/", name));
+      if (auto owner = who.find(name); owner != who.end()) {
+        fetched->SetWho(written.back(), owner->second);
+      }
       hash = std::make_unique<profd::Sha256>();
     }
     if (!hash) continue;
@@ -309,6 +403,9 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, FetchedTraces*
     return kExitNotFound;
   }
   ProfdClient client(ResolveTarget(g.target), g.tls);
+  if (absl::Time at; profd::IsFleetId(arg, &at)) {
+    return FetchFleetTraces(g, client, arg, at, fetched, out);
+  }
   grpc::ClientContext ctx;
   profd::v1::GetCaptureRequest request;
   request.set_capture_id(arg);
@@ -355,6 +452,7 @@ int ResolveInputs(const GlobalOptions& g, const std::string& arg, FetchedTraces*
 // One row per trace file of a multi-process input, each from its own analysis.
 struct ProcessReport {
   std::string path;
+  std::string who;  // namespace/pod@host of a trace fetched from the store; "" otherwise
   analysis::Report report;
 };
 
@@ -382,10 +480,14 @@ int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
   if (per_process != nullptr && paths.size() > 1) {
     // Each process alone too: its own window, busy time and findings (the files are read again;
     // the analysis keeps no per-file state to split the joint report by).
+    // Every kernel row, so that each rank's collective time is whole (AnalyzeRanks); trimmed
+    // to the asked-for rows afterwards.
+    analysis::AnalysisOptions every_kernel = options;
+    every_kernel.top_kernels = std::max(options.top_kernels, 1 << 20);
     for (const std::string& path : paths) {
-      absl::StatusOr<analysis::Report> one = analyze({path}, options);
+      absl::StatusOr<analysis::Report> one = analyze({path}, every_kernel);
       if (!one.ok()) return exit_code(one.status());
-      per_process->push_back({path, *std::move(one)});
+      per_process->push_back({path, fetched.Who(path), *std::move(one)});
     }
   }
   // Reports name their inputs: a fetched trace by the capture it came from, not its temp copy.
@@ -403,9 +505,14 @@ int Analyze(const GlobalOptions& g, const std::vector<std::string>& args,
 // is named by its trace's file name (trace-<pid>.json.gz), which a long folder path would push
 // out of the column; the folder is said once above when they share one.
 std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
-  analysis::TextTable table({"TRACE", "PID>", "WINDOW>", "EVENTS>", "KERNELS>", "KERNEL TIME>",
-                             "GPU BUSY", "TOP KERNEL", "FINDINGS"},
-                            48);
+  // Traces of a fleet capture also say whose they are: namespace/pod@node.
+  const bool with_pods = std::any_of(processes.begin(), processes.end(),
+                                     [](const ProcessReport& p) { return !p.who.empty(); });
+  std::vector<std::string> columns = {"TRACE",    "PID>",       "WINDOW>",
+                                      "EVENTS>",  "KERNELS>",   "KERNEL TIME>",
+                                      "GPU BUSY", "TOP KERNEL", "FINDINGS"};
+  if (with_pods) columns.insert(columns.begin(), "POD");
+  analysis::TextTable table(columns, 48);
   std::set<std::string> folders, names;
   for (const ProcessReport& p : processes) {
     folders.insert(fs::path(p.path).parent_path().string());
@@ -422,14 +529,17 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
     }
     for (const analysis::Finding& f : r.findings) findings.push_back(f.id);
     // TextTable makes its cells printable.
-    table.AddRow({by_name ? fs::path(p.path).filename().string() : p.path,
-                  pids.empty() ? "-" : absl::StrJoin(pids, ","),
-                  analysis::FormatDuration(static_cast<double>(r.window_ns)),
-                  analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),
-                  analysis::FormatDuration(static_cast<double>(r.kernel_time_ns)),
-                  busy.empty() ? "-" : absl::StrJoin(busy, ", "),
-                  r.top_kernels.empty() ? "-" : r.top_kernels[0].name,
-                  findings.empty() ? "-" : absl::StrJoin(findings, ", ")});
+    std::vector<std::string> row;
+    if (with_pods) row.push_back(p.who.empty() ? "-" : p.who);
+    row.insert(row.end(), {by_name ? fs::path(p.path).filename().string() : p.path,
+                           pids.empty() ? "-" : absl::StrJoin(pids, ","),
+                           analysis::FormatDuration(static_cast<double>(r.window_ns)),
+                           analysis::FormatCount(r.events), analysis::FormatCount(r.kernel_count),
+                           analysis::FormatDuration(static_cast<double>(r.kernel_time_ns)),
+                           busy.empty() ? "-" : absl::StrJoin(busy, ", "),
+                           r.top_kernels.empty() ? "-" : r.top_kernels[0].name,
+                           findings.empty() ? "-" : absl::StrJoin(findings, ", ")});
+    table.AddRow(row);
   }
   std::string where;
   if (by_name && folders.size() == 1 && !folders.begin()->empty()) {
@@ -440,7 +550,8 @@ std::string RenderPerProcess(const std::vector<ProcessReport>& processes) {
 
 // The joint report's JSON with "per_process": [{"trace", "report"}] added, one per trace.
 std::string ReportJsonWithProcesses(const analysis::Report& report,
-                                    const std::vector<ProcessReport>& processes) {
+                                    const std::vector<ProcessReport>& processes,
+                                    const std::string& across_ranks) {
   const std::string overall = analysis::ReportToJson(report);
   if (processes.empty()) return overall;
   rapidjson::Document doc;
@@ -452,10 +563,16 @@ std::string ReportJsonWithProcesses(const analysis::Report& report,
     one.Parse(analysis::ReportToJson(p.report, /*pretty=*/false).c_str());
     rapidjson::Value entry(rapidjson::kObjectType);
     entry.AddMember("trace", rapidjson::Value(p.path.c_str(), alloc), alloc);
+    if (!p.who.empty()) entry.AddMember("who", rapidjson::Value(p.who.c_str(), alloc), alloc);
     entry.AddMember("report", rapidjson::Value(one, alloc), alloc);
     list.PushBack(entry, alloc);
   }
   doc.AddMember("per_process", list, alloc);
+  if (!across_ranks.empty()) {
+    rapidjson::Document ranks(&alloc);
+    ranks.Parse(across_ranks.c_str());
+    doc.AddMember("across_ranks", rapidjson::Value(ranks, alloc), alloc);
+  }
   rapidjson::StringBuffer buffer;
   rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buffer);
   w.SetIndent(' ', 1);
@@ -487,12 +604,24 @@ int RunReport(const GlobalOptions& g, const ReportFlags& f) {
       return kExitError;
     }
   }
+  // Side by side: who is slow while the others wait.
+  std::vector<analysis::RankInput> ranks;
+  for (const ProcessReport& p : per_process) {
+    ranks.push_back({p.who.empty() ? fs::path(p.path).filename().string() : p.who, &p.report});
+  }
+  const analysis::CrossRankReport across = analysis::AnalyzeRanks(ranks);
+  for (ProcessReport& p : per_process) {
+    if (p.report.top_kernels.size() > static_cast<size_t>(f.top)) {
+      p.report.top_kernels.resize(static_cast<size_t>(f.top));
+    }
+  }
   if (g.json || f.json) {
-    std::cout << ReportJsonWithProcesses(report, per_process);
+    std::cout << ReportJsonWithProcesses(report, per_process,
+                                         ranks.empty() ? "" : analysis::RanksToJson(across));
   } else {
     if (!per_process.empty()) {
-      std::cout << RenderPerProcess(per_process) << "ALL " << per_process.size()
-                << " PROCESSES TOGETHER\n";
+      std::cout << RenderPerProcess(per_process) << analysis::RenderRanks(across) << "ALL "
+                << per_process.size() << " PROCESSES TOGETHER\n";
     }
     std::cout << analysis::RenderText(report);
     if (!f.html.empty()) std::cout << "\nHTML report: " << f.html << "\n";

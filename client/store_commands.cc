@@ -29,8 +29,8 @@
 #include "client/output_folder.h"
 #include "daemon/analysis/format.h"
 #include "daemon/analysis/text_table.h"
-#include "daemon/common/printable.h"
 #include "daemon/common/file_name.h"
+#include "daemon/common/printable.h"
 #include "daemon/common/proto_json.h"
 #include "daemon/common/sha256.h"
 #include "profd/v1/store.grpc.pb.h"
@@ -44,7 +44,7 @@ namespace {
 namespace fs = std::filesystem;
 
 struct ListOptions {
-  std::string hostname, pod, alert, since;
+  std::string hostname, pod, alert, since, fleet;
   uint32_t limit = 50;
 };
 
@@ -96,6 +96,7 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   request.set_hostname(o.hostname);
   request.set_pod(o.pod);
   request.set_alert(o.alert);
+  request.set_fleet_id(o.fleet);
   request.set_limit(o.limit);
   int64_t since = 0;
   if (!ParseSince(o.since, &since)) {
@@ -121,7 +122,8 @@ int RunList(const GlobalOptions& g, const ListOptions& o) {
   }
   if (response.traces().empty()) {
     std::cout << "No traces in " << profd::Printable(response.store_uri())
-              << (o.hostname.empty() && o.pod.empty() && o.alert.empty() && o.since.empty()
+              << (o.hostname.empty() && o.pod.empty() && o.alert.empty() && o.since.empty() &&
+                          o.fleet.empty()
                       ? ""
                       : " matching the filters")
               << ". Take one with `profctl capture`, or add one with `profctl import FILE`.\n";
@@ -332,6 +334,7 @@ int RunShow(const GlobalOptions& g, const std::string& id) {
   }
   PrintField("source", source);
   PrintField("label", t.label());
+  if (!t.fleet_id().empty()) PrintField("fleet", t.fleet_id());
   PrintField("started", When(t.started_unix_ns()));
   PrintField("pods", absl::StrJoin(t.pods(), ", "));
   PrintField("state", State(t) + (t.upload_error().empty() ? ""
@@ -634,6 +637,9 @@ void AddStoreCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   list->add_option("--alert", list_options->alert,
                    "Only captures this alert started (its alertname, e.g. "
                    "ProfdKernelLaunchRateCollapsed)");
+  list->add_option("--fleet", list_options->fleet,
+                   "Only the nodes' captures of this fleet capture (profctl capture -l/"
+                   "--deployment/--job)");
   list->add_option("--since", list_options->since,
                    "Only traces newer than this: a duration back (1h, 30m) or an RFC 3339 time");
   list->add_option("--limit", list_options->limit, "At most this many (default 50)");

@@ -23,6 +23,7 @@ packages=(
   zlib1g-dev             # reading gzip (traces, imports), the tests' reference inflate
   rapidjson-dev          # reading traces (profctl report/import)
   libcli11-dev           # profctl's command line
+  libyaml-dev            # profctl reads kubeconfigs (YAML) for captures across nodes
   libgtest-dev libgmock-dev  # CMake configures the tests folder (the demo's replay agent is there)
 )
 test_packages=(

@@ -42,6 +42,8 @@ absl::StatusOr<Report> AnalyzeStream(
 
 // The report as JSON (stable field names, times in ns; docs/ANALYSIS.md).
 std::string ReportToJson(const Report& report, bool pretty = true);
+// Findings alone, as the report's "findings" array (compact).
+std::string FindingsToJson(const std::vector<Finding>& findings);
 
 // Writes ReportToJson to path (e.g. <capture>/summary.json), through a temporary file and a
 // rename so a reader never sees half a file.

@@ -9,6 +9,8 @@
 namespace profd::analysis {
 
 std::string RenderText(const Report& report);
+// The numbered findings as RenderText lists them (rule, evidence, advice).
+std::string RenderFindings(const std::vector<Finding>& findings);
 // title: shown in the page header (usually the trace path or capture id).
 std::string RenderHtml(const Report& report, const std::string& title);
 

@@ -36,6 +36,29 @@ void Dbl(W& w, const char* key, double v) {
 }
 
 template <typename W>
+void WriteFindings(W& w, const std::vector<Finding>& findings) {
+  w.StartArray();
+  for (const Finding& f : findings) {
+    w.StartObject();
+    Str(w, "id", f.id);
+    Str(w, "severity", f.severity);
+    Str(w, "title", f.title);
+    Str(w, "threshold", f.threshold);
+    Dbl(w, "value", f.value);
+    w.Key("evidence");
+    w.StartArray();
+    for (const std::string& e : f.evidence) w.String(e.c_str());
+    w.EndArray();
+    w.Key("advice");
+    w.StartArray();
+    for (const std::string& a : f.advice) w.String(a.c_str());
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+template <typename W>
 void Stats(W& w, const DurationStats& s) {
   U64(w, "instances", s.count);
   I64(w, "total_ns", s.total_ns);
@@ -155,25 +178,7 @@ void Write(W& w, const Report& r) {
   w.EndArray();
 
   w.Key("findings");
-  w.StartArray();
-  for (const Finding& f : r.findings) {
-    w.StartObject();
-    Str(w, "id", f.id);
-    Str(w, "severity", f.severity);
-    Str(w, "title", f.title);
-    Str(w, "threshold", f.threshold);
-    Dbl(w, "value", f.value);
-    w.Key("evidence");
-    w.StartArray();
-    for (const std::string& e : f.evidence) w.String(e.c_str());
-    w.EndArray();
-    w.Key("advice");
-    w.StartArray();
-    for (const std::string& a : f.advice) w.String(a.c_str());
-    w.EndArray();
-    w.EndObject();
-  }
-  w.EndArray();
+  WriteFindings(w, r.findings);
 
   w.Key("gpus");
   w.StartArray();
@@ -384,6 +389,17 @@ std::string ReportToJson(const Report& report, bool pretty) {
 
 absl::Status WriteReportJson(const Report& report, const std::string& path) {
   return WriteFileAtomically(path, ReportToJson(report));
+}
+
+}  // namespace profd::analysis
+
+namespace profd::analysis {
+
+std::string FindingsToJson(const std::vector<Finding>& findings) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  WriteFindings(w, findings);
+  return std::string(buffer.GetString(), buffer.GetSize());
 }
 
 }  // namespace profd::analysis

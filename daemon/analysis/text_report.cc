@@ -115,6 +115,20 @@ void RenderKernels(const Report& r, std::string* out) {
 
 }  // namespace
 
+std::string RenderFindings(const std::vector<Finding>& findings) {
+  std::string out;
+  for (size_t i = 0; i < findings.size(); ++i) {
+    const Finding& f = findings[i];
+    std::string sev = f.severity;
+    std::transform(sev.begin(), sev.end(), sev.begin(), ::toupper);
+    absl::StrAppend(&out, "  ", i + 1, ". [", sev, "] ", Printable(f.title), "\n");
+    absl::StrAppend(&out, "     rule: ", f.threshold, "\n");
+    for (const std::string& e : f.evidence) absl::StrAppend(&out, "     - ", Printable(e), "\n");
+    for (const std::string& a : f.advice) absl::StrAppend(&out, "     > ", Printable(a), "\n");
+  }
+  return out;
+}
+
 std::string RenderText(const Report& r) {
   std::string out;
   std::vector<std::string> inputs;
@@ -136,15 +150,7 @@ std::string RenderText(const Report& r) {
   if (r.findings.empty()) {
     absl::StrAppend(&out, "  No finding fired (thresholds in docs/ANALYSIS.md and --json).\n");
   }
-  for (size_t i = 0; i < r.findings.size(); ++i) {
-    const Finding& f = r.findings[i];
-    std::string sev = f.severity;
-    std::transform(sev.begin(), sev.end(), sev.begin(), ::toupper);
-    absl::StrAppend(&out, "  ", i + 1, ". [", sev, "] ", Printable(f.title), "\n");
-    absl::StrAppend(&out, "     rule: ", f.threshold, "\n");
-    for (const std::string& e : f.evidence) absl::StrAppend(&out, "     - ", Printable(e), "\n");
-    for (const std::string& a : f.advice) absl::StrAppend(&out, "     > ", Printable(a), "\n");
-  }
+  absl::StrAppend(&out, RenderFindings(r.findings));
 
   absl::StrAppend(&out, "\nGPUS (busy = union of kernel time; idle split as in HTA)\n");
   TextTable gpus({"PID>", "GPU>", "BUSY>", "COPY ONLY>", "IDLE>", "HOST WAIT>", "KERNEL WAIT>",

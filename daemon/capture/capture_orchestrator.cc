@@ -109,6 +109,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       p->set_pid(t.info.pid());
       p->set_comm(t.info.comm());
       p->set_pod_name(t.info.pod_name());
+      p->set_pod_namespace(t.info.pod_namespace());
       p->set_state(v1::CAPTURE_STATE_UNSPECIFIED);
       p->set_path(t.path);
     }
@@ -678,6 +679,19 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
                      " is over this profd's limit of ", absl::FormatDuration(options_.max_duration),
                      " (profd --max_capture_duration)"));
   }
+  // A node runs a few pods of a workload; a request naming more is no fleet capture's.
+  constexpr int kMaxPods = 1024;
+  if (request.pods_size() > kMaxPods) {
+    return absl::InvalidArgumentError(absl::StrCat("the request names ", request.pods_size(),
+                                                   " pods; one node's capture takes at most ",
+                                                   kMaxPods));
+  }
+  // The fleet id goes into the manifest and the store's index as a capture id does.
+  if (!request.fleet_id().empty() && !IsFleetId(request.fleet_id())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fleet id '", request.fleet_id(),
+        "' is not one: expected <yyyymmdd>T<hhmmss>Z-fleet-<hex>, as profctl makes them"));
+  }
   absl::StatusOr<std::vector<CaptureTarget>> resolved =
       catalog_->Resolve(request, [this](uint32_t pid) { return RunningCaptureOf(pid); });
   if (!resolved.ok()) return resolved.status();
@@ -722,6 +736,7 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   info.set_duration_ms(request.duration_ms());
   info.set_label(request.label());
   if (request.has_alert()) *info.mutable_alert() = request.alert();
+  info.set_fleet_id(request.fleet_id());
   info.set_hostname(options_.hostname);
   for (int kind : request.kinds()) info.add_kinds(static_cast<v1::ActivityKind>(kind));
   if (request.gpu_metrics()) {
@@ -753,7 +768,13 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     }
   }
   capture->Launch(request);
-  LogInfo(kComponent, "capture %s requested: %d ms", id, request.duration_ms());
+  if (request.fleet_id().empty()) {
+    LogInfo(kComponent, "capture %s requested: %d ms", id, request.duration_ms());
+  } else {
+    // A node's part of a capture across nodes: its log says which, and which pods.
+    LogInfo(kComponent, "capture %s requested: %d ms, part of fleet capture %s (pods %s)", id,
+            request.duration_ms(), request.fleet_id(), absl::StrJoin(request.pods(), ", "));
+  }
   return id;
 }
 

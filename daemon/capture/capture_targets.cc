@@ -216,6 +216,26 @@ absl::StatusOr<std::vector<CaptureTarget>> CaptureTargets::Resolve(
           " (agents read POD_NAME/POD_NAMESPACE from the downward API); ", Describe(all)));
     }
   }
+  if (request.pods_size() > 0) {
+    // A workload's pods on this node (a fleet capture): those with agents are captured, and the
+    // capture's processes say which were found; none at all is an error, as for --pod.
+    const size_t before = chosen.size();
+    for (const std::string& pod : request.pods()) {
+      const size_t slash = pod.find('/');
+      const std::string ns = slash == std::string::npos ? "" : pod.substr(0, slash);
+      const std::string name = slash == std::string::npos ? pod : pod.substr(slash + 1);
+      for (const CaptureTarget& t : all) {
+        if (t.info.pod_name() == name && (ns.empty() || t.info.pod_namespace() == ns)) {
+          if (absl::Status s = add(t); !s.ok()) return s;
+        }
+      }
+    }
+    if (chosen.size() == before) {
+      return absl::NotFoundError(absl::StrCat(
+          "no agent in any of the pods ", absl::StrJoin(request.pods(), ", "), " on ", hostname_,
+          " (agents read POD_NAME/POD_NAMESPACE from the downward API); ", Describe(all)));
+    }
+  }
   if (chosen.empty()) {
     return absl::InvalidArgumentError("say which processes to capture: --pid, --pod or --all");
   }

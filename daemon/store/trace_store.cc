@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "daemon/common/capture_id.h"
 #include "daemon/common/file_name.h"
 #include "daemon/common/mutex.h"
 #include "daemon/common/proto_json.h"
@@ -34,16 +35,6 @@ namespace {
 
 constexpr char kIndexFolder[] = "_index/";
 
-// The UTC time in an id of the form <yyyymmdd>T<hhmmss>Z-..., if it has one.
-bool TimeFromId(const std::string& id, absl::Time* out) {
-  if (id.size() < 16 || id[8] != 'T' || id[15] != 'Z') return false;
-  // absl's %Y takes every digit it sees: give it separators.
-  std::string text = absl::StrCat(id.substr(0, 4), "-", id.substr(4, 2), "-", id.substr(6, 2), " ",
-                                  id.substr(9, 2), ":", id.substr(11, 2), ":", id.substr(13, 2));
-  std::string err;
-  return absl::ParseTime("%Y-%m-%d %H:%M:%S", text, absl::UTCTimeZone(), out, &err);
-}
-
 bool PodMatches(const v1::StoredTrace& t, const std::string& pod) {
   for (const std::string& p : t.pods()) {
     if (p == pod) return true;
@@ -59,6 +50,7 @@ bool TraceMatches(const v1::StoredTrace& row, const TraceFilter& filter) {
   if (!filter.hostname.empty() && row.hostname() != filter.hostname) return false;
   if (!filter.pod.empty() && !PodMatches(row, filter.pod)) return false;
   if (!filter.alert.empty() && row.alert() != filter.alert) return false;
+  if (!filter.fleet_id.empty() && row.fleet_id() != filter.fleet_id) return false;
   return absl::FromUnixNanos(row.started_unix_ns()) >= filter.since;
 }
 
@@ -156,12 +148,12 @@ absl::StatusOr<v1::StoredTrace> DescribeCaptureFolder(const std::string& folder,
       trace.set_alert(name->value.GetString());
     }
   }
+  trace.set_fleet_id(str("fleet_id"));
   trace.set_source(str("source").empty() ? "capture" : str("source"));
   int64_t started = i64("started_unix_ns");
   if (started == 0) started = i64("requested_unix_ns");
   absl::Time from_id;
-  if (started == 0 && TimeFromId(trace.capture_id(), &from_id))
-    started = absl::ToUnixNanos(from_id);
+  if (started == 0 && TimeOfId(trace.capture_id(), &from_id)) started = absl::ToUnixNanos(from_id);
   if (started == 0) {
     struct stat st;
     if (stat(manifest_path.c_str(), &st) == 0) started = int64_t{st.st_mtime} * 1000000000;
@@ -196,6 +188,7 @@ v1::StoredTrace DescribeCapture(const v1::CaptureInfo& info) {
   trace.set_hostname(info.hostname());
   trace.set_label(info.label());
   trace.set_alert(info.alert().name());
+  trace.set_fleet_id(info.fleet_id());
   trace.set_source("capture");
   trace.set_started_unix_ns(info.started_unix_ns() != 0 ? info.started_unix_ns()
                                                         : info.requested_unix_ns());
@@ -293,7 +286,7 @@ TraceStore::TraceStore(std::unique_ptr<ObjectBucket> bucket, std::string uri,
 
 absl::Time TraceStore::DayOf(const v1::StoredTrace& trace) {
   absl::Time t;
-  if (!TimeFromId(trace.capture_id(), &t)) {
+  if (!TimeOfId(trace.capture_id(), &t)) {
     t = trace.started_unix_ns() != 0 ? absl::FromUnixNanos(trace.started_unix_ns()) : absl::Now();
   }
   return t;
@@ -537,7 +530,7 @@ absl::StatusOr<v1::StoredTrace> TraceStore::Get(const std::string& capture_id,
   // A row of this id refused by ValidateStoredTrace: said as such, not "no capture".
   std::vector<std::pair<std::string, absl::Status>> refused;
   absl::Time t;
-  if (TimeFromId(capture_id, &t)) {
+  if (TimeOfId(capture_id, &t)) {
     v1::StoredTrace probe;
     probe.set_capture_id(capture_id);
     const std::string day = IndexDay(probe);

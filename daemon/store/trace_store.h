@@ -40,6 +40,7 @@ struct TraceFilter {
   std::string hostname;  // exact
   std::string pod;       // pod name or namespace/pod
   std::string alert;     // the alertname of the alert that started the capture, exact
+  std::string fleet_id;  // exact: the captures of one fleet capture
   absl::Time since = absl::InfinitePast();
   size_t limit = 50;
   // Every store request of the listing ends by then (profctl list: its call's deadline).

@@ -59,6 +59,7 @@ grpc::Status TraceStoreService::ListTraces(grpc::ServerContext* context,
   filter.hostname = request->hostname();
   filter.pod = request->pod();
   filter.alert = request->alert();
+  filter.fleet_id = request->fleet_id();
   if (request->since_unix_ns() != 0) filter.since = absl::FromUnixNanos(request->since_unix_ns());
   filter.limit = limit;
   filter.deadline = DeadlineOf(context);

@@ -108,5 +108,30 @@ TEST_F(CaptureTargetsTest, WithoutAKinetoSocketTheAgentPathIsTheOnlyOne) {
   EXPECT_THAT(k.status().message(), HasSubstr("does not poll profd's Kineto socket"));
 }
 
+TEST_F(CaptureTargetsTest, AWorkloadsPodsPickTheirAgentsAndNoneFoundIsSaid) {
+  // A fleet capture asks a node for the workload's pods there: those with agents are taken.
+  v1::Hello hello;
+  hello.set_agent_version("0.2.0");
+  hello.set_pod_name("llm-0");
+  hello.set_pod_namespace("serving");
+  registry_.Register(kConnection, static_cast<uint32_t>(getpid()), static_cast<uint32_t>(getuid()),
+                     hello, absl::Now());
+  v1::CaptureRequest request;
+  request.add_pods("serving/llm-0");
+  request.add_pods("serving/llm-without-agent");
+  absl::StatusOr<std::vector<CaptureTarget>> r =
+      targets_.Resolve(request, [](uint32_t) { return std::string(); });
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->size(), 1u);
+  EXPECT_EQ((*r)[0].info.pod_name(), "llm-0");
+  // The same name in another namespace is another pod.
+  v1::CaptureRequest other;
+  other.add_pods("training/llm-0");
+  absl::StatusOr<std::vector<CaptureTarget>> none =
+      targets_.Resolve(other, [](uint32_t) { return std::string(); });
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(none.status().message(), HasSubstr("no agent in any of the pods training/llm-0"));
+}
+
 }  // namespace
 }  // namespace profd

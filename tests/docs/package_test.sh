@@ -21,6 +21,11 @@ for f in bin/profd bin/profctl lib/libprofagent.so README.md LICENSE CHANGELOG.m
   install.sh; do
   grep -qE "^profd-[0-9.]+/$f\$" <<<"$listing" || fail "the tarball has no $f"
 done
+# kubectl's plugin: `kubectl profd ...` runs bin/kubectl-profd, which is profctl.
+[ -L "$dir/bin/kubectl-profd" ] && [ "$(readlink "$dir/bin/kubectl-profd")" = profctl ] ||
+  fail "the tarball has no bin/kubectl-profd -> profctl"
+"$dir/bin/kubectl-profd" --help | grep -q '^Usage: kubectl profd' ||
+  fail "kubectl-profd does not call itself kubectl profd"
 mkdir "$tmp/root"
 "$dir/install.sh" --root "$tmp/root" --no-start >"$tmp/install.log" 2>&1 ||
   fail "install.sh: $(cat "$tmp/install.log")"

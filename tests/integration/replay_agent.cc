@@ -3,7 +3,7 @@
 // recorded from a real capture (tests/fixtures/), shifted to the current time (the capture's
 // --start-at, when it asks for one).
 //   replay_agent <batches.pb> [--die-after-start | --never-finish | --repeat=N |
-//                              --launch-until=FILE]
+//                              --launch-until=FILE | --stretch=F]
 // REPLAY_KERNEL_NAME=TEXT puts TEXT before every kernel's name (hostile names, in tests of what
 // profctl shows).
 // --never-finish: a stalled capture thread; it sends its batches, then ignores stop requests and
@@ -11,6 +11,7 @@
 // --repeat=N: the recording N times over, one after the other in time (a longer capture).
 // --launch-until=FILE: the heartbeats count kernel launches on CUDA device 0, 1000 more in each,
 // until FILE exists, then no more (a process that stops launching: the launch-rate alert's case).
+// --stretch=F: every kernel runs F times as long (a slower rank of a job: the straggler).
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -39,6 +40,7 @@ bool g_never_finish = false;
 int g_repeat = 1;
 std::string g_launch_until_file;
 uint64_t g_launches = 0;
+double g_stretch = 1;
 
 uint64_t NowNs() {
   timespec ts;
@@ -182,6 +184,16 @@ int main(int argc, char** argv) {
     g_never_finish |= std::strcmp(argv[i], "--never-finish") == 0;
     if (std::strncmp(argv[i], "--repeat=", 9) == 0) g_repeat = std::max(1, std::atoi(argv[i] + 9));
     if (std::strncmp(argv[i], "--launch-until=", 15) == 0) g_launch_until_file = argv[i] + 15;
+    if (std::strncmp(argv[i], "--stretch=", 10) == 0) g_stretch = std::atof(argv[i] + 10);
+  }
+  if (g_stretch > 0 && g_stretch != 1) {
+    for (auto& b : g_batches) {
+      for (auto& k : *b.mutable_kernels()) {
+        k.set_end_ns(
+            k.start_ns() +
+            static_cast<uint64_t>(static_cast<double>(k.end_ns() - k.start_ns()) * g_stretch));
+      }
+    }
   }
   profagent::AgentOptions options;
   const char* socket = std::getenv(profd::v1::kAgentSocketEnv);

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "tests/support/profd_process.h"
+#include "tests/support/test_pki.h"
 
 namespace profd::testing {
 namespace {
@@ -37,64 +38,24 @@ int FreePort() {
   return ntohs(addr.sin_port);
 }
 
-std::string FindProgram(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  for (absl::string_view dir : absl::StrSplit(path ? path : "/usr/bin:/bin", ':')) {
-    const std::string candidate = absl::StrCat(dir, "/", name);
-    if (access(candidate.c_str(), X_OK) == 0) return candidate;
-  }
-  return "";
+// The certificates, made once for the whole suite (key generation is the slow part): a CA, a
+// server certificate for 127.0.0.1/localhost, a client certificate, and a stranger's from
+// another CA.
+bool MakeCertificates(TestPki* pki) {
+  return pki->Ca("ca") && pki->Ca("other-ca") &&
+         pki->Leaf("server", "ca", "profd test server",
+                   "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n") &&
+         pki->Leaf("client", "ca", "profctl test client", "extendedKeyUsage=clientAuth\n") &&
+         pki->Leaf("stranger", "other-ca", "someone else", "extendedKeyUsage=clientAuth\n");
 }
-
-// The certificates, made once for the whole suite (key generation is the slow part).
-class Pki {
- public:
-  bool Make(const std::string& openssl) {
-    openssl_ = openssl;
-    return Ca("ca") && Ca("other-ca") &&
-           Leaf("server", "ca", "profd test server",
-                "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n") &&
-           Leaf("client", "ca", "profctl test client", "extendedKeyUsage=clientAuth\n") &&
-           Leaf("stranger", "other-ca", "someone else", "extendedKeyUsage=clientAuth\n");
-  }
-  std::string File(const std::string& name) const { return dir_.File(name); }
-  const std::string& error() const { return error_; }
-
- private:
-  bool OpenSsl(std::vector<std::string> args) {
-    args.insert(args.begin(), openssl_);
-    RunResult r = profd::testing::Run(args);
-    if (r.exit_code != 0) error_ += absl::StrCat(absl::StrJoin(args, " "), ":\n", r.err, "\n");
-    return r.exit_code == 0;
-  }
-  bool Ca(const std::string& name) {
-    return OpenSsl({"req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-                    "-nodes", "-keyout", File(name + ".key"), "-out", File(name + ".pem"), "-days",
-                    "2", "-subj", "/CN=" + name + " for profd tests"});
-  }
-  bool Leaf(const std::string& name, const std::string& ca, const std::string& cn,
-            const std::string& extensions) {
-    std::ofstream(File(name + ".ext")) << extensions;
-    return OpenSsl({"req", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-                    "-keyout", File(name + ".key"), "-out", File(name + ".csr"), "-subj",
-                    "/CN=" + cn}) &&
-           OpenSsl({"x509", "-req", "-in", File(name + ".csr"), "-CA", File(ca + ".pem"), "-CAkey",
-                    File(ca + ".key"), "-CAcreateserial", "-out", File(name + ".pem"), "-days", "2",
-                    "-extfile", File(name + ".ext")});
-  }
-
-  TempDir dir_;
-  std::string openssl_;
-  std::string error_;
-};
 
 class TlsTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     const std::string openssl = FindProgram("openssl");
     if (openssl.empty()) return;  // SetUp skips; scripts/setup.sh installs it
-    pki_ = new Pki;
-    if (!pki_->Make(openssl))
+    pki_ = new TestPki(openssl);
+    if (!MakeCertificates(pki_))
       FAIL() << "openssl could not make the test certificates:\n" << pki_->error();
   }
   static void TearDownTestSuite() {
@@ -136,12 +97,12 @@ class TlsTest : public ::testing::Test {
     return profd::testing::Run(argv, env);
   }
 
-  static Pki* pki_;
+  static TestPki* pki_;
   int port_ = 0;
   std::string address_;
 };
 
-Pki* TlsTest::pki_ = nullptr;
+TestPki* TlsTest::pki_ = nullptr;
 
 bool Has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;

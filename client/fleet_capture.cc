@@ -1,0 +1,393 @@
+#include "client/fleet_capture.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "client/kubernetes_api.h"
+#include "daemon/analysis/format.h"
+#include "daemon/analysis/text_table.h"
+#include "daemon/common/capture_id.h"
+#include "daemon/common/printable.h"
+#include "rapidjson/prettywriter.h"
+#include "rapidjson/stringbuffer.h"
+
+namespace profctl {
+namespace {
+
+using profd::Printable;
+namespace analysis = profd::analysis;
+
+// One node of the fleet capture and what became of it. Written by its own thread until joined;
+// the progress lines it prints go through the shared mutex.
+struct NodeRun {
+  std::string node, address, server_name;
+  std::vector<std::string> pods;  // namespace/name
+  profd::v1::CaptureInfo last;    // the latest state profd sent
+  bool finished = false;          // profd sent the capture's final state
+  std::string error;              // why this node has no (whole) capture; "" when it has
+};
+
+struct Skipped {
+  std::string pod, why;
+};
+
+std::string PhaseWord(profd::v1::CapturePhase phase) {
+  switch (phase) {
+    case profd::v1::CAPTURE_PHASE_PENDING:
+      return "pending";
+    case profd::v1::CAPTURE_PHASE_RUNNING:
+      return "running";
+    case profd::v1::CAPTURE_PHASE_FINISHING:
+      return "finishing";
+    case profd::v1::CAPTURE_PHASE_DONE:
+      return "done";
+    case profd::v1::CAPTURE_PHASE_FAILED:
+      return "failed";
+    case profd::v1::CAPTURE_PHASE_CANCELLED:
+      return "cancelled";
+    default:
+      return "connecting";
+  }
+}
+
+uint64_t EventsOf(const profd::v1::CaptureInfo& info) {
+  uint64_t n = 0;
+  for (const auto& p : info.processes()) n += p.events();
+  return n;
+}
+
+// Runs one node's capture to its end, or to the deadline. progress_mu guards stderr.
+void CaptureOnNode(const GlobalOptions& g, const profd::v1::CaptureRequest& request,
+                   absl::Time deadline, bool progress, std::mutex* progress_mu, NodeRun* run) {
+  TlsOptions tls = g.tls;
+  tls.server_name = run->server_name;
+  ProfdClient client(run->address, tls);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(deadline));
+  auto reader = client.stub().Capture(&ctx, request);
+  profd::v1::CaptureProgress message;
+  profd::v1::CapturePhase shown = profd::v1::CAPTURE_PHASE_UNSPECIFIED;
+  while (reader->Read(&message)) {
+    run->last = message.capture();
+    if (message.final()) run->finished = true;
+    if (progress && run->last.phase() != shown) {
+      shown = run->last.phase();
+      std::lock_guard<std::mutex> lock(*progress_mu);
+      std::cerr << "  " << Printable(run->node) << " (" << run->address << "): " << PhaseWord(shown)
+                << ", capture " << run->last.capture_id() << ", " << run->last.processes_size()
+                << " process(es)"
+                << (message.events() > 0
+                        ? absl::StrCat(", ", analysis::FormatCount(message.events()), " events")
+                        : "")
+                << "\n";
+    }
+  }
+  const grpc::Status status = reader->Finish();
+  const std::string id = run->last.capture_id();
+  if (!status.ok()) {
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+      run->error = absl::StrCat(
+          "no answer by the deadline (the window's end + --node-timeout): the node is slow or "
+          "stuck",
+          id.empty() ? "" : absl::StrCat("; its capture ", id, " may still reach the store"));
+    } else if (!id.empty() && (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                               status.error_code() == grpc::StatusCode::CANCELLED ||
+                               status.error_code() == grpc::StatusCode::INTERNAL)) {
+      run->error = absl::StrCat("profd stopped or its connection broke during capture ", id, " (",
+                                status.error_message(),
+                                "); a profd that restarts repairs what it had written");
+    } else {
+      run->error = client.Explain(status);
+    }
+  } else if (!run->finished) {
+    run->error = "the connection ended before the capture did";
+  } else if (run->last.phase() == profd::v1::CAPTURE_PHASE_FAILED) {
+    run->error = absl::StrCat("capture ", id, " failed: ", run->last.message());
+  }
+  if (progress && !run->error.empty()) {
+    std::lock_guard<std::mutex> lock(*progress_mu);
+    std::cerr << "  " << Printable(run->node) << " (" << run->address
+              << "): FAILED: " << Printable(run->error) << "\n";
+  }
+}
+
+// The pods the node was asked for that no captured process belongs to.
+std::vector<std::string> PodsWithoutAgent(const NodeRun& run) {
+  std::set<std::string> seen;
+  for (const auto& p : run.last.processes()) {
+    seen.insert(absl::StrCat(p.pod_namespace(), "/", p.pod_name()));
+  }
+  std::vector<std::string> out;
+  if (!run.finished) return out;
+  for (const std::string& pod : run.pods) {
+    if (!seen.count(pod)) out.push_back(pod);
+  }
+  return out;
+}
+
+// First and last time a process of the fleet started capturing (CUPTI enabled, or the config
+// taken through Kineto): the start skew across nodes.
+bool StartSpread(const std::vector<NodeRun>& runs, int64_t* first, int64_t* last) {
+  *first = INT64_MAX;
+  *last = 0;
+  for (const NodeRun& r : runs) {
+    for (const auto& p : r.last.processes()) {
+      if (p.enabled_unix_ns() <= 0) continue;
+      *first = std::min(*first, p.enabled_unix_ns());
+      *last = std::max(*last, p.enabled_unix_ns());
+    }
+  }
+  return *last > 0;
+}
+
+void PrintJsonResult(const std::string& fleet_id, absl::Time start_at,
+                     const std::vector<NodeRun>& runs, const std::vector<Skipped>& skipped) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buffer);
+  w.SetIndent(' ', 1);
+  w.StartObject();
+  w.Key("fleet_id");
+  w.String(fleet_id.c_str());
+  w.Key("start_at_unix_ns");
+  w.String(std::to_string(absl::ToUnixNanos(start_at)).c_str());
+  int64_t first = 0, last = 0;
+  if (StartSpread(runs, &first, &last)) {
+    w.Key("start_skew_ns");
+    w.String(std::to_string(last - first).c_str());
+  }
+  w.Key("nodes");
+  w.StartArray();
+  for (const NodeRun& r : runs) {
+    w.StartObject();
+    w.Key("node");
+    w.String(r.node.c_str());
+    w.Key("address");
+    w.String(r.address.c_str());
+    w.Key("pods");
+    w.StartArray();
+    for (const std::string& p : r.pods) w.String(p.c_str());
+    w.EndArray();
+    w.Key("capture_id");
+    w.String(r.last.capture_id().c_str());
+    w.Key("phase");
+    w.String(PhaseWord(r.last.phase()).c_str());
+    w.Key("events");
+    w.String(std::to_string(EventsOf(r.last)).c_str());
+    w.Key("ok");
+    w.Bool(r.error.empty());
+    w.Key("error");
+    w.String(r.error.c_str());
+    w.Key("pods_without_agent");
+    w.StartArray();
+    for (const std::string& p : PodsWithoutAgent(r)) w.String(p.c_str());
+    w.EndArray();
+    w.EndObject();
+  }
+  w.EndArray();
+  w.Key("skipped_pods");
+  w.StartArray();
+  for (const Skipped& s : skipped) {
+    w.StartObject();
+    w.Key("pod");
+    w.String(s.pod.c_str());
+    w.Key("why");
+    w.String(s.why.c_str());
+    w.EndObject();
+  }
+  w.EndArray();
+  w.EndObject();
+  std::cout << profd::EscapeJsonLineSeparators(std::string(buffer.GetString(), buffer.GetSize()))
+            << "\n";
+}
+
+void PrintTextResult(const std::string& fleet_id, const std::vector<NodeRun>& runs,
+                     const std::vector<Skipped>& skipped) {
+  analysis::TextTable table({"NODE", "ADDRESS", "PODS", "STATE", "EVENTS>", "CAPTURE"}, 60);
+  size_t ok = 0;
+  for (const NodeRun& r : runs) {
+    ok += r.error.empty();
+    table.AddRow({r.node, r.address, absl::StrJoin(r.pods, ","),
+                  r.error.empty() ? PhaseWord(r.last.phase()) : "FAILED",
+                  analysis::FormatCount(EventsOf(r.last)),
+                  r.last.capture_id().empty() ? "-" : r.last.capture_id()});
+  }
+  std::cout << "Fleet capture " << fleet_id << ": " << ok << " of " << runs.size()
+            << " node(s) captured\n"
+            << table.Render("");
+  int64_t first = 0, last = 0;
+  if (StartSpread(runs, &first, &last)) {
+    std::cout << "Started within " << analysis::FormatDuration(static_cast<double>(last - first))
+              << " of each other (first to last process, by each node's clock)\n";
+  }
+  for (const NodeRun& r : runs) {
+    if (!r.error.empty()) {
+      std::cout << "FAILED " << Printable(r.node) << " (" << r.address
+                << "): " << Printable(r.error) << "\n";
+    }
+    if (std::vector<std::string> missing = PodsWithoutAgent(r); !missing.empty()) {
+      std::cout << "No agent on " << Printable(r.node) << " in " << absl::StrJoin(missing, ", ")
+                << " (pods without the agent injected: deploy/kubernetes/"
+                   "inference-pod-snippet.yaml)\n";
+    }
+  }
+  for (const Skipped& s : skipped) {
+    std::cout << "Skipped pod " << Printable(s.pod) << ": " << Printable(s.why) << "\n";
+  }
+  if (ok > 0) {
+    std::cout << "Report: profctl report " << fleet_id
+              << " (through any node's profd that sees the shared store)\n";
+  }
+}
+
+}  // namespace
+
+std::string ExpandNodePattern(const std::string& pattern, const std::string& node_name,
+                              const std::string& node_ip) {
+  return absl::StrReplaceAll(pattern, {{"{node_ip}", node_ip}, {"{node_name}", node_name}});
+}
+
+int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::CaptureRequest request,
+                    bool no_progress) {
+  const int given = !f.selector.empty() + !f.deployment.empty() + !f.job.empty();
+  if (given > 1) {
+    std::cerr << "profctl: -l, --deployment and --job each name a workload: give one\n";
+    return kExitUsage;
+  }
+  if (request.pids_size() > 0 || request.all() || !request.pod_name().empty()) {
+    std::cerr << "profctl: -l, --deployment and --job capture a workload across nodes; --pid, "
+                 "--pod and --all capture on one profd (--target): give one or the other\n";
+    return kExitUsage;
+  }
+  if (f.node_address.find('{') == std::string::npos) {
+    std::cerr << "profctl: --node-address " << f.node_address
+              << " names no node: use {node_ip} or {node_name}, e.g. '{node_ip}:7465'\n";
+    return kExitUsage;
+  }
+  absl::Duration node_timeout, lead, call_timeout = absl::Seconds(10);
+  for (auto [flag, text, out] : {std::tuple{"--node-timeout", &f.node_timeout, &node_timeout},
+                                 std::tuple{"--lead", &f.lead, &lead}}) {
+    if (std::string bad = ParseDurationFlag(flag, *text, absl::ZeroDuration(), absl::Hours(1), out);
+        !bad.empty()) {
+      std::cerr << "profctl: " << bad << "\n";
+      return kExitUsage;
+    }
+  }
+  (void)ParseDurationFlag("--timeout", g.timeout, absl::ZeroDuration(), absl::Hours(24),
+                          &call_timeout);
+  const bool progress = !g.json && !no_progress;
+
+  // Which pods, on which nodes: the Kubernetes API.
+  absl::StatusOr<KubeAccess> access = LoadKubeAccess(f.kubeconfig, f.context);
+  if (!access.ok()) {
+    std::cerr << "profctl: " << access.status().message() << "\n";
+    return kExitError;
+  }
+  const std::string name_space = f.name_space.empty() ? access->default_namespace : f.name_space;
+  KubernetesApi api(*access, call_timeout);
+  std::string selector = f.selector;
+  std::string workload = absl::StrCat("pods matching ", f.selector);
+  if (selector.empty()) {
+    const std::string kind = f.deployment.empty() ? "job" : "deployment";
+    const std::string& name = f.deployment.empty() ? f.job : f.deployment;
+    absl::StatusOr<std::string> s = api.SelectorOf(kind, name_space, name);
+    if (!s.ok()) {
+      std::cerr << "profctl: " << Printable(std::string(s.status().message())) << "\n";
+      return s.status().code() == absl::StatusCode::kNotFound ? kExitNotFound : kExitError;
+    }
+    selector = *s;
+    workload = absl::StrCat(kind, " ", name, " (", selector, ")");
+  }
+  absl::StatusOr<std::vector<WorkloadPod>> pods = api.ListPods(name_space, selector);
+  if (!pods.ok()) {
+    std::cerr << "profctl: " << Printable(std::string(pods.status().message())) << "\n";
+    return kExitError;
+  }
+  std::map<std::string, NodeRun> by_node;
+  std::vector<Skipped> skipped;
+  for (const WorkloadPod& p : *pods) {
+    const std::string pod = absl::StrCat(p.name_space, "/", p.name);
+    if (p.phase != "Running") {
+      skipped.push_back({pod, absl::StrCat("it is ", p.phase.empty() ? "in no phase" : p.phase,
+                                           ", not Running")});
+      continue;
+    }
+    const bool wants_ip = f.node_address.find("{node_ip}") != std::string::npos ||
+                          g.tls.server_name.find("{node_ip}") != std::string::npos;
+    if (p.node_name.empty() || (wants_ip && p.host_ip.empty())) {
+      skipped.push_back({pod, "the API names no node (spec.nodeName / status.hostIP) for it"});
+      continue;
+    }
+    NodeRun& run = by_node[p.node_name];
+    run.node = p.node_name;
+    run.address = ExpandNodePattern(f.node_address, p.node_name, p.host_ip);
+    run.server_name = ExpandNodePattern(g.tls.server_name, p.node_name, p.host_ip);
+    run.pods.push_back(pod);
+  }
+  if (by_node.empty()) {
+    std::cerr << "profctl: no running pod of " << Printable(workload) << " in namespace "
+              << Printable(name_space) << " (" << pods->size() << " pod(s) listed"
+              << (skipped.empty() ? "" : ", none Running on a node") << "; from "
+              << Printable(access->source) << ")\n";
+    return kExitNotFound;
+  }
+
+  // One id, one instant.
+  const absl::Time now = absl::Now();
+  const std::string fleet_id = profd::NewFleetId(now);
+  absl::Time start_at =
+      now + (request.delay_ms() > 0 ? absl::Milliseconds(request.delay_ms()) : lead);
+  if (request.start_at_unix_ns() != 0) start_at = absl::FromUnixNanos(request.start_at_unix_ns());
+  request.set_delay_ms(0);
+  request.set_start_at_unix_ns(absl::ToUnixNanos(start_at));
+  request.set_fleet_id(fleet_id);
+  const absl::Time deadline =
+      std::max(start_at, now) + absl::Milliseconds(request.duration_ms()) + node_timeout;
+
+  std::vector<NodeRun> runs;
+  size_t pod_count = 0;
+  for (auto& [name, run] : by_node) {
+    pod_count += run.pods.size();
+    runs.push_back(std::move(run));
+  }
+  if (progress) {
+    std::cerr << "Fleet capture " << fleet_id << " of " << Printable(workload) << " in "
+              << Printable(name_space) << ": " << pod_count << " pod(s) on " << runs.size()
+              << " node(s), all starting at "
+              << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", start_at, absl::UTCTimeZone()) << " for "
+              << absl::FormatDuration(absl::Milliseconds(request.duration_ms())) << "\n";
+  }
+  std::mutex progress_mu;
+  std::vector<std::thread> threads;
+  threads.reserve(runs.size());
+  for (NodeRun& run : runs) {
+    profd::v1::CaptureRequest r = request;
+    for (const std::string& pod : run.pods) r.add_pods(pod);
+    threads.emplace_back([&g, r = std::move(r), deadline, progress, &progress_mu, &run] {
+      CaptureOnNode(g, r, deadline, progress, &progress_mu, &run);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+
+  if (g.json) {
+    PrintJsonResult(fleet_id, start_at, runs, skipped);
+  } else {
+    PrintTextResult(fleet_id, runs, skipped);
+  }
+  const size_t failed =
+      std::count_if(runs.begin(), runs.end(), [](const NodeRun& r) { return !r.error.empty(); });
+  if (failed == runs.size()) return kExitCaptureFailed;
+  if (failed > 0) return kExitPartial;
+  return kExitOk;
+}
+
+}  // namespace profctl

@@ -1,0 +1,481 @@
+#include "client/kubernetes_api.h"
+
+#include <curl/curl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#ifdef PROFCTL_HAVE_YAML
+#include <yaml.h>
+#endif
+
+namespace profctl {
+namespace {
+
+// The service account the kubelet mounts into every pod (kubectl's in-cluster config).
+constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
+// A page of a pod list (500 pods) is a few MiB; anything far larger is not an API server.
+constexpr size_t kMaxAnswerBytes = 64 << 20;
+constexpr int kPodsPerPage = 500;
+constexpr int kMaxDepth = 64;
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const std::string& what) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read ", what, " ", path, ": ", std::strerror(errno)));
+  }
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+const rapidjson::Value* Member(const rapidjson::Value& v, const char* name) {
+  if (!v.IsObject()) return nullptr;
+  auto it = v.FindMember(name);
+  return it == v.MemberEnd() ? nullptr : &it->value;
+}
+
+std::string StringOf(const rapidjson::Value& v, const char* name) {
+  const rapidjson::Value* m = Member(v, name);
+  return m != nullptr && m->IsString() ? std::string(m->GetString(), m->GetStringLength()) : "";
+}
+
+// The entry of a kubeconfig list (clusters, users, contexts) named `name`: its inner object.
+const rapidjson::Value* Named(const rapidjson::Value& config, const char* list,
+                              const std::string& name, const char* inner) {
+  const rapidjson::Value* items = Member(config, list);
+  if (items == nullptr || !items->IsArray()) return nullptr;
+  for (const auto& item : items->GetArray()) {
+    if (StringOf(item, "name") == name) return Member(item, inner);
+  }
+  return nullptr;
+}
+
+// A kubeconfig field given inline (base64 "<field>-data") or as a file relative to the
+// kubeconfig's folder; "" when neither is set.
+absl::StatusOr<std::string> Material(const rapidjson::Value& entry, const std::string& field,
+                                     const std::string& base_dir, const std::string& where) {
+  if (std::string data = StringOf(entry, (field + "-data").c_str()); !data.empty()) {
+    std::string decoded;
+    if (!absl::Base64Unescape(data, &decoded)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, "-data is not base64"));
+    }
+    return decoded;
+  }
+  std::string path = StringOf(entry, field.c_str());
+  if (path.empty()) return std::string();
+  if (path[0] != '/') path = absl::StrCat(base_dir, "/", path);
+  return ReadWholeFile(path, absl::StrCat(where, "'s ", field));
+}
+
+#ifdef PROFCTL_HAVE_YAML
+// One YAML node as JSON: mappings become objects, sequences arrays, scalars strings.
+bool YamlToJson(yaml_document_t* doc, yaml_node_t* node, rapidjson::Value* out,
+                rapidjson::Document::AllocatorType& alloc, int depth) {
+  if (node == nullptr || depth > kMaxDepth) return false;
+  switch (node->type) {
+    case YAML_SCALAR_NODE:
+      out->SetString(reinterpret_cast<const char*>(node->data.scalar.value),
+                     static_cast<rapidjson::SizeType>(node->data.scalar.length), alloc);
+      return true;
+    case YAML_SEQUENCE_NODE:
+      out->SetArray();
+      for (yaml_node_item_t* i = node->data.sequence.items.start; i < node->data.sequence.items.top;
+           ++i) {
+        rapidjson::Value v;
+        if (!YamlToJson(doc, yaml_document_get_node(doc, *i), &v, alloc, depth + 1)) return false;
+        out->PushBack(v, alloc);
+      }
+      return true;
+    case YAML_MAPPING_NODE:
+      out->SetObject();
+      for (yaml_node_pair_t* p = node->data.mapping.pairs.start; p < node->data.mapping.pairs.top;
+           ++p) {
+        yaml_node_t* key = yaml_document_get_node(doc, p->key);
+        if (key == nullptr || key->type != YAML_SCALAR_NODE) return false;
+        rapidjson::Value k, v;
+        k.SetString(reinterpret_cast<const char*>(key->data.scalar.value),
+                    static_cast<rapidjson::SizeType>(key->data.scalar.length), alloc);
+        if (!YamlToJson(doc, yaml_document_get_node(doc, p->value), &v, alloc, depth + 1)) {
+          return false;
+        }
+        out->AddMember(k, v, alloc);
+      }
+      return true;
+    default:
+      return false;
+  }
+}
+#endif
+
+size_t Collect(char* data, size_t size, size_t n, void* user) {
+  auto* out = static_cast<std::string*>(user);
+  if (out->size() + size * n > kMaxAnswerBytes) return 0;  // curl fails the transfer
+  out->append(data, size * n);
+  return size * n;
+}
+
+std::string Escape(const std::string& text) {
+  std::unique_ptr<char, decltype(&curl_free)> escaped(
+      curl_easy_escape(nullptr, text.data(), static_cast<int>(text.size())), &curl_free);
+  return escaped ? std::string(escaped.get()) : std::string();
+}
+
+}  // namespace
+
+absl::StatusOr<rapidjson::Document> ParseKubeconfig(const std::string& text,
+                                                    const std::string& where) {
+  rapidjson::Document doc;
+  const std::string trimmed(absl::StripLeadingAsciiWhitespace(text));
+  if (!trimmed.empty() && trimmed[0] == '{') {
+    doc.Parse(trimmed.c_str());
+    if (doc.HasParseError() || !doc.IsObject()) {
+      return absl::InvalidArgumentError(absl::StrCat(where, " is not a JSON object"));
+    }
+    return doc;
+  }
+#ifdef PROFCTL_HAVE_YAML
+  yaml_parser_t parser;
+  yaml_document_t document;
+  if (!yaml_parser_initialize(&parser)) return absl::InternalError("cannot start a YAML parser");
+  yaml_parser_set_input_string(&parser, reinterpret_cast<const unsigned char*>(text.data()),
+                               text.size());
+  const bool loaded = yaml_parser_load(&parser, &document) != 0;
+  std::string problem = parser.problem != nullptr ? parser.problem : "";
+  const size_t line = parser.problem_mark.line + 1;
+  yaml_parser_delete(&parser);
+  if (!loaded) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, " is not YAML: ", problem, " at line ", line));
+  }
+  yaml_node_t* root = yaml_document_get_root_node(&document);
+  const bool ok = root != nullptr && YamlToJson(&document, root, &doc, doc.GetAllocator(), 0);
+  yaml_document_delete(&document);
+  if (!ok || !doc.IsObject()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        where, " is not a kubeconfig: expected a mapping with clusters, users and contexts"));
+  }
+  return doc;
+#else
+  return absl::FailedPreconditionError(
+      absl::StrCat(where,
+                   " is YAML, and this profctl was built without libyaml: give a JSON kubeconfig "
+                   "(kubectl config view --raw -o json > FILE; --kubeconfig FILE)"));
+#endif
+}
+
+absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
+                                          const std::string& context) {
+  std::string path = kubeconfig;
+  if (path.empty()) {
+    if (const char* env = std::getenv("KUBECONFIG"); env != nullptr && *env != '\0') {
+      // kubectl merges the list; profctl takes the first file that exists.
+      for (absl::string_view p : absl::StrSplit(env, ':', absl::SkipEmpty())) {
+        if (access(std::string(p).c_str(), R_OK) == 0) {
+          path = std::string(p);
+          break;
+        }
+      }
+    }
+  }
+  if (path.empty()) {
+    const char* home = std::getenv("HOME");
+    std::string home_config = absl::StrCat(home != nullptr ? home : "", "/.kube/config");
+    if (access(home_config.c_str(), R_OK) == 0) path = home_config;
+  }
+  KubeAccess access_out;
+  if (path.empty()) {
+    // In a pod: the service account, as kubectl's in-cluster config.
+    const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+    const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+    if (host == nullptr || port == nullptr) {
+      return absl::FailedPreconditionError(
+          "no Kubernetes credentials: no --kubeconfig, no $KUBECONFIG, no ~/.kube/config, and "
+          "not in a pod (KUBERNETES_SERVICE_HOST is not set). Give profctl the kubeconfig "
+          "kubectl uses (--kubeconfig FILE)");
+    }
+    const std::string h = host;
+    access_out.server =
+        absl::StrCat("https://", h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", port);
+    absl::StatusOr<std::string> token =
+        ReadWholeFile(absl::StrCat(kServiceAccountDir, "/token"), "the service account token");
+    if (!token.ok()) return token.status();
+    access_out.token = std::string(absl::StripAsciiWhitespace(*token));
+    absl::StatusOr<std::string> ca =
+        ReadWholeFile(absl::StrCat(kServiceAccountDir, "/ca.crt"), "the cluster's CA");
+    if (!ca.ok()) return ca.status();
+    access_out.ca_pem = *ca;
+    absl::StatusOr<std::string> ns =
+        ReadWholeFile(absl::StrCat(kServiceAccountDir, "/namespace"), "the pod's namespace");
+    access_out.default_namespace =
+        ns.ok() ? std::string(absl::StripAsciiWhitespace(*ns)) : "default";
+    access_out.source = "the pod's service account";
+    return access_out;
+  }
+
+  absl::StatusOr<std::string> text = ReadWholeFile(path, "the kubeconfig");
+  if (!text.ok()) return text.status();
+  absl::StatusOr<rapidjson::Document> config = ParseKubeconfig(*text, "kubeconfig " + path);
+  if (!config.ok()) return config.status();
+  const std::string base_dir = path.find('/') == std::string::npos
+                                   ? "."
+                                   : path.substr(0, path.rfind('/') == 0 ? 1 : path.rfind('/'));
+  const std::string context_name = context.empty() ? StringOf(*config, "current-context") : context;
+  if (context_name.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("kubeconfig ", path, " has no current-context: name one with --context"));
+  }
+  const rapidjson::Value* ctx = Named(*config, "contexts", context_name, "context");
+  if (ctx == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("kubeconfig ", path, " has no context '", context_name, "'"));
+  }
+  const std::string where = absl::StrCat("kubeconfig ", path, " (context ", context_name, ")");
+  const std::string cluster_name = StringOf(*ctx, "cluster");
+  const rapidjson::Value* cluster = Named(*config, "clusters", cluster_name, "cluster");
+  if (cluster == nullptr) {
+    return absl::NotFoundError(absl::StrCat(where, ": no cluster '", cluster_name, "'"));
+  }
+  access_out.server = StringOf(*cluster, "server");
+  if (access_out.server.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": cluster '", cluster_name, "' has no server"));
+  }
+  const std::string insecure = StringOf(*cluster, "insecure-skip-tls-verify");
+  const rapidjson::Value* insecure_bool = Member(*cluster, "insecure-skip-tls-verify");
+  access_out.insecure_skip_tls_verify =
+      insecure == "true" ||
+      (insecure_bool != nullptr && insecure_bool->IsBool() && insecure_bool->GetBool());
+  absl::StatusOr<std::string> ca = Material(*cluster, "certificate-authority", base_dir, where);
+  if (!ca.ok()) return ca.status();
+  access_out.ca_pem = *ca;
+
+  const std::string user_name = StringOf(*ctx, "user");
+  if (const rapidjson::Value* user = Named(*config, "users", user_name, "user"); user != nullptr) {
+    if (Member(*user, "exec") != nullptr || Member(*user, "auth-provider") != nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          where, ": user '", user_name,
+          "' gets its credentials from a plugin (exec or auth-provider), which profctl does not "
+          "run. Give a kubeconfig with a token or a client certificate (e.g. a service "
+          "account's: kubectl create token NAME)"));
+    }
+    absl::StatusOr<std::string> cert = Material(*user, "client-certificate", base_dir, where);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = Material(*user, "client-key", base_dir, where);
+    if (!key.ok()) return key.status();
+    access_out.client_cert_pem = *cert;
+    access_out.client_key_pem = *key;
+    access_out.token = StringOf(*user, "token");
+    if (access_out.token.empty()) {
+      if (std::string file = StringOf(*user, "tokenFile"); !file.empty()) {
+        absl::StatusOr<std::string> token = ReadWholeFile(file, where + "'s tokenFile");
+        if (!token.ok()) return token.status();
+        access_out.token = std::string(absl::StripAsciiWhitespace(*token));
+      }
+    }
+  }
+  access_out.default_namespace = StringOf(*ctx, "namespace");
+  if (access_out.default_namespace.empty()) access_out.default_namespace = "default";
+  access_out.source = where;
+  return access_out;
+}
+
+KubernetesApi::KubernetesApi(KubeAccess access, absl::Duration timeout)
+    : access_(std::move(access)), timeout_(timeout) {}
+
+absl::StatusOr<rapidjson::Document> KubernetesApi::Get(const std::string& path) const {
+  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), &curl_easy_cleanup);
+  if (!curl) return absl::InternalError("cannot start libcurl");
+  const std::string url = absl::StrCat(absl::StripSuffix(access_.server, "/"), path);
+  std::string body;
+  char error[CURL_ERROR_SIZE] = {};
+  CURL* c = curl.get();
+  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
+  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Collect);
+  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
+  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
+  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout_)));
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
+  curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
+  curl_blob ca{const_cast<char*>(access_.ca_pem.data()), access_.ca_pem.size(), CURL_BLOB_NOCOPY};
+  if (!access_.ca_pem.empty()) curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &ca);
+  if (access_.insecure_skip_tls_verify) {
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+  }
+  curl_blob cert{const_cast<char*>(access_.client_cert_pem.data()), access_.client_cert_pem.size(),
+                 CURL_BLOB_NOCOPY};
+  curl_blob key{const_cast<char*>(access_.client_key_pem.data()), access_.client_key_pem.size(),
+                CURL_BLOB_NOCOPY};
+  if (!access_.client_cert_pem.empty()) {
+    curl_easy_setopt(c, CURLOPT_SSLCERT_BLOB, &cert);
+    curl_easy_setopt(c, CURLOPT_SSLCERTTYPE, "PEM");
+    curl_easy_setopt(c, CURLOPT_SSLKEY_BLOB, &key);
+    curl_easy_setopt(c, CURLOPT_SSLKEYTYPE, "PEM");
+  }
+  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(nullptr,
+                                                                      &curl_slist_free_all);
+  curl_slist* h = curl_slist_append(nullptr, "Accept: application/json");
+  if (!access_.token.empty()) {
+    h = curl_slist_append(h, absl::StrCat("Authorization: Bearer ", access_.token).c_str());
+  }
+  headers.reset(h);
+  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
+  const CURLcode rc = curl_easy_perform(c);
+  if (rc != CURLE_OK) {
+    return absl::UnavailableError(absl::StrCat(
+        "the Kubernetes API server at ", access_.server, " (from ", access_.source,
+        ") did not answer GET ", path, ": ", error[0] != '\0' ? error : curl_easy_strerror(rc)));
+  }
+  long code = 0;
+  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+  rapidjson::Document doc;
+  doc.Parse(body.c_str(), body.size());
+  const bool json = !doc.HasParseError() && doc.IsObject();
+  if (code / 100 != 2) {
+    // Kubernetes answers errors as a Status object with a message.
+    const std::string message = json ? StringOf(doc, "message") : body.substr(0, 200);
+    const std::string said =
+        absl::StrCat("the Kubernetes API answered GET ", path, " with ", code, ": ", message);
+    switch (code) {
+      case 401:
+        return absl::UnauthenticatedError(
+            absl::StrCat(said, " (the credentials of ", access_.source, " were not accepted)"));
+      case 403:
+        return absl::PermissionDeniedError(
+            absl::StrCat(said, " (", access_.source,
+                         " may not read this; its user needs get/list on pods, "
+                         "deployments and jobs in that namespace)"));
+      case 404:
+        return absl::NotFoundError(said);
+      default:
+        return absl::UnavailableError(said);
+    }
+  }
+  if (!json) {
+    return absl::DataLossError(absl::StrCat("the Kubernetes API answered GET ", path,
+                                            " with something that is not a JSON object"));
+  }
+  return doc;
+}
+
+absl::StatusOr<std::string> LabelSelectorText(const rapidjson::Value& selector) {
+  std::vector<std::string> parts;
+  if (const rapidjson::Value* labels = Member(selector, "matchLabels");
+      labels != nullptr && labels->IsObject()) {
+    for (const auto& m : labels->GetObject()) {
+      if (!m.value.IsString()) continue;
+      parts.push_back(absl::StrCat(m.name.GetString(), "=", m.value.GetString()));
+    }
+  }
+  if (const rapidjson::Value* exprs = Member(selector, "matchExpressions");
+      exprs != nullptr && exprs->IsArray()) {
+    for (const auto& e : exprs->GetArray()) {
+      const std::string key = StringOf(e, "key"), op = StringOf(e, "operator");
+      std::vector<std::string> values;
+      if (const rapidjson::Value* v = Member(e, "values"); v != nullptr && v->IsArray()) {
+        for (const auto& x : v->GetArray()) {
+          if (x.IsString()) values.push_back(x.GetString());
+        }
+      }
+      if (op == "In") {
+        parts.push_back(absl::StrCat(key, " in (", absl::StrJoin(values, ","), ")"));
+      } else if (op == "NotIn") {
+        parts.push_back(absl::StrCat(key, " notin (", absl::StrJoin(values, ","), ")"));
+      } else if (op == "Exists") {
+        parts.push_back(key);
+      } else if (op == "DoesNotExist") {
+        parts.push_back("!" + key);
+      } else {
+        return absl::InvalidArgumentError(
+            absl::StrCat("selector operator '", op, "' of key '", key, "' is not Kubernetes'"));
+      }
+    }
+  }
+  if (parts.empty()) {
+    return absl::InvalidArgumentError(
+        "the workload's selector is empty: it would pick every pod of the namespace");
+  }
+  return absl::StrJoin(parts, ",");
+}
+
+absl::StatusOr<std::string> KubernetesApi::SelectorOf(const std::string& kind,
+                                                      const std::string& name_space,
+                                                      const std::string& name) const {
+  const std::string path =
+      kind == "job"
+          ? absl::StrCat("/apis/batch/v1/namespaces/", Escape(name_space), "/jobs/", Escape(name))
+          : absl::StrCat("/apis/apps/v1/namespaces/", Escape(name_space), "/deployments/",
+                         Escape(name));
+  absl::StatusOr<rapidjson::Document> object = Get(path);
+  if (!object.ok()) {
+    if (absl::IsNotFound(object.status())) {
+      return absl::NotFoundError(absl::StrCat("no ", kind, " ", name, " in namespace ", name_space,
+                                              " (", object.status().message(), ")"));
+    }
+    return object.status();
+  }
+  const rapidjson::Value* spec = Member(*object, "spec");
+  const rapidjson::Value* selector = spec != nullptr ? Member(*spec, "selector") : nullptr;
+  if (selector == nullptr) {
+    return absl::DataLossError(
+        absl::StrCat(kind, " ", name_space, "/", name, " has no spec.selector"));
+  }
+  absl::StatusOr<std::string> text = LabelSelectorText(*selector);
+  if (!text.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(kind, " ", name_space, "/", name, ": ", text.status().message()));
+  }
+  return text;
+}
+
+absl::StatusOr<std::vector<WorkloadPod>> KubernetesApi::ListPods(
+    const std::string& name_space, const std::string& selector) const {
+  std::vector<WorkloadPod> pods;
+  std::string next;
+  do {
+    std::string path =
+        absl::StrCat("/api/v1/namespaces/", Escape(name_space),
+                     "/pods?labelSelector=", Escape(selector), "&limit=", kPodsPerPage);
+    if (!next.empty()) absl::StrAppend(&path, "&continue=", Escape(next));
+    absl::StatusOr<rapidjson::Document> list = Get(path);
+    if (!list.ok()) return list.status();
+    if (StringOf(*list, "kind") != "PodList") {
+      return absl::DataLossError(absl::StrCat("GET ", path, " did not answer a PodList"));
+    }
+    if (const rapidjson::Value* items = Member(*list, "items");
+        items != nullptr && items->IsArray()) {
+      for (const auto& item : items->GetArray()) {
+        const rapidjson::Value* meta = Member(item, "metadata");
+        const rapidjson::Value* spec = Member(item, "spec");
+        const rapidjson::Value* status = Member(item, "status");
+        if (meta == nullptr) continue;
+        WorkloadPod pod;
+        pod.name_space = StringOf(*meta, "namespace");
+        if (pod.name_space.empty()) pod.name_space = name_space;
+        pod.name = StringOf(*meta, "name");
+        if (spec != nullptr) pod.node_name = StringOf(*spec, "nodeName");
+        if (status != nullptr) {
+          pod.host_ip = StringOf(*status, "hostIP");
+          pod.phase = StringOf(*status, "phase");
+        }
+        if (!pod.name.empty()) pods.push_back(std::move(pod));
+      }
+    }
+    const rapidjson::Value* meta = Member(*list, "metadata");
+    next = meta != nullptr ? StringOf(*meta, "continue") : "";
+  } while (!next.empty());
+  return pods;
+}
+
+}  // namespace profctl
