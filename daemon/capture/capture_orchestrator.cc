@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "daemon/analysis/analysis.h"
 #include "daemon/capture/capture_close.h"
