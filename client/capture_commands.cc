@@ -70,25 +70,6 @@ using profd::TraceFormatOfManifest;
 using profd::TraceFormatOfName;
 using profd::TraceFormats;
 
-std::string PhaseName(profd::v1::CapturePhase phase) {
-  switch (phase) {
-    case profd::v1::CAPTURE_PHASE_PENDING:
-      return "pending";
-    case profd::v1::CAPTURE_PHASE_RUNNING:
-      return "running";
-    case profd::v1::CAPTURE_PHASE_FINISHING:
-      return "finishing";
-    case profd::v1::CAPTURE_PHASE_DONE:
-      return "done";
-    case profd::v1::CAPTURE_PHASE_FAILED:
-      return "failed";
-    case profd::v1::CAPTURE_PHASE_CANCELLED:
-      return "cancelled";
-    default:
-      return "unknown";
-  }
-}
-
 bool ParseKinds(const std::string& text, profd::v1::CaptureRequest* request, std::string* error) {
   static const std::pair<const char*, profd::v1::ActivityKind> kNames[] = {
       {"kernel", profd::v1::ACTIVITY_KIND_KERNEL},

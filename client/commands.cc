@@ -61,4 +61,23 @@ int Fail(const ProfdClient& client, const grpc::Status& status) {
   return client.ExitCode(status);
 }
 
+std::string PhaseName(profd::v1::CapturePhase phase) {
+  switch (phase) {
+    case profd::v1::CAPTURE_PHASE_PENDING:
+      return "pending";
+    case profd::v1::CAPTURE_PHASE_RUNNING:
+      return "running";
+    case profd::v1::CAPTURE_PHASE_FINISHING:
+      return "finishing";
+    case profd::v1::CAPTURE_PHASE_DONE:
+      return "done";
+    case profd::v1::CAPTURE_PHASE_FAILED:
+      return "failed";
+    case profd::v1::CAPTURE_PHASE_CANCELLED:
+      return "cancelled";
+    default:
+      return "unknown";
+  }
+}
+
 }  // namespace profctl

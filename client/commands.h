@@ -42,6 +42,8 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g,
 void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc);  // report, diff
 
 bool CaptureIsOver(const profd::v1::CaptureInfo& info);
+// "pending", "running", "done", ... as profctl prints a capture's phase.
+std::string PhaseName(profd::v1::CapturePhase phase);
 // list, show, get, import, spool (client/store_commands.cc)
 void AddStoreCommands(CLI::App& app, const GlobalOptions& g, int* rc);
 

@@ -41,23 +41,9 @@ struct Skipped {
   std::string pod, why;
 };
 
+// A node's phase; before its profd has answered, "connecting".
 std::string PhaseWord(profd::v1::CapturePhase phase) {
-  switch (phase) {
-    case profd::v1::CAPTURE_PHASE_PENDING:
-      return "pending";
-    case profd::v1::CAPTURE_PHASE_RUNNING:
-      return "running";
-    case profd::v1::CAPTURE_PHASE_FINISHING:
-      return "finishing";
-    case profd::v1::CAPTURE_PHASE_DONE:
-      return "done";
-    case profd::v1::CAPTURE_PHASE_FAILED:
-      return "failed";
-    case profd::v1::CAPTURE_PHASE_CANCELLED:
-      return "cancelled";
-    default:
-      return "connecting";
-  }
+  return phase == profd::v1::CAPTURE_PHASE_UNSPECIFIED ? "connecting" : PhaseName(phase);
 }
 
 uint64_t EventsOf(const profd::v1::CaptureInfo& info) {
