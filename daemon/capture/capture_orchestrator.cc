@@ -680,19 +680,6 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
                      " is over this profd's limit of ", absl::FormatDuration(options_.max_duration),
                      " (profd --max_capture_duration)"));
   }
-  // A node runs a few pods of a workload; a request naming more is no fleet capture's.
-  constexpr int kMaxPods = 1024;
-  if (request.pods_size() > kMaxPods) {
-    return absl::InvalidArgumentError(absl::StrCat("the request names ", request.pods_size(),
-                                                   " pods; one node's capture takes at most ",
-                                                   kMaxPods));
-  }
-  // The fleet id goes into the manifest and the store's index as a capture id does.
-  if (!request.fleet_id().empty() && !IsFleetId(request.fleet_id())) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "fleet id '", request.fleet_id(),
-        "' is not one: expected <yyyymmdd>T<hhmmss>Z-fleet-<hex>, as profctl makes them"));
-  }
   absl::StatusOr<std::vector<CaptureTarget>> resolved =
       catalog_->Resolve(request, [this](uint32_t pid) { return RunningCaptureOf(pid); });
   if (!resolved.ok()) return resolved.status();

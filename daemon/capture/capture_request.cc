@@ -1,6 +1,7 @@
 #include "daemon/capture/capture_request.h"
 
 #include "absl/strings/str_cat.h"
+#include "daemon/common/capture_id.h"
 #include "daemon/trace/trace_format.h"
 #include "profd/v1/capture_limits.h"
 
@@ -32,6 +33,19 @@ absl::Status CheckCaptureRequest(const v1::CaptureRequest& request, absl::Time n
     return absl::InvalidArgumentError(
         absl::StrCat("--label is ", request.label().size(), " bytes; a label may have at most ",
                      v1::kMaxLabelBytes, " (it is a name, not data)"));
+  }
+  // A node runs a few pods of a workload; a request naming more is no fleet capture's.
+  constexpr int kMaxPods = 1024;
+  if (request.pods_size() > kMaxPods) {
+    return absl::InvalidArgumentError(absl::StrCat("the request names ", request.pods_size(),
+                                                   " pods; one node's capture takes at most ",
+                                                   kMaxPods));
+  }
+  // The fleet id goes into the manifest and the store's index as a capture id does.
+  if (!request.fleet_id().empty() && !IsFleetId(request.fleet_id())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "fleet id '", request.fleet_id(),
+        "' is not one: expected <yyyymmdd>T<hhmmss>Z-fleet-<hex>, as profctl makes them"));
   }
   if (request.has_alert() && request.alert().ByteSizeLong() > v1::kMaxAlertBytes) {
     return absl::InvalidArgumentError(absl::StrCat("the alert is ", request.alert().ByteSizeLong(),

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "daemon/common/capture_id.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "profd/v1/capture_limits.h"
@@ -64,6 +65,18 @@ TEST(CaptureRequestTest, EachFieldIsCheckedAtItsBound) {
   r.set_trace_format("parquet");
   EXPECT_THAT(Refusal(r),
               HasSubstr("--format parquet is not a trace format: give json or perfetto"));
+
+  r = Request();
+  for (int i = 0; i < 1024; ++i) r.add_pods("serving/llm-" + std::to_string(i));
+  EXPECT_EQ(Refusal(r), "");
+  r.add_pods("serving/one-too-many");
+  EXPECT_THAT(Refusal(r), HasSubstr("one node's capture takes at most 1024"));
+
+  r = Request();
+  r.set_fleet_id(NewFleetId(kNow));
+  EXPECT_EQ(Refusal(r), "");
+  r.set_fleet_id("../../etc");
+  EXPECT_THAT(Refusal(r), HasSubstr("fleet id '../../etc' is not one"));
 
   r = Request();
   r.set_gpu_metrics(true);
