@@ -430,7 +430,7 @@ struct Config {
   std::string metrics_address;  // "none" or empty: no /metrics
   std::string alert_address;    // "none" or empty: no Alertmanager webhook
   alerts::AlertWebhookOptions alerts;
-  std::string csi_socket;       // "none": no CSI node plugin
+  std::string csi_socket;  // "none": no CSI node plugin
   CsiNodeOptions csi;
   std::optional<PodDirectory::Options> pods;  // none: pods as processes claim them
 };

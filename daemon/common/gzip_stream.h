@@ -1,7 +1,7 @@
 // Streaming gzip (RFC 1952) compression with ISA-L's igzip, the one compressor profd writes with:
 // trace files and gzip'd /metrics scrapes. At its level 1 it compresses profd's trace JSON about
-// four times as fast as zlib's level 1 and a little smaller (docs/measurements/overhead.md), and any gzip
-// reader (zcat, Perfetto, chrome://tracing, Python) reads what it writes.
+// four times as fast as zlib's level 1 and a little smaller (docs/measurements/overhead.md), and
+// any gzip reader (zcat, Perfetto, chrome://tracing, Python) reads what it writes.
 #pragma once
 
 #include <cstdint>

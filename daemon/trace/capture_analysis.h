@@ -66,9 +66,9 @@ class CaptureAnalysis {
 };
 
 // The report of trace files already written (a capture repaired when profd starts), each read
-// back streaming by its own format's reader (trace_format.h) into one StreamingAnalysis with `limits`: the report the capture's
-// own CaptureAnalysis would have made from the events the files hold, in the same bounded memory
-// whatever their size.
+// back streaming by its own format's reader (trace_format.h) into one StreamingAnalysis with
+// `limits`: the report the capture's own CaptureAnalysis would have made from the events the files
+// hold, in the same bounded memory whatever their size.
 absl::StatusOr<analysis::Report> AnalyzeWrittenTraces(
     const std::vector<std::pair<std::string, TraceFormat>>& files,
     const analysis::AnalysisOptions& options = {}, const analysis::StreamLimits& limits = {});

@@ -1,7 +1,8 @@
 // A capture's trace of one process, in one of two formats: Chrome Trace Event JSON in Kineto's
 // conventions (ChromeTraceWriter: what HTA, TensorBoard and chrome://tracing read) or Perfetto's
 // protobuf TracePackets (PerfettoTraceWriter: what ui.perfetto.dev and trace_processor read, 2.5x
-// smaller and ~4x faster to write, docs/measurements/overhead.md). docs/TRACE_FORMAT.md describes both.
+// smaller and ~4x faster to write, docs/measurements/overhead.md). docs/TRACE_FORMAT.md describes
+// both.
 //
 // This base class is the one pass over a batch both share: each record's times are checked
 // (event_limits.h), counted, and handed to the format's encoder; the encoders write into a
