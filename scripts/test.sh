@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies, builds, and runs every test that needs no GPU; then
-# the same suite built with ASan+UBSan (scripts/sanitize.sh), the agent's threaded parts built with
-# TSan (scripts/tsan.sh) and each fuzz target for a bounded time (scripts/fuzz.sh). TEST_SANITIZE=0,
+# the tests of parsers, threads and end-to-end captures built with ASan+UBSan (scripts/sanitize.sh),
+# the agent's and profd's threaded parts built with TSan (scripts/tsan.sh; tests/CMakeLists.txt
+# names both suites) and each fuzz target for a bounded time (scripts/fuzz.sh). TEST_SANITIZE=0,
 # TEST_TSAN=0 or TEST_FUZZ=0 skip those (e.g. while iterating); CI runs everything. Each stage
 # prints how long it took and the CPU it used.
 set -euo pipefail

@@ -26,13 +26,9 @@ if [ ! -f "$BUILD_DIR/build.ninja" ]; then
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DPROFD_BUILD_BENCHES=OFF \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread"
 fi
-tests=(launch_counters_unittest cuda_entry_points_unittest cupti_broker_unittest got_patcher_unittest wire_unittest
-  agent_channel_server_test agent_registry_test agent_event_batch_test spool_test retention_test
-  capture_session_test process_sink_test kineto_ipc_server_test metrics_server_test
-  capture_test faults_test cupti_sharing_test)
-# The integration tests' processes: profd, profctl, the agent and the programs it is injected in.
-helpers=(profd profctl profagent agent_host replay_agent fake_kineto fake_libcuda)
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target "${tests[@]}" "${helpers[@]}"
+# The suite: ctest label tsan (tests/CMakeLists.txt); the integration tests among it build the
+# TSan profd, profctl and agent they start.
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target tsan_suite
 
 reports="$(pwd)/$BUILD_DIR/tsan-reports"
 rm -rf "$reports"
@@ -43,11 +39,7 @@ mkdir -p "$reports"
 # Every access of profd's own code is still checked.
 export TSAN_OPTIONS="log_path=$reports/tsan:halt_on_error=1:second_deadlock_stack=1:ignore_noninstrumented_modules=1"
 status=0
-for t in "${tests[@]}"; do
-  bin=$(find "$BUILD_DIR/tests" -type f -name "$t" | head -1)
-  echo "tsan: $t"
-  "$bin" --gtest_brief=1 || status=1
-done
+ctest --test-dir "$BUILD_DIR" -L tsan --output-on-failure -j 2 --timeout 900 || status=$?
 if compgen -G "$reports/*" >/dev/null; then
   echo "tsan: ThreadSanitizer reports:" >&2
   for f in "$reports"/*; do
@@ -60,4 +52,4 @@ if [ "$status" -ne 0 ]; then
   echo "tsan: FAILED" >&2
   exit "$status"
 fi
-echo "tsan: ok (${tests[*]}, no report)"
+echo "tsan: ok (the tsan suite, no report)"
