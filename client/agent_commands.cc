@@ -4,10 +4,10 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "analysis/format.h"
+#include "analysis/text_table.h"
 #include "client/commands.h"
-#include "daemon/analysis/format.h"
-#include "daemon/analysis/text_table.h"
-#include "daemon/common/printable.h"
+#include "common/printable.h"
 
 namespace profctl {
 

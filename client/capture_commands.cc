@@ -21,12 +21,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "analysis/format.h"
+#include "analysis/text_table.h"
 #include "client/commands.h"
 #include "client/fleet_capture.h"
-#include "daemon/analysis/format.h"
-#include "daemon/analysis/text_table.h"
+#include "common/printable.h"
 #include "daemon/capture/capture_request.h"
-#include "daemon/common/printable.h"
 #include "daemon/trace/trace_format.h"
 
 namespace profctl {

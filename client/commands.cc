@@ -6,8 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "daemon/common/printable.h"
-#include "daemon/common/proto_json.h"
+#include "common/printable.h"
+#include "common/proto_json.h"
 
 namespace profctl {
 

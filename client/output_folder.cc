@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/file_name.h"
+#include "common/file_name.h"
 
 namespace profctl {
 

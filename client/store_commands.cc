@@ -25,14 +25,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "analysis/format.h"
+#include "analysis/text_table.h"
 #include "client/commands.h"
 #include "client/output_folder.h"
-#include "daemon/analysis/format.h"
-#include "daemon/analysis/text_table.h"
-#include "daemon/common/file_name.h"
-#include "daemon/common/printable.h"
-#include "daemon/common/proto_json.h"
-#include "daemon/common/sha256.h"
+#include "common/file_name.h"
+#include "common/printable.h"
+#include "common/proto_json.h"
+#include "common/sha256.h"
 #include "profd/v1/store.grpc.pb.h"
 #include "rapidjson/document.h"
 
@@ -265,7 +265,7 @@ void PrintManifest(const rapidjson::Value& m) {
   std::cout << "\nPROCESSES\n" << table.Render();
 }
 
-// summary.json is the bottleneck report (daemon/analysis/report_json.cc), for captures and
+// summary.json is the bottleneck report (analysis/report_json.cc), for captures and
 // imports alike: its window, GPUs, top kernels and findings.
 void PrintSummary(const rapidjson::Value& doc) {
   std::cout << "\nSUMMARY (profctl report ID for the whole report)\n"

@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "daemon/common/printable.h"
+#include "common/printable.h"
 
 namespace profd {
 void LogLine(Severity severity, std::string_view component, std::string_view message) {

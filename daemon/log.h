@@ -1,6 +1,6 @@
 // profd's log: one line per event on stderr, "I/W/E <time> <component>] message". Thread-safe.
 // Messages carry text from untrusted peers (agent labels, process names, paths), so a line is
-// escaped (Printable, daemon/common/printable.h) before it is written: one call is always one
+// escaped (Printable, common/printable.h) before it is written: one call is always one
 // line, whatever the text holds. What peers can cause many times goes through a LogBudget.
 #pragma once
 

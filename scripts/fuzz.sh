@@ -1,34 +1,23 @@
 #!/usr/bin/env bash
 # Fuzzes what untrusted bytes reach in profd for FUZZ_SECONDS (default 60) per target, with
-# Debian's clang (libFuzzer + ASan + UBSan) in its own build folder, ${FUZZ_BUILD_DIR:-build-fuzz},
-# so the main gcc build is untouched:
+# Debian's clang (libFuzzer + ASan + UBSan), in the build of scripts/sanitize.sh
+# (${ASAN_BUILD_DIR:-build-asan}):
 #   trace_reader_fuzzer  a trace file (profctl report; profctl import, analysed inside profd)
 #   event_batch_fuzzer   a capture's event batches -> string table, trace writer, summary, analysis
 #   agent_frame_fuzzer   an agent connection's bytes -> frames, AgentMessage, registry, batches
 # Seeds: tests/fuzz/make_seeds.cc (slices of the fixtures and every input that once crashed
 # profd). Any crash, sanitizer report, leak, timeout or broken check fails the script; the input
-# is kept under build-fuzz/fuzz/artifacts/ with the command that replays it.
+# is kept under build-asan/fuzz/artifacts/ with the command that replays it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-BUILD_DIR=${FUZZ_BUILD_DIR:-build-fuzz}
+BUILD_DIR=${ASAN_BUILD_DIR:-build-asan}
 FUZZ_SECONDS=${FUZZ_SECONDS:-60}
 targets=(trace_reader event_batch agent_frame)
 
-# Every sanitizer report is fatal, except the checks tests/sanitizers/ubsan.supp lists for
-# third-party headers: those recover so that the suppressions can apply.
-san="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=all"
-san+=" -fsanitize-recover=pointer-overflow -fno-omit-frame-pointer"
-if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  # -O1 -gline-tables-only: OSS-Fuzz's flags (file:line in reports, half the compile of -O2 -g).
-  CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only -DNDEBUG" \
-    -DCMAKE_C_FLAGS="$san" -DCMAKE_CXX_FLAGS="$san" \
-    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" -DPROFD_FUZZ=ON
-fi
-# Only what the fuzz targets link: profd itself is built by scripts/build.sh.
-cmake --build "$BUILD_DIR" -j "$(nproc)" --target make_fuzz_seeds \
-  "${targets[@]/%/_fuzzer}"
+# The fuzz targets are built in scripts/sanitize.sh's build (clang, ASan+UBSan, libFuzzer's
+# coverage): after the test suite there they are already there.
+bash scripts/sanitize.sh configure
+cmake --build "$BUILD_DIR" -j "$(nproc)" --target make_fuzz_seeds "${targets[@]/%/_fuzzer}"
 
 work="$(pwd)/$BUILD_DIR/fuzz"
 rm -rf "$work/seeds"

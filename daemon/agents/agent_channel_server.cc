@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
-#include "daemon/common/mutex.h"
+#include "common/mutex.h"
 #include "daemon/log.h"
 #include "profd/v1/agent_frame.h"
 

@@ -62,6 +62,14 @@ class AgentEventSink {
   virtual void OnAgentGone(ConnectionId connection, uint32_t pid) = 0;
 };
 
+// What the capture side sends to agents: the channel below, or a test's own.
+class AgentLink {
+ public:
+  virtual ~AgentLink() = default;
+  // Any thread. Queues a message to one agent; false when that connection is gone.
+  virtual bool Send(ConnectionId connection, const v1::DaemonMessage& message) = 0;
+};
+
 // Why a connection was refused at accept: the `reason` label of
 // profd_agent_connections_rejected_total.
 enum class AgentRejection : uint8_t {
@@ -115,10 +123,10 @@ struct AgentChannelCounters {
   uint64_t backlog_bytes = 0;   // event batches waiting for capture pipelines
 };
 
-class AgentChannelServer {
+class AgentChannelServer final : public AgentLink {
  public:
   AgentChannelServer(AgentChannelOptions options, AgentRegistry* registry);
-  ~AgentChannelServer();
+  ~AgentChannelServer() override;
 
   // Set before Start; may be null (registrations only).
   void set_event_sink(AgentEventSink* sink) { sink_ = sink; }
@@ -127,8 +135,7 @@ class AgentChannelServer {
   absl::Status Start();
   void Stop();
 
-  // Any thread. Queues a message to one agent; false when that connection is gone.
-  bool Send(ConnectionId connection, const v1::DaemonMessage& message);
+  bool Send(ConnectionId connection, const v1::DaemonMessage& message) override;
 
   // Any thread. Connections closed for cause since start, all reasons.
   uint64_t protocol_errors() const;

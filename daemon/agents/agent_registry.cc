@@ -1,8 +1,8 @@
 #include "daemon/agents/agent_registry.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "daemon/agents/process_identity.h"
-#include "daemon/common/mutex.h"
 
 namespace profd {
 namespace {

@@ -79,9 +79,8 @@ absl::StatusOr<std::map<std::string, PodName>> ParsePodList(absl::string_view js
                      message.empty() ? "" : absl::StrCat(": ", message)));
   }
   std::map<std::string, PodName> pods;
-  const rapidjson::Value& list = doc;
-  auto items = list.FindMember("items");
-  if (items == list.MemberEnd() || items->value.IsNull()) return pods;  // no pod on the node
+  auto items = doc.FindMember("items");
+  if (items == doc.MemberEnd() || items->value.IsNull()) return pods;  // no pod on the node
   if (!items->value.IsArray()) return absl::InvalidArgumentError("PodList.items is not a list");
   for (const rapidjson::Value& item : items->value.GetArray()) {
     if (!item.IsObject()) continue;

@@ -19,9 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/http_server.h"
 #include "daemon/alerts/alert_capture_request.h"
 #include "daemon/alerts/alert_policy.h"
-#include "daemon/common/http_server.h"
 #include "daemon/log.h"
 #include "daemon/metrics/daemon_metrics.h"
 #include "profd/v1/profd.pb.h"

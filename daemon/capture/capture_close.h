@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/analysis/report.h"
+#include "analysis/report.h"
 #include "daemon/capture/capture_folder.h"
 #include "daemon/capture/capture_orchestrator.h"
 #include "profd/v1/profd.pb.h"

@@ -3,9 +3,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/analysis/analysis.h"
-#include "daemon/common/atomic_file.h"
-#include "daemon/common/proto_json.h"
+#include "analysis/analysis.h"
+#include "common/atomic_file.h"
+#include "common/proto_json.h"
 
 namespace profd {
 

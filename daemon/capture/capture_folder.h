@@ -15,8 +15,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/analysis/report.h"
-#include "daemon/common/sha256.h"
+#include "analysis/report.h"
+#include "common/sha256.h"
 #include "daemon/trace/trace_writer.h"
 #include "profd/v1/profd.pb.h"
 

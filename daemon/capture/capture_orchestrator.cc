@@ -10,16 +10,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "daemon/analysis/analysis.h"
+#include "analysis/analysis.h"
+#include "common/capture_id.h"
+#include "common/checked_math.h"
+#include "common/mutex.h"
 #include "daemon/capture/capture_close.h"
 #include "daemon/capture/capture_folder.h"
 #include "daemon/capture/capture_request.h"
 #include "daemon/capture/capture_session.h"
 #include "daemon/capture/kineto_source.h"
 #include "daemon/capture/process_sink.h"
-#include "daemon/checked_math.h"
-#include "daemon/common/capture_id.h"
-#include "daemon/common/mutex.h"
 #include "daemon/log.h"
 #include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
@@ -103,6 +103,8 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     EndGpuMetrics();  // the sampler's sink points here: never past the capture's end
   }
 
+  absl::Time Now() const { return owner_->Now(); }
+
   // The capture as requested, with a process for each target in target order.
   static v1::CaptureInfo WithProcesses(v1::CaptureInfo info, const std::vector<Target>& targets) {
     for (const Target& t : targets) {
@@ -136,8 +138,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       BeginGpuMetrics();
       if (gpu_metrics_active_ && owner_->options_.await_gpu_metrics) {
         owner_->options_.await_gpu_metrics(kCounterStartWait);
-        info_.set_start_at_unix_ns(
-            std::max(info_.start_at_unix_ns(), absl::ToUnixNanos(absl::Now())));
+        info_.set_start_at_unix_ns(std::max(info_.start_at_unix_ns(), absl::ToUnixNanos(Now())));
       }
     }
     // Tell every agent and offer every Kineto its config first (cheap, queued), then let the
@@ -153,12 +154,12 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       start->set_capture_id(info_.capture_id());
       start->set_duration_ms(info_.duration_ms());
       for (int kind : info_.kinds()) start->add_kinds(static_cast<v1::ActivityKind>(kind));
-      int64_t now = absl::ToUnixNanos(absl::Now());
+      int64_t now = absl::ToUnixNanos(Now());
       if (info_.start_at_unix_ns() > now) start->set_start_at_realtime_ns(info_.start_at_unix_ns());
       start->set_max_events(max_events_);
       start->set_requested_realtime_ns(info_.requested_unix_ns());
       owner_->registry_->SetCapturing(t.connection, info_.capture_id());
-      if (!owner_->channel_->Send(t.connection, message)) {
+      if (!owner_->agents_->Send(t.connection, message)) {
         Push(Item{Item::kGone, t.connection, {}, {}});
       }
     }
@@ -233,14 +234,14 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     absl::Status offered = proc.kineto->Offer(
         KinetoSource::ConfigFor(info_, request),
         KinetoSource::OfferExpiry(info_, absl::Milliseconds(t.info.kineto().poll_period_ms()),
-                                  owner_->options_.start_timeout, absl::Now()),
+                                  owner_->options_.start_timeout, Now()),
         [self, i](KinetoSource::Event event) {
           if (auto capture = self.lock()) {
             capture->Push(Item{Item::kKineto, 0, {}, {}, i, event});
           }
         });
     if (!offered.ok()) {
-      Push(Item{Item::kKineto, 0, {}, {}, i, {KinetoSource::Event::kExpired, absl::Now(), 0}});
+      Push(Item{Item::kKineto, 0, {}, {}, i, {KinetoSource::Event::kExpired, Now(), 0}});
     }
   }
 
@@ -268,7 +269,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     MutexLock lock(&mu_);
     snapshot_ = info_;
     ++version_;
-    last_publish_ = absl::Now();
+    last_publish_ = Now();
     snapshot_cv_.SignalAll();
   }
 
@@ -283,7 +284,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       }
       bool changed = false;
       for (Item& item : items) changed |= Handle(item);
-      const absl::Time now = absl::Now();
+      const absl::Time now = Now();
       changed |= CheckDeadlines(now);
       session_.UpdatePhase(now);
       if (session_.AllTerminal()) {
@@ -291,7 +292,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         ReleaseWorkingState();
         return;
       }
-      if (changed || absl::Now() - last_publish_ > absl::Milliseconds(200)) Publish();
+      if (changed || Now() - last_publish_ > absl::Milliseconds(200)) Publish();
     }
   }
 
@@ -323,7 +324,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         if (targets_[i].connection != 0) {
           v1::DaemonMessage message;
           message.mutable_stop_capture()->set_capture_id(info_.capture_id());
-          owner_->channel_->Send(targets_[i].connection, message);
+          owner_->agents_->Send(targets_[i].connection, message);
         }
         session_.Fail(i, kShutdownMessage);
       }
@@ -331,7 +332,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     }
     if (item.kind == Item::kCancel) {
       cancelled_ = true;
-      session_.Cancel(absl::Now());
+      session_.Cancel(Now());
       for (size_t i = 0; i < targets_.size(); ++i) {
         const Target& t = targets_[i];
         if (t.path == v1::CAPTURE_PATH_KINETO) {
@@ -344,7 +345,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
         }
         v1::DaemonMessage message;
         message.mutable_stop_capture()->set_capture_id(info_.capture_id());
-        owner_->channel_->Send(t.connection, message);
+        owner_->agents_->Send(t.connection, message);
       }
       return true;
     }
@@ -488,7 +489,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
     }
     info_.mutable_summary()->set_dropped_records(dropped);
 
-    session_.Conclude(cancelled_, write_error_, absl::Now());
+    session_.Conclude(cancelled_, write_error_, Now());
 
     // A file that failed to write is cut short: nothing of the capture stays, rather than a
     // trace that looks whole (issue 13: a full disk left a truncated trace listed as fine).
@@ -619,11 +620,11 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
 };
 
 CaptureOrchestrator::CaptureOrchestrator(CaptureOptions options, AgentRegistry* registry,
-                                         AgentChannelServer* channel, const CaptureTargets* catalog,
+                                         AgentLink* agents, const CaptureTargets* catalog,
                                          kineto::KinetoIpcServer* kineto)
     : options_(std::move(options)),
       registry_(registry),
-      channel_(channel),
+      agents_(agents),
       catalog_(catalog),
       kineto_(kineto) {}
 
@@ -638,7 +639,7 @@ std::string CaptureOrchestrator::RunningCaptureOf(uint32_t pid) const {
         absl::Time end = absl::FromUnixNanos(running.started_unix_ns()) +
                          absl::Milliseconds(running.duration_ms());
         ends = absl::StrCat(", which ends in about ",
-                            absl::FormatDuration(absl::Trunc(end - absl::Now(), absl::Seconds(1))));
+                            absl::FormatDuration(absl::Trunc(end - Now(), absl::Seconds(1))));
       }
       return absl::StrCat("already being captured by ", running.capture_id(), ends,
                           ": retry then, or `profctl cancel ", running.capture_id(), "`");
@@ -672,7 +673,7 @@ void CaptureOrchestrator::Shutdown() {
 absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest& request) {
   // What, for how long, when and how written (the same check profctl makes), then this
   // profd's own limit.
-  absl::Time now = absl::Now();
+  absl::Time now = Now();
   if (absl::Status bad = CheckCaptureRequest(request, now); !bad.ok()) return bad;
   if (absl::Milliseconds(request.duration_ms()) > options_.max_duration) {
     return absl::InvalidArgumentError(

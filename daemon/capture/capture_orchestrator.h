@@ -24,11 +24,11 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "analysis/gpu_counters.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
 #include "daemon/capture/capture_targets.h"
 #include "daemon/kineto/kineto_ipc_server.h"
-#include "daemon/metrics/gpu_counters.h"
 #include "daemon/trace/trace_writer.h"
 #include "profd/v1/profd.pb.h"
 
@@ -80,12 +80,16 @@ struct CaptureOptions {
   // Optional, with them: waits (at most the given time) until the GPUs sample for the capture
   // begun, as PmSampler::AwaitCaptureStart.
   std::function<void(absl::Duration timeout)> await_gpu_metrics;
+  // The time every deadline, timestamp and publication is taken from (tests move their own);
+  // waiting for work stays on the real clock, in turns of at most 100 ms.
+  std::function<absl::Time()> clock = [] { return absl::Now(); };
 };
 
 class CaptureOrchestrator final : public AgentEventSink {
  public:
   // kineto may be null (no Kineto socket): processes are then captured through their agents only.
-  CaptureOrchestrator(CaptureOptions options, AgentRegistry* registry, AgentChannelServer* channel,
+  // agents: the agent channel (AgentChannelServer), which the orchestrator is the sink of.
+  CaptureOrchestrator(CaptureOptions options, AgentRegistry* registry, AgentLink* agents,
                       const CaptureTargets* catalog, kineto::KinetoIpcServer* kineto);
   ~CaptureOrchestrator() override;
 
@@ -132,11 +136,12 @@ class CaptureOrchestrator final : public AgentEventSink {
   std::shared_ptr<Capture> Find(const std::string& id) const;
   std::shared_ptr<Capture> FindByConnection(ConnectionId connection) const;
   std::string RunningCaptureOf(uint32_t pid) const;
+  absl::Time Now() const { return options_.clock(); }
   absl::StatusOr<v1::CaptureInfo> RecoverFolder(const std::string& path);
 
   const CaptureOptions options_;
   AgentRegistry* const registry_;
-  AgentChannelServer* const channel_;
+  AgentLink* const agents_;
   const CaptureTargets* const catalog_;
   kineto::KinetoIpcServer* const kineto_;
 

@@ -11,12 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/mutex.h"
+#include "common/proto_json.h"
 #include "daemon/capture/capture_close.h"
 #include "daemon/capture/capture_folder.h"
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/capture/capture_session.h"
-#include "daemon/common/mutex.h"
-#include "daemon/common/proto_json.h"
 #include "daemon/log.h"
 #include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/trace_format.h"
@@ -137,7 +137,7 @@ absl::StatusOr<v1::CaptureInfo> CaptureOrchestrator::RecoverFolder(const std::st
   info.set_phase(v1::CAPTURE_PHASE_FAILED);
   info.set_message(lost.empty() ? kKilledMessage
                                 : absl::StrCat(kKilledMessage, "; ", absl::StrJoin(lost, "; ")));
-  info.set_finished_unix_ns(absl::ToUnixNanos(absl::Now()));
+  info.set_finished_unix_ns(absl::ToUnixNanos(Now()));
   if (info.files_size() == 0) {
     // Killed before any event was written: nothing to keep but the record (`profctl captures`).
     if (absl::Status s = folder.Remove(); !s.ok()) return s;

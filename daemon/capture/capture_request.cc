@@ -1,7 +1,7 @@
 #include "daemon/capture/capture_request.h"
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/capture_id.h"
+#include "common/capture_id.h"
 #include "daemon/trace/trace_format.h"
 #include "profd/v1/capture_limits.h"
 

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/analysis.h"
+#include "analysis/trace_reader.h"
 #include "daemon/capture/capture_session.h"
 #include "daemon/kineto/kineto_trace_file.h"
 #include "daemon/trace/trace_format.h"

@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/analysis/report.h"
+#include "analysis/report.h"
 #include "daemon/kineto/kineto_config.h"
 #include "daemon/kineto/kineto_ipc_server.h"
 #include "profd/v1/profd.pb.h"

@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/checked_math.h"
+#include "common/checked_math.h"
 #include "daemon/log.h"
 
 namespace profd {

@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "daemon/common/grpc_status.h"
+#include "common/grpc_status.h"
 #include "daemon/log.h"
 
 namespace profd {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/atomic_file.h"
+#include "common/atomic_file.h"
 
 namespace profd::kineto {
 

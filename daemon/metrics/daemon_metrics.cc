@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <tuple>
 
-#include "daemon/common/mutex.h"
+#include "common/mutex.h"
 
 namespace profd {
 

@@ -7,7 +7,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/common/mutex.h"
+#include "common/mutex.h"
 #include "daemon/log.h"
 #include "daemon/metrics/nvml.h"
 

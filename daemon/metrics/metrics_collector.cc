@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/metrics/gpu_counters.h"
+#include "analysis/gpu_counters.h"
 
 namespace profd {
 namespace {

@@ -1,6 +1,6 @@
 // The /metrics endpoint: one prometheus-cpp Collectable serialized with prometheus-cpp's
 // TextSerializer, gzip-compressed when the client accepts it, served by profd's HttpServer
-// (daemon/common/http_server.h: one epoll thread that no slow client can hold).
+// (common/http_server.h: one epoll thread that no slow client can hold).
 //
 // A scrape (Collect + serialize + gzip, a few ms) runs on the server's thread, one at a time, and
 // is answered again to requests within reuse_window, so that a flood of requests cannot keep the
@@ -13,7 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "daemon/common/http_server.h"
+#include "common/http_server.h"
 #include "prometheus/collectable.h"
 
 namespace profd {

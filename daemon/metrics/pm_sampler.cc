@@ -16,9 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "daemon/common/mutex.h"
+#include "analysis/gpu_counters.h"
+#include "common/mutex.h"
 #include "daemon/log.h"
-#include "daemon/metrics/gpu_counters.h"
 
 namespace profd {
 namespace {

@@ -25,7 +25,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "daemon/metrics/gpu_counters.h"
+#include "analysis/gpu_counters.h"
 
 namespace profd {
 

@@ -1,7 +1,7 @@
 #include "daemon/server/profd_service.h"
 
 #include "absl/time/clock.h"
-#include "daemon/common/grpc_status.h"
+#include "common/grpc_status.h"
 #include "profd/v1/control_limits.h"
 
 namespace profd {

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "absl/strings/escaping.h"
-#include "daemon/common/sha256.h"
+#include "common/sha256.h"
 
 namespace profd::store {
 

@@ -1,7 +1,7 @@
 // The digests S3 wants of a payload: SHA-256 (x-amz-content-sha256, signed) and MD5
 // (Content-MD5, and the ETag S3 answers), both from OpenSSL's libcrypto and taken in one pass over
 // the bytes, so each uploaded byte is read once for hashing. SHA-256 has its home in
-// daemon/common/sha256.h.
+// common/sha256.h.
 #pragma once
 
 #include <string>

@@ -12,8 +12,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "daemon/common/atomic_file.h"
-#include "daemon/common/file_name.h"
+#include "common/atomic_file.h"
+#include "common/file_name.h"
 
 namespace profd::store {
 

@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/common/mutex.h"
+#include "common/mutex.h"
 #include "daemon/log.h"
 
 namespace profd::store {

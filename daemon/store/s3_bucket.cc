@@ -21,7 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "daemon/common/atomic_file.h"
+#include "common/atomic_file.h"
 #include "daemon/log.h"
 #include "daemon/store/digest.h"
 #include "daemon/store/sigv4.h"

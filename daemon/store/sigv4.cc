@@ -6,7 +6,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "daemon/common/sha256.h"
+#include "common/sha256.h"
 
 namespace profd::store {
 

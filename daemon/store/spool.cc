@@ -13,7 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/common/mutex.h"
+#include "common/mutex.h"
 #include "daemon/log.h"
 #include "daemon/store/byte_size.h"
 

@@ -1,7 +1,7 @@
 // Turns an existing trace file (profd's own, or a PyTorch profiler / Kineto Chrome-trace JSON,
 // plain or gzip) into a capture folder: trace-<pid>.json.gz, summary.json and manifest.json, as
 // docs/TRACE_FORMAT.md describes. The trace is read once, streaming, by the analysis library
-// (daemon/analysis), whose report is the summary.json every capture carries.
+// (analysis), whose report is the summary.json every capture carries.
 #pragma once
 
 #include <cstdint>

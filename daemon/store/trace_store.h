@@ -56,7 +56,7 @@ absl::Status ValidateCaptureId(const std::string& capture_id);
 
 // A row read back from a store (an index) is untrusted: anyone with write access to the bucket can
 // plant one. Its capture id must be a capture id, and its host and every file name one plain file
-// name (daemon/common/file_name.h), before any of them is joined to a key or a path. DATA_LOSS
+// name (common/file_name.h), before any of them is joined to a key or a path. DATA_LOSS
 // naming the capture, the bad name and `where` (the index) otherwise.
 absl::Status ValidateStoredTrace(const v1::StoredTrace& row, const std::string& where);
 

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/common/capture_id.h"
-#include "daemon/common/grpc_status.h"
+#include "common/capture_id.h"
+#include "common/grpc_status.h"
 #include "daemon/log.h"
 #include "daemon/store/byte_size.h"
 #include "daemon/store/local_bucket.h"

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "daemon/analysis/analysis.h"
+#include "analysis/analysis.h"
 #include "daemon/trace/event_limits.h"
 #include "daemon/trace/event_names.h"
 #include "daemon/trace/trace_format.h"

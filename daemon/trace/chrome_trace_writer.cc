@@ -7,8 +7,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/checked_math.h"
-#include "daemon/common/atomic_file.h"
+#include "common/atomic_file.h"
+#include "common/checked_math.h"
 #include "daemon/trace/event_limits.h"
 #include "daemon/trace/event_names.h"
 

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/analysis/trace_model.h"
+#include "analysis/trace_model.h"
 #include "profd/v1/events.pb.h"
 
 namespace profd {

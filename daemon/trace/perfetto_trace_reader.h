@@ -13,8 +13,8 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "daemon/analysis/trace_model.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/trace_model.h"
+#include "analysis/trace_reader.h"
 
 namespace profd {
 

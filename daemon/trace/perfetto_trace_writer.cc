@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/checked_math.h"
+#include "common/checked_math.h"
 #include "daemon/trace/event_limits.h"
 #include "daemon/trace/event_names.h"
 

@@ -5,7 +5,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/atomic_file.h"
+#include "common/atomic_file.h"
 
 namespace profd {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/common/gzip_stream.h"
+#include "common/gzip_stream.h"
 
 namespace profd {
 

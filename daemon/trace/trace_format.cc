@@ -3,7 +3,7 @@
 #include <charconv>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/trace_reader.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/perfetto_trace_reader.h"
 #include "daemon/trace/perfetto_trace_writer.h"

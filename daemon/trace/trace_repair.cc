@@ -11,7 +11,7 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/atomic_file.h"
+#include "common/atomic_file.h"
 #include "daemon/trace/string_table.h"
 
 namespace profd {

@@ -19,7 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "daemon/metrics/gpu_counters.h"
+#include "analysis/gpu_counters.h"
 #include "daemon/trace/string_table.h"
 #include "daemon/trace/trace_file.h"
 #include "daemon/trace/trace_format.h"

@@ -17,7 +17,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "daemon/common/mutex.h"
+#include "common/mutex.h"
 #include "gtest/gtest.h"
 #include "tests/support/raw_agent.h"
 #include "tests/support/subprocess.h"

@@ -1,12 +1,12 @@
 // profd's log lines carry text chosen by agents and local users (labels, process names): each
 // call must stay one line, and what cannot be shown is written as an escape (Printable,
-// daemon/common/printable.h: the same escape profctl and the reports use).
+// common/printable.h: the same escape profctl and the reports use).
 #include <fcntl.h>
 #include <unistd.h>
 
 #include <string>
 
-#include "daemon/common/printable.h"
+#include "common/printable.h"
 #include "daemon/log.h"
 #include "gtest/gtest.h"
 #include "tests/support/subprocess.h"

@@ -3,10 +3,10 @@
 #include <cmath>
 #include <limits>
 
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/findings.h"
-#include "daemon/analysis/render.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/analysis.h"
+#include "analysis/findings.h"
+#include "analysis/render.h"
+#include "analysis/trace_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidjson/document.h"

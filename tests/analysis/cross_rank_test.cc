@@ -1,7 +1,7 @@
 // The straggler across ranks: from each rank's own report, the one whose work outside the
 // collectives runs long while the others wait in theirs, named with its numbers; and no finding
 // when the ranks are even (a test that cannot fail is a defect: both sides are checked).
-#include "daemon/analysis/cross_rank.h"
+#include "analysis/cross_rank.h"
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"

@@ -1,6 +1,6 @@
 // Each finding fires when its condition holds and stays silent when it does not, and says the
 // threshold it applied.
-#include "daemon/analysis/findings.h"
+#include "analysis/findings.h"
 
 #include <cmath>
 #include <limits>
@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/analysis.h"
+#include "analysis/trace_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/analysis/kineto_trace_builder.h"

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/match.h"
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/render.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/analysis.h"
+#include "analysis/render.h"
+#include "analysis/trace_reader.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -7,10 +7,10 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/occupancy.h"
-#include "daemon/analysis/render.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/analysis.h"
+#include "analysis/occupancy.h"
+#include "analysis/render.h"
+#include "analysis/trace_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidjson/document.h"

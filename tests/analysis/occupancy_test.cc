@@ -1,9 +1,9 @@
 // Occupancy estimates against hand-computed cases (H100 SXM limits: 64 warps, 64K registers,
 // 228 KiB shared memory, 32 blocks per SM, 132 SMs).
-#include "daemon/analysis/occupancy.h"
+#include "analysis/occupancy.h"
 
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/analysis.h"
+#include "analysis/trace_reader.h"
 #include "gtest/gtest.h"
 #include "tests/analysis/kineto_trace_builder.h"
 

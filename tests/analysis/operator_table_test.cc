@@ -4,9 +4,9 @@
 #include <string>
 #include <vector>
 
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/render.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/analysis.h"
+#include "analysis/render.h"
+#include "analysis/trace_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "rapidjson/document.h"

@@ -1,6 +1,6 @@
 // profctl diff of two captures: windows of different length are compared per second, or per
 // step where both traces mark steps, and the comparison says so; equal windows keep totals.
-#include "daemon/analysis/report_diff.h"
+#include "analysis/report_diff.h"
 
 #include <string>
 

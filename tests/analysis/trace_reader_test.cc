@@ -1,13 +1,13 @@
 // TraceReader: both layouts of the top object, gzip and plain, files and memory, the odd shapes
 // real traces have, and errors that say what went wrong.
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/trace_reader.h"
 
 #include <zlib.h>
 
 #include <string>
 
 #include "absl/strings/match.h"
-#include "daemon/analysis/analysis.h"
+#include "analysis/analysis.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/analysis/kineto_trace_builder.h"

@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/analysis.h"
+#include "analysis/trace_reader.h"
 #include "tests/analysis/synthetic_trace.h"
 
 namespace {

@@ -15,7 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
-#include "daemon/common/capture_id.h"
+#include "common/capture_id.h"
 #include "daemon/store/trace_store.h"
 #include "tests/store/store_test_util.h"
 

@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "daemon/common/gzip_stream.h"
+#include "common/gzip_stream.h"
 #include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/trace_writer.h"
 #include "tests/support/fixtures.h"

@@ -6,7 +6,7 @@
 #include <filesystem>
 #include <tuple>
 
-#include "daemon/common/sha256.h"
+#include "common/sha256.h"
 #include "gtest/gtest.h"
 #include "tests/support/fixtures.h"
 #include "tests/support/subprocess.h"

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "daemon/common/capture_id.h"
+#include "common/capture_id.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "profd/v1/capture_limits.h"

@@ -9,7 +9,7 @@
 #include <limits>
 #include <sstream>
 
-#include "daemon/analysis/analysis.h"
+#include "analysis/analysis.h"
 #include "gtest/gtest.h"
 #include "rapidjson/document.h"
 #include "tests/support/fixtures.h"

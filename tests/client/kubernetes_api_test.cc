@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/time/clock.h"
 #include "client/fleet_capture.h"
-#include "daemon/common/capture_id.h"
+#include "common/capture_id.h"
 #include "gtest/gtest.h"
 #include "tests/support/subprocess.h"
 

@@ -8,9 +8,9 @@
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/render.h"
-#include "daemon/checked_math.h"
+#include "analysis/analysis.h"
+#include "analysis/render.h"
+#include "common/checked_math.h"
 
 namespace profd::fuzz {
 namespace {

@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "daemon/analysis/report.h"
+#include "analysis/report.h"
 #include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/string_table.h"

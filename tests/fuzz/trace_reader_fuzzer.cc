@@ -12,9 +12,9 @@
 #include <string_view>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/report_diff.h"
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/analysis.h"
+#include "analysis/report_diff.h"
+#include "analysis/trace_reader.h"
 #include "tests/fuzz/capture_pipeline.h"
 
 namespace {

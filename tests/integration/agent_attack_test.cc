@@ -40,7 +40,14 @@ namespace {
 // to 256 MiB of freed memory in quarantine (ASan's default quarantine_size_mb): its peak says
 // little about what it holds. The bounds are scaled and allow for a full quarantine; the
 // release build checks them as written.
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__)  // gcc
+#define PROFD_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)  // clang
+#define PROFD_TEST_ASAN 1
+#endif
+#endif
+#ifdef PROFD_TEST_ASAN
 constexpr double kPeakScale = 4;
 constexpr double kQuarantineMiB = 256;
 #else

@@ -61,7 +61,7 @@ TEST_F(CaptureTest, CaptureWritesTraceManifestAndSummary) {
   const auto& top = c["summary"]["top_kernels"][0];
   EXPECT_STREQ(top["name"].GetString(), "profd_test_kernel(int*, int)");
   EXPECT_EQ(std::stoull(top["count"].GetString()), 1000u);
-  // summary.json is the bottleneck report of the capture (daemon/analysis), made at capture time.
+  // summary.json is the bottleneck report of the capture (analysis), made at capture time.
   rapidjson::Document report = ReadGzipJson(folder + "/summary.json");
   ASSERT_TRUE(report.HasMember("top_kernels"));
   EXPECT_STREQ(report["top_kernels"][0]["name"].GetString(), "profd_test_kernel(int*, int)");

@@ -64,7 +64,6 @@ unsigned long long NowUs() {
 }
 
 constexpr unsigned long long kSamplePeriodUs = 20000;
-constexpr unsigned long long kBufferedSamples = 100;
 
 // The sample NVML would have stamped at timestamp_us: the busy percent of the 20 ms before it.
 std::pair<unsigned, unsigned> PercentAt(int gpu, unsigned long long timestamp_us) {
@@ -132,7 +131,8 @@ __attribute__((visibility("default"))) int nvmlDeviceGetSamples(void* device, in
   if (unsupported != nullptr && std::atoi(unsupported) == IndexOf(device)) {
     return 3;  // NVML_ERROR_NOT_SUPPORTED
   }
-  if (type != 1 && type != 2) return 2;  // NVML_ERROR_INVALID_ARGUMENT
+  if (type != 1 && type != 2) return 2;                 // NVML_ERROR_INVALID_ARGUMENT
+  constexpr unsigned long long kBufferedSamples = 100;  // what NVML keeps of each GPU
   const unsigned long long newest = NewestSampleUs();
   const unsigned long long oldest = newest - (kBufferedSamples - 1) * kSamplePeriodUs;
   std::vector<NvmlSample> mine;

@@ -1,9 +1,9 @@
-// The hardware-counter series' arithmetic (daemon/metrics/gpu_counters.h) on samples recorded on
+// The hardware-counter series' arithmetic (analysis/gpu_counters.h) on samples recorded on
 // an H200 (tests/fixtures/h200_pm_duty.*): the time-weighted means over each phase of a known
 // workload say what the phase did — a copy's DRAM bytes per second are the bytes it moved over
 // its length, a GEMM keeps the engine busy, idle is idle — and the series' scales turn CUPTI's
 // percentages into dcgm-exporter's 0..1 ratios.
-#include "daemon/metrics/gpu_counters.h"
+#include "analysis/gpu_counters.h"
 
 #include <cmath>
 #include <fstream>

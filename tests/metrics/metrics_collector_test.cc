@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "absl/time/clock.h"
-#include "daemon/metrics/gpu_counters.h"
+#include "analysis/gpu_counters.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "prometheus/text_serializer.h"

@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
-#include "daemon/metrics/gpu_counters.h"
+#include "analysis/gpu_counters.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/metrics/http_get.h"

@@ -3,9 +3,9 @@
 // pending captures that way), without reading back the traces the capture already digested.
 #include <filesystem>
 
-#include "daemon/common/atomic_file.h"
-#include "daemon/common/proto_json.h"
-#include "daemon/common/sha256.h"
+#include "common/atomic_file.h"
+#include "common/proto_json.h"
+#include "common/sha256.h"
 #include "daemon/store/trace_store.h"
 #include "gtest/gtest.h"
 #include "tests/support/subprocess.h"

@@ -11,8 +11,8 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
-#include "daemon/common/file_name.h"
-#include "daemon/common/sha256.h"
+#include "common/file_name.h"
+#include "common/sha256.h"
 #include "daemon/store/trace_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "daemon/analysis/format.h"
+#include "analysis/format.h"
 #include "daemon/store/trace_store.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_util.h"

@@ -9,7 +9,7 @@
 
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "daemon/common/capture_id.h"
+#include "common/capture_id.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_util.h"
 #include "tests/support/profd_process.h"

@@ -13,8 +13,8 @@
 #include <thread>
 
 #include "absl/time/clock.h"
-#include "daemon/common/capture_id.h"
-#include "daemon/common/sha256.h"
+#include "common/capture_id.h"
+#include "common/sha256.h"
 #include "daemon/store/s3_bucket.h"
 #include "daemon/store/trace_import.h"
 #include "daemon/store/trace_store.h"

@@ -12,8 +12,8 @@
 #include <iostream>
 
 #include "absl/time/clock.h"
-#include "daemon/common/capture_id.h"
-#include "daemon/common/sha256.h"
+#include "common/capture_id.h"
+#include "common/sha256.h"
 #include "daemon/store/trace_import.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_util.h"

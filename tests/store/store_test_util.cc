@@ -17,7 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/common/sha256.h"
+#include "common/sha256.h"
 #include "daemon/store/digest.h"
 #include "daemon/store/sigv4.h"
 

@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "daemon/common/capture_id.h"
+#include "common/capture_id.h"
 #include "daemon/store/trace_import.h"
 #include "gtest/gtest.h"
 #include "tests/store/store_test_util.h"

@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <random>
 
-#include "daemon/analysis/analysis.h"
+#include "analysis/analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "gtest/gtest.h"
 #include "rapidjson/document.h"

@@ -1,7 +1,7 @@
 // GzipStream (ISA-L) against zlib's inflate, the reader every gzip tool uses: what it writes
 // decompresses to what it was given, whole streams and each flush on its own, and an error from
 // the sink stops it.
-#include "daemon/common/gzip_stream.h"
+#include "common/gzip_stream.h"
 
 #include <zlib.h>
 

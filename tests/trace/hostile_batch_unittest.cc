@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <string>
 
-#include "daemon/analysis/analysis.h"
-#include "daemon/analysis/render.h"
+#include "analysis/analysis.h"
+#include "analysis/render.h"
 #include "daemon/trace/capture_analysis.h"
 #include "daemon/trace/chrome_trace_writer.h"
 #include "daemon/trace/string_table.h"

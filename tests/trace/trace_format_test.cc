@@ -9,7 +9,7 @@
 #include <set>
 #include <string>
 
-#include "daemon/analysis/trace_reader.h"
+#include "analysis/trace_reader.h"
 #include "daemon/trace/trace_repair.h"
 #include "daemon/trace/trace_writer.h"
 #include "gtest/gtest.h"

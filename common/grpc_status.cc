@@ -1,0 +1,12 @@
+#include "common/grpc_status.h"
+
+#include <string>
+
+namespace profd {
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+}  // namespace profd
