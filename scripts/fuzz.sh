@@ -21,11 +21,11 @@ cmake --build "$BUILD_DIR" -j "$(nproc)" --target make_fuzz_seeds "${targets[@]/
 
 work="$(pwd)/$BUILD_DIR/fuzz"
 rm -rf "$work/seeds"
-"$BUILD_DIR/tests/fuzz/make_fuzz_seeds" . "$work/seeds"
 supp="$(pwd)/tests/sanitizers"  # third-party code only, each entry says why
 export ASAN_OPTIONS="detect_leaks=1:strict_string_checks=1"
 export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1:suppressions=$supp/ubsan.supp"
+"$BUILD_DIR/tests/fuzz/make_fuzz_seeds" . "$work/seeds"
 
 # One target per core, each for its whole FUZZ_SECONDS.
 fuzz_one() {
