@@ -117,6 +117,19 @@ class CapturePipelineTest : public ::testing::Test {
         AgentEventBatch(std::move(frame), bytes.size(), view, id, records, nullptr, kConnection));
   }
 
+  // A recorded batch, serialized as the agent sends it; returns its events.
+  uint64_t Batch(const std::string& id, const v1::EventBatch& batch) {
+    const uint64_t events = EventsIn(batch);
+    Batch(id, batch.SerializeAsString(), static_cast<uint32_t>(events));
+    return events;
+  }
+
+  // The agent has started and sent the fixture's first batch; returns its events.
+  uint64_t StartedWithOneBatch(const std::string& id) {
+    Status(id, v1::CAPTURE_STATE_STARTED);
+    return Batch(id, ReadRecordedBatches(SourcePath(kFixture)).front());
+  }
+
   // The capture once it has ended (the pipeline thread polls every 100 ms of real time).
   v1::CaptureInfo Ended(const std::string& id) {
     v1::CaptureInfo info;
@@ -156,10 +169,7 @@ TEST_F(CapturePipelineTest, AnAgentsBatchesBecomeTheFolderTraceSummaryAndManifes
 
   Status(id, v1::CAPTURE_STATE_STARTED);
   uint64_t events = 0;
-  for (const v1::EventBatch& b : ReadRecordedBatches(SourcePath(kFixture))) {
-    Batch(id, b.SerializeAsString(), static_cast<uint32_t>(EventsIn(b)));
-    events += EventsIn(b);
-  }
+  for (const v1::EventBatch& b : ReadRecordedBatches(SourcePath(kFixture))) events += Batch(id, b);
   ASSERT_GT(events, 1000u);
   clock_.Advance(absl::Seconds(1));
   Status(id, v1::CAPTURE_STATE_FINISHED, events);
@@ -207,15 +217,13 @@ TEST_F(CapturePipelineTest, AStartedAgentThatNeverEndsFailsAfterItsWindowAndTheF
 
 TEST_F(CapturePipelineTest, CancelTellsTheAgentToStopAndKeepsWhatCame) {
   const std::string id = Start(10000);
-  Status(id, v1::CAPTURE_STATE_STARTED);
-  const v1::EventBatch first = ReadRecordedBatches(SourcePath(kFixture)).front();
-  Batch(id, first.SerializeAsString(), static_cast<uint32_t>(EventsIn(first)));
+  const uint64_t events = StartedWithOneBatch(id);
   ASSERT_TRUE(orchestrator_->Cancel(id).ok());
   ASSERT_TRUE(WaitFor([&] { return Sent(v1::DaemonMessage::kStopCapture); }, absl::Seconds(5)));
-  Status(id, v1::CAPTURE_STATE_FINISHED, EventsIn(first));
+  Status(id, v1::CAPTURE_STATE_FINISHED, events);
   v1::CaptureInfo info = Ended(id);
   EXPECT_EQ(info.phase(), v1::CAPTURE_PHASE_CANCELLED);
-  EXPECT_EQ(info.processes(0).events(), EventsIn(first));
+  EXPECT_EQ(info.processes(0).events(), events);
   ASSERT_EQ(info.files_size(), 1);
   EXPECT_TRUE(std::filesystem::exists(info.files(0).path()));
 }
@@ -239,15 +247,13 @@ TEST_F(CapturePipelineTest, ABatchThatIsNotAnEventBatchFailsItsProcessWithTheRea
 
 TEST_F(CapturePipelineTest, ShutdownEndsARunningCaptureWithWhatItHasAndSaysWhy) {
   const std::string id = Start(10000);
-  Status(id, v1::CAPTURE_STATE_STARTED);
-  const v1::EventBatch first = ReadRecordedBatches(SourcePath(kFixture)).front();
-  Batch(id, first.SerializeAsString(), static_cast<uint32_t>(EventsIn(first)));
+  const uint64_t events = StartedWithOneBatch(id);
   orchestrator_->Shutdown();  // returns once the capture's files are written
   std::optional<v1::CaptureInfo> info = orchestrator_->Get(id);
   ASSERT_TRUE(info.has_value());
   EXPECT_TRUE(CaptureOrchestrator::Terminal(info->phase()));
   EXPECT_THAT(info->processes(0).message(), HasSubstr("profd shut down during the capture"));
-  EXPECT_EQ(info->processes(0).events(), EventsIn(first));
+  EXPECT_EQ(info->processes(0).events(), events);
   EXPECT_TRUE(std::filesystem::exists(std::filesystem::path(info->location()) / "manifest.json"));
 }
 

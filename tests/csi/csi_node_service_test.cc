@@ -8,7 +8,6 @@
 #include "daemon/csi/csi_node_service.h"
 
 #include <fcntl.h>
-#include <sched.h>
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -27,6 +26,7 @@
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
+#include "tests/support/subprocess.h"
 
 namespace profd {
 namespace {
@@ -65,12 +65,7 @@ bool Connects(const std::string& path) {
 class CsiNodeServiceTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    // Before gRPC starts a thread: unshare(CLONE_NEWNS) refuses a multi-threaded process.
-    if (unshare(CLONE_NEWNS) != 0) {
-      skip_reason_ = std::string("no mount namespace of its own: ") + std::strerror(errno);
-    } else if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-      skip_reason_ = std::string("cannot make mounts private: ") + std::strerror(errno);
-    }
+    skip_reason_ = testing::EnterPrivateMountNamespace();  // before gRPC starts a thread
   }
 
   void SetUp() override {

@@ -4,11 +4,7 @@
 // that volume. And profd refuses a CSI plugin that would show pods its control socket.
 // Mounting needs CAP_SYS_ADMIN: the test and the profd it starts live in a mount namespace of the
 // test's own; skipped where that is not allowed.
-#include <sched.h>
-#include <sys/mount.h>
 
-#include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <string>
 
@@ -17,6 +13,7 @@
 #include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "tests/support/profd_process.h"
+#include "tests/support/subprocess.h"
 
 namespace profd::testing {
 namespace {
@@ -26,12 +23,7 @@ constexpr char kPodUid[] = "5f0c8e1a-3b2d-4c6e-9f10-2a7b8c9d0e1f";
 class CsiVolumeTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    // Before any thread: unshare(CLONE_NEWNS) refuses a multi-threaded process.
-    if (unshare(CLONE_NEWNS) != 0) {
-      skip_reason_ = std::string("no mount namespace of its own: ") + std::strerror(errno);
-    } else if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
-      skip_reason_ = std::string("cannot make mounts private: ") + std::strerror(errno);
-    }
+    skip_reason_ = EnterPrivateMountNamespace();  // before any thread starts
   }
   void SetUp() override {
     if (!skip_reason_.empty()) GTEST_SKIP() << skip_reason_;

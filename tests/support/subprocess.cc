@@ -1,12 +1,16 @@
 #include "tests/support/subprocess.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mount.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -186,6 +190,16 @@ double ProcessCpuSeconds(pid_t pid) {
     if (i >= 14) ticks += std::strtod(field.c_str(), nullptr);
   }
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+std::string EnterPrivateMountNamespace() {
+  if (unshare(CLONE_NEWNS) != 0) {
+    return std::string("no mount namespace of its own: ") + std::strerror(errno);
+  }
+  if (mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) {
+    return std::string("cannot make mounts private: ") + std::strerror(errno);
+  }
+  return "";
 }
 
 }  // namespace profd::testing

@@ -72,4 +72,9 @@ double ProcessMemoryMiB(pid_t pid, const char* field);
 // Its CPU time so far (utime + stime from /proc/<pid>/stat), in seconds; 0 once it is gone.
 double ProcessCpuSeconds(pid_t pid);
 
+// Moves this process into a mount namespace of its own whose mounts do not propagate back, so a
+// test may mount as a kubelet does. Call it before any thread starts (unshare refuses a
+// multi-threaded process). "" when done, else why not (a reason for GTEST_SKIP).
+std::string EnterPrivateMountNamespace();
+
 }  // namespace profd::testing
