@@ -255,12 +255,15 @@ def kernels_without_launch(events):
 
 
 def compare_operators(trace, key_averages, out, name, calls_only):
+    """calls_only: another run's steps (kernel times differ); else `trace` is torch.profiler's own
+    export of the steps key_averages() summed."""
     report = os.path.join(out, name + "_report.json")
     with open(report, "w") as f:
         subprocess.run(["profctl", "report", "--json", "--top", "1000", trace], stdout=f,
                        timeout=120)
     p = subprocess.run([sys.executable, os.path.join(HERE, "compare_operators.py"), report,
-                        key_averages] + (["--calls-only"] if calls_only else []),
+                        key_averages] + (["--calls-only"] if calls_only else
+                                         ["--torch-trace", trace]),
                        capture_output=True, text=True)
     with open(os.path.join(out, "operators.txt"), "a") as f:
         f.write("== %s\n%s%s" % (name, p.stdout, p.stderr))
@@ -269,7 +272,8 @@ def compare_operators(trace, key_averages, out, name, calls_only):
 
 def ops_check(worker, capture, out):
     """The operator table against torch.profiler's key_averages() for the same steps: profctl
-    report of the trace torch.profiler exported for them (calls equal, CUDA time within 2 %), and of
+    report of the trace torch.profiler exported for them (calls equal, CUDA time within 2 % once
+    torch's overhead double count is taken out: compare_operators.py), and of
     profd's capture through Kineto of as many steps of the same workload just before (calls equal;
     kernel times of two runs differ, pageable copies most). `out` is a scratch folder."""
     answer = worker.ask("ops resnet50 %d %s" % (STEPS, out))

@@ -84,13 +84,9 @@ class FatAgents {
           device->set_uuid(std::string(64, 'u'));
         }
         if (!agent.Register(hello)) _exit(1);
-        // Heartbeats until the test is done with it (it kills the process).
-        for (int beat = 0; beat < 240 && !agent.closed(); ++beat) {
-          v1::AgentMessage heartbeat;
-          heartbeat.mutable_heartbeat()->set_realtime_ns(absl::ToUnixNanos(absl::Now()));
-          agent.SendMessage(heartbeat);
-          agent.Receive(absl::Milliseconds(500));
-        }
+        // Stays connected, silent (profd keeps a registered agent without heartbeats), until the
+        // test kills it; two minutes at most.
+        for (int i = 0; i < 240 && !agent.closed(); ++i) agent.Receive(absl::Milliseconds(500));
         _exit(0);
       }
       pids_.push_back(pid);
@@ -109,29 +105,9 @@ int Connected(const ProfdProcess& profd) {
   return profd.ProfctlJson({"status"})["agents_connected"].GetInt();
 }
 
-// 200 such agents: `profctl agents` gets an answer of about 4.6 MiB, more than gRPC receives by
-// default.
-TEST(LimitsTest, ProfctlReceivesAnAgentListLargerThanFourMiB) {
-  ProfdProcess profd;
-  profd.Start();
-  constexpr int kAgents = 200;
-  FatAgents agents(profd.agent_socket(), kAgents);
-  ASSERT_TRUE(WaitFor([&] { return Connected(profd) == kAgents; }, absl::Seconds(30)))
-      << Connected(profd);
-  RunResult r = profd.Profctl({"--json", "agents"});
-  ASSERT_EQ(r.exit_code, 0) << r.err;
-  EXPECT_GT(r.out.size(), 4u << 20) << "the answer is not larger than gRPC's default limit";
-  rapidjson::Document listed;
-  listed.Parse(r.out.c_str());
-  ASSERT_TRUE(listed.IsObject()) << r.err;
-  EXPECT_EQ(listed["agents"].Size(), static_cast<size_t>(kAgents));
-  EXPECT_EQ(listed["omitted"].GetInt(), 0);
-  RunResult table = profd.Profctl({"agents"});
-  EXPECT_EQ(table.exit_code, 0) << table.err;
-}
-
 // profd bounds its answer (16 MiB) rather than build one nobody can receive: past it, agents are
-// left out and counted, and profctl says so. 800 agents at every bound: about 18 MiB.
+// left out and counted, and profctl says so. 800 agents at every bound: about 18 MiB. What is
+// sent is still far more than gRPC receives by default (4 MiB), and profctl takes it.
 TEST(LimitsTest, AnAgentListOverItsBoundIsCutAndSaysSo) {
   ProfdProcess profd({"--agent_max_connections_per_uid=1024"});
   profd.Start();
@@ -141,6 +117,7 @@ TEST(LimitsTest, AnAgentListOverItsBoundIsCutAndSaysSo) {
       << Connected(profd);
   RunResult r = profd.Profctl({"--json", "agents"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_GT(r.out.size(), 4u << 20) << "the answer is not larger than gRPC's default limit";
   rapidjson::Document listed;
   listed.Parse(r.out.c_str());
   ASSERT_TRUE(listed.IsObject()) << r.err;
