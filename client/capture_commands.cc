@@ -46,6 +46,7 @@ struct CaptureFlags {
   uint64_t max_events = 0;
   std::string output;
   std::string label;
+  std::string reason;
   bool no_progress = false;
   std::string via = "auto";
   bool record_shapes = false;
@@ -428,6 +429,7 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
   }
   request.set_max_events(f.max_events);
   request.set_label(f.label);
+  request.set_reason(f.reason);
   if (f.via == "kineto") {
     request.set_path(profd::v1::CAPTURE_PATH_KINETO);
   } else if (f.via == "cupti" || f.via == "agent") {
@@ -675,6 +677,9 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   capture->add_option("--max-events", f->max_events, "Cut each process's trace after this many");
   capture->add_option("-o,--output", f->output, "Copy the trace here (a folder for several)");
   capture->add_option("--label", f->label, "Free text kept with the capture");
+  capture->add_option("--reason", f->reason,
+                      "Why you capture (an incident, a ticket): in the capture's manifest and, "
+                      "where profd authorizes with Kubernetes, its audit line");
   capture->add_flag("--no-progress", f->no_progress, "No progress line");
   capture->add_option("--via", f->via,
                       "auto (default: through Kineto when the process polls profd's Kineto "

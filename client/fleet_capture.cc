@@ -52,14 +52,18 @@ uint64_t EventsOf(const profd::v1::CaptureInfo& info) {
   return n;
 }
 
-// Runs one node's capture to its end, or to the deadline. progress_mu guards stderr.
+// Runs one node's capture to its end, or to the deadline. progress_mu guards stderr. The
+// kubeconfig's bearer token goes along: a profd that authorizes captures with Kubernetes
+// (--kubernetes_authorization) checks it is the user's and what they may capture.
 void CaptureOnNode(const GlobalOptions& g, const profd::v1::CaptureRequest& request,
-                   absl::Time deadline, bool progress, std::mutex* progress_mu, NodeRun* run) {
+                   const std::string& bearer_token, absl::Time deadline, bool progress,
+                   std::mutex* progress_mu, NodeRun* run) {
   TlsOptions tls = g.tls;
   tls.server_name = run->server_name;
   ProfdClient client(run->address, tls);
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
+  if (!bearer_token.empty()) ctx.AddMetadata("authorization", "Bearer " + bearer_token);
   auto reader = client.stub().Capture(&ctx, request);
   profd::v1::CaptureProgress message;
   profd::v1::CapturePhase shown = profd::v1::CAPTURE_PHASE_UNSPECIFIED;
@@ -358,8 +362,8 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
   for (NodeRun& run : runs) {
     profd::v1::CaptureRequest r = request;
     for (const std::string& pod : run.pods) r.add_pods(pod);
-    threads.emplace_back([&g, r = std::move(r), deadline, progress, &progress_mu, &run] {
-      CaptureOnNode(g, r, deadline, progress, &progress_mu, &run);
+    threads.emplace_back([&g, r = std::move(r), &access, deadline, progress, &progress_mu, &run] {
+      CaptureOnNode(g, r, access->token, deadline, progress, &progress_mu, &run);
     });
   }
   for (std::thread& t : threads) t.join();

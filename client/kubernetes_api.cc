@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/https_client.h"
 #ifdef PROFCTL_HAVE_YAML
 #include <yaml.h>
 #endif
@@ -116,13 +117,6 @@ bool YamlToJson(yaml_document_t* doc, yaml_node_t* node, rapidjson::Value* out,
   }
 }
 #endif
-
-size_t Collect(char* data, size_t size, size_t n, void* user) {
-  auto* out = static_cast<std::string*>(user);
-  if (out->size() + size * n > kMaxAnswerBytes) return 0;  // curl fails the transfer
-  out->append(data, size * n);
-  return size * n;
-}
 
 std::string Escape(const std::string& text) {
   std::unique_ptr<char, decltype(&curl_free)> escaped(
@@ -293,58 +287,31 @@ KubernetesApi::KubernetesApi(KubeAccess access, absl::Duration timeout)
     : access_(std::move(access)), timeout_(timeout) {}
 
 absl::StatusOr<rapidjson::Document> KubernetesApi::Get(const std::string& path) const {
-  std::unique_ptr<CURL, decltype(&curl_easy_cleanup)> curl(curl_easy_init(), &curl_easy_cleanup);
-  if (!curl) return absl::InternalError("cannot start libcurl");
-  const std::string url = absl::StrCat(absl::StripSuffix(access_.server, "/"), path);
-  std::string body;
-  char error[CURL_ERROR_SIZE] = {};
-  CURL* c = curl.get();
-  curl_easy_setopt(c, CURLOPT_URL, url.c_str());
-  curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, &Collect);
-  curl_easy_setopt(c, CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(c, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, static_cast<long>(absl::ToInt64Milliseconds(timeout_)));
-  curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "https,http");
-  curl_easy_setopt(c, CURLOPT_ACCEPT_ENCODING, "");
-  curl_blob ca{const_cast<char*>(access_.ca_pem.data()), access_.ca_pem.size(), CURL_BLOB_NOCOPY};
-  if (!access_.ca_pem.empty()) curl_easy_setopt(c, CURLOPT_CAINFO_BLOB, &ca);
-  if (access_.insecure_skip_tls_verify) {
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-    curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+  profd::HttpsRequest request;
+  request.url = absl::StrCat(absl::StripSuffix(access_.server, "/"), path);
+  request.bearer_token = access_.token;
+  request.ca_pem = access_.ca_pem;
+  request.insecure_skip_tls_verify = access_.insecure_skip_tls_verify;
+  request.client_cert_pem = access_.client_cert_pem;
+  request.client_key_pem = access_.client_key_pem;
+  request.allow_plain_http = true;  // the kubeconfig's server, as kubectl takes it
+  request.timeout = timeout_;
+  request.max_answer_bytes = kMaxAnswerBytes;
+  absl::StatusOr<profd::HttpsAnswer> answer = profd::SendHttps(request);
+  if (!answer.ok()) {
+    return absl::Status(answer.status().code(),
+                        absl::StrCat("the Kubernetes API server at ", access_.server, " (from ",
+                                     access_.source, ") did not answer: ",
+                                     answer.status().message()));
   }
-  curl_blob cert{const_cast<char*>(access_.client_cert_pem.data()), access_.client_cert_pem.size(),
-                 CURL_BLOB_NOCOPY};
-  curl_blob key{const_cast<char*>(access_.client_key_pem.data()), access_.client_key_pem.size(),
-                CURL_BLOB_NOCOPY};
-  if (!access_.client_cert_pem.empty()) {
-    curl_easy_setopt(c, CURLOPT_SSLCERT_BLOB, &cert);
-    curl_easy_setopt(c, CURLOPT_SSLCERTTYPE, "PEM");
-    curl_easy_setopt(c, CURLOPT_SSLKEY_BLOB, &key);
-    curl_easy_setopt(c, CURLOPT_SSLKEYTYPE, "PEM");
-  }
-  std::unique_ptr<curl_slist, decltype(&curl_slist_free_all)> headers(nullptr,
-                                                                      &curl_slist_free_all);
-  curl_slist* h = curl_slist_append(nullptr, "Accept: application/json");
-  if (!access_.token.empty()) {
-    h = curl_slist_append(h, absl::StrCat("Authorization: Bearer ", access_.token).c_str());
-  }
-  headers.reset(h);
-  curl_easy_setopt(c, CURLOPT_HTTPHEADER, headers.get());
-  const CURLcode rc = curl_easy_perform(c);
-  if (rc != CURLE_OK) {
-    return absl::UnavailableError(absl::StrCat(
-        "the Kubernetes API server at ", access_.server, " (from ", access_.source,
-        ") did not answer GET ", path, ": ", error[0] != '\0' ? error : curl_easy_strerror(rc)));
-  }
-  long code = 0;
-  curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &code);
+  const long code = answer->status;
+  const std::string& body = answer->body;
   rapidjson::Document doc;
   doc.Parse(body.c_str(), body.size());
   const bool json = !doc.HasParseError() && doc.IsObject();
   if (code / 100 != 2) {
     // Kubernetes answers errors as a Status object with a message.
-    const std::string message = json ? StringOf(doc, "message") : body.substr(0, 200);
+    const std::string message = profd::KubernetesErrorMessage(body);
     const std::string said =
         absl::StrCat("the Kubernetes API answered GET ", path, " with ", code, ": ", message);
     switch (code) {

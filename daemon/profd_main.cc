@@ -33,6 +33,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/https_client.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
 #include "daemon/agents/pod_directory.h"
@@ -168,10 +169,19 @@ ABSL_FLAG(std::string, kubernetes_pods, "none",
           "list. apiserver: the API server's, from inside the cluster (pods on --node_name); an "
           "https:// URL answering a v1 PodList (e.g. the kubelet's /pods); none: take the "
           "process's POD_NAME/POD_NAMESPACE as it says");
+ABSL_FLAG(std::string, kubernetes_authorization, "none",
+          "Who may capture over --grpc_address: apiserver (from inside the cluster) or the API "
+          "server's https:// URL. Callers then show a Kubernetes bearer token (profctl sends its "
+          "kubeconfig's), checked with a TokenReview, and need create on captures.profd.dev in "
+          "each namespace the capture reaches (a SubjectAccessReview); every capture gets an "
+          "audit line. Uses --kubernetes_token_file and --kubernetes_ca_file. none: whoever "
+          "passes mutual TLS may capture");
 ABSL_FLAG(std::string, kubernetes_token_file, "/var/run/secrets/kubernetes.io/serviceaccount/token",
-          "Bearer token for --kubernetes_pods (read again for each request); empty: none");
+          "profd's bearer token for --kubernetes_pods and --kubernetes_authorization (read again "
+          "for each request); empty: none");
 ABSL_FLAG(std::string, kubernetes_ca_file, "/var/run/secrets/kubernetes.io/serviceaccount/ca.crt",
-          "PEM CA of the --kubernetes_pods server; empty: the system's CAs");
+          "PEM CA of the --kubernetes_pods and --kubernetes_authorization servers; empty: the "
+          "system's CAs");
 ABSL_FLAG(std::string, node_name, "",
           "This node's Kubernetes name (default: $NODE_NAME, else the host name)");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "How often agents send counters");
@@ -433,6 +443,7 @@ struct Config {
   std::string csi_socket;  // "none": no CSI node plugin
   CsiNodeOptions csi;
   std::optional<PodDirectory::Options> pods;  // none: pods as processes claim them
+  std::optional<KubernetesAuthorizer::Options> authorization;  // none: mutual TLS decides
 };
 
 // The Alertmanager webhook's configuration; its token is read now, so that a missing or empty
@@ -486,6 +497,26 @@ absl::StatusOr<std::optional<PodDirectory::Options>> PodDirectoryFlags(const std
   } else {
     return absl::InvalidArgumentError(absl::StrCat(
         "--kubernetes_pods=", source, ": expected none, apiserver or an https:// URL"));
+  }
+  options.token_file = absl::GetFlag(FLAGS_kubernetes_token_file);
+  options.ca_file = absl::GetFlag(FLAGS_kubernetes_ca_file);
+  return options;
+}
+
+// --kubernetes_authorization and the flags beside it.
+absl::StatusOr<std::optional<KubernetesAuthorizer::Options>> AuthorizationFlags() {
+  const std::string source = absl::GetFlag(FLAGS_kubernetes_authorization);
+  if (source == "none" || source.empty()) return std::nullopt;
+  KubernetesAuthorizer::Options options;
+  if (source == "apiserver") {
+    absl::StatusOr<std::string> server = InClusterApiServer("--kubernetes_authorization=apiserver");
+    if (!server.ok()) return server.status();
+    options.server = *server;
+  } else if (absl::StartsWith(source, "https://")) {
+    options.server = std::string(absl::StripSuffix(source, "/"));
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--kubernetes_authorization=", source, ": expected none, apiserver or an https:// URL"));
   }
   options.token_file = absl::GetFlag(FLAGS_kubernetes_token_file);
   options.ca_file = absl::GetFlag(FLAGS_kubernetes_ca_file);
@@ -622,6 +653,10 @@ absl::StatusOr<Config> ConfigFromFlags() {
   absl::StatusOr<std::optional<PodDirectory::Options>> pods = PodDirectoryFlags(node);
   if (!pods.ok()) return pods.status();
   config.pods = *std::move(pods);
+  absl::StatusOr<std::optional<KubernetesAuthorizer::Options>> authorization =
+      AuthorizationFlags();
+  if (!authorization.ok()) return authorization.status();
+  config.authorization = *std::move(authorization);
   config.csi_socket = absl::GetFlag(FLAGS_csi_socket);
   config.csi.driver_name = absl::GetFlag(FLAGS_csi_driver_name);
   config.csi.node_id = node;
@@ -680,6 +715,7 @@ class Daemon {
   std::unique_ptr<HttpServer> alert_server_;  // after the webhook: it calls it
   std::unique_ptr<TcpListener> tcp_listener_;
   std::unique_ptr<store::TraceStoreService> store_service_;
+  std::unique_ptr<KubernetesAuthorizer> authorizer_;
   std::unique_ptr<ProfdService> service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<CsiVolumePublisher> csi_publisher_;
@@ -918,6 +954,12 @@ absl::Status Daemon::StartGrpc(std::shared_ptr<grpc::ServerCredentials> tcp_cred
                                             targets_.get());
   service_->set_gpu_sampler(gpu_sampler_.get());
   service_->set_counter_sampler(counter_sampler_.get());
+  if (config_.authorization) {
+    authorizer_ = std::make_unique<KubernetesAuthorizer>(*config_.authorization);
+    service_->set_authorizer(authorizer_.get());
+    LogInfo(kComponent, "captures over TCP: Kubernetes users allowed to create captures.profd.dev "
+            "(%s)", config_.authorization->server);
+  }
   builder.RegisterService(service_.get());
   builder.RegisterService(store_service_.get());
   server_ = builder.BuildAndStart();

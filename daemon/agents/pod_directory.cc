@@ -1,7 +1,5 @@
 #include "daemon/agents/pod_directory.h"
 
-#include <curl/curl.h>
-
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -10,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "common/https_client.h"
 #include "daemon/log.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
@@ -27,39 +26,6 @@ std::string StringMember(const rapidjson::Value& object, const char* name) {
   return std::string(it->value.GetString(), it->value.GetStringLength());
 }
 
-struct Body {
-  std::string text;
-  size_t limit = 0;
-  bool too_large = false;
-};
-
-size_t Append(char* data, size_t size, size_t count, void* user) {
-  auto* body = static_cast<Body*>(user);
-  const size_t n = size * count;
-  if (body->text.size() + n > body->limit) {
-    body->too_large = true;
-    return 0;  // aborts the transfer
-  }
-  body->text.append(data, n);
-  return n;
-}
-
-// libcurl's progress callback: a non-zero answer ends the transfer.
-int AbortWhenAsked(void* abort, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
-  return static_cast<std::atomic<bool>*>(abort)->load() ? 1 : 0;
-}
-
-absl::StatusOr<std::string> ReadToken(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot read the Kubernetes token ", path,
-                     " (--kubernetes_token_file; in a pod: the service account's token)"));
-  }
-  std::stringstream text;
-  text << in.rdbuf();
-  return std::string(absl::StripAsciiWhitespace(text.str()));
-}
 
 }  // namespace
 
@@ -101,22 +67,15 @@ absl::StatusOr<std::map<std::string, PodName>> ParsePodList(absl::string_view js
 }
 
 absl::StatusOr<std::string> PodDirectory::InClusterUrl(const std::string& node_name) {
-  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
-  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-  if (host == nullptr || *host == '\0' || port == nullptr || *port == '\0') {
-    return absl::FailedPreconditionError(
-        "--kubernetes_pods=apiserver needs KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT "
-        "(set in every pod): run profd in the cluster, or give the pod list's https URL");
-  }
+  absl::StatusOr<std::string> server = InClusterApiServer("--kubernetes_pods=apiserver");
+  if (!server.ok()) return server.status();
   if (node_name.empty()) {
     return absl::FailedPreconditionError(
         "--kubernetes_pods=apiserver needs the node's name: --node_name, or NODE_NAME from "
         "the downward API (spec.nodeName)");
   }
-  const std::string h = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]") : host;
   // Only this node's pods: the answer stays small whatever the cluster's size.
-  return absl::StrCat("https://", h, ":", port, "/api/v1/pods?fieldSelector=spec.nodeName%3D",
-                      node_name);
+  return absl::StrCat(*server, "/api/v1/pods?fieldSelector=spec.nodeName%3D", node_name);
 }
 
 PodDirectory::PodDirectory(Options options) : options_(std::move(options)) {}
@@ -171,45 +130,20 @@ void PodDirectory::Run(std::function<void()> on_refresh) {
 absl::StatusOr<std::string> PodDirectory::Fetch() const {
   std::string token;
   if (!options_.token_file.empty()) {
-    absl::StatusOr<std::string> read = ReadToken(options_.token_file);
+    absl::StatusOr<std::string> read = ReadTokenFile(options_.token_file);
     if (!read.ok()) return read.status();
     token = *std::move(read);
   }
-  CURL* curl = curl_easy_init();
-  if (curl == nullptr) return absl::InternalError("curl_easy_init failed");
-  Body body;
-  body.limit = options_.max_answer_bytes;
-  char error[CURL_ERROR_SIZE] = "";
-  curl_slist* headers = curl_slist_append(nullptr, "Accept: application/json");
-  std::string authorization = absl::StrCat("Authorization: Bearer ", token);
-  if (!token.empty()) headers = curl_slist_append(headers, authorization.c_str());
-  curl_easy_setopt(curl, CURLOPT_URL, options_.url.c_str());
-  curl_easy_setopt(curl, CURLOPT_PROTOCOLS_STR, "https");  // a token never goes in plain text
-  curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
-  curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, Append);
-  curl_easy_setopt(curl, CURLOPT_WRITEDATA, &body);
-  curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
-  curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
-  curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, AbortWhenAsked);
-  curl_easy_setopt(curl, CURLOPT_XFERINFODATA, const_cast<std::atomic<bool>*>(&abort_fetch_));
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS,
-                   static_cast<long>(absl::ToInt64Milliseconds(options_.timeout)));
-  curl_easy_setopt(curl, CURLOPT_ACCEPT_ENCODING, "");
-  if (!options_.ca_file.empty()) curl_easy_setopt(curl, CURLOPT_CAINFO, options_.ca_file.c_str());
-  CURLcode code = curl_easy_perform(curl);
-  long http = 0;
-  curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &http);
-  curl_slist_free_all(headers);
-  curl_easy_cleanup(curl);
-  if (body.too_large) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the pod list from ", options_.url, " is larger than ", body.limit, " bytes"));
-  }
-  if (code != CURLE_OK) {
-    return absl::UnavailableError(
-        absl::StrCat("GET ", options_.url, ": ", *error ? error : curl_easy_strerror(code)));
-  }
+  HttpsRequest request;
+  request.url = options_.url;
+  request.bearer_token = token;
+  request.ca_file = options_.ca_file;
+  request.timeout = options_.timeout;
+  request.max_answer_bytes = options_.max_answer_bytes;
+  request.abort = &abort_fetch_;
+  absl::StatusOr<HttpsAnswer> answer = SendHttps(request);
+  if (!answer.ok()) return answer.status();
+  const long http = answer->status;
   if (http == 401 || http == 403) {
     return absl::PermissionDeniedError(absl::StrCat(
         "GET ", options_.url, ": HTTP ", http,
@@ -220,7 +154,7 @@ absl::StatusOr<std::string> PodDirectory::Fetch() const {
   if (http != 200) {
     return absl::UnavailableError(absl::StrCat("GET ", options_.url, ": HTTP ", http));
   }
-  return std::move(body.text);
+  return std::move(answer->body);
 }
 
 absl::Status PodDirectory::RefreshNow() {

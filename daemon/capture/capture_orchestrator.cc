@@ -670,7 +670,8 @@ void CaptureOrchestrator::Shutdown() {
   for (auto& c : all) c->Join();
 }
 
-absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest& request) {
+absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest& request,
+                                                       const Admission& admission) {
   // What, for how long, when and how written (the same check profctl makes), then this
   // profd's own limit.
   absl::Time now = Now();
@@ -685,6 +686,9 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
       catalog_->Resolve(request, [this](uint32_t pid) { return RunningCaptureOf(pid); });
   if (!resolved.ok()) return resolved.status();
   std::vector<CaptureTarget> targets = *std::move(resolved);
+  if (admission.check) {
+    if (absl::Status allowed = admission.check(targets); !allowed.ok()) return allowed;
+  }
   for (const CaptureTarget& t : targets) {
     if (t.path == v1::CAPTURE_PATH_KINETO && kineto_ == nullptr) {
       return absl::FailedPreconditionError("profd serves no Kineto socket (--kineto_socket_dir)");
@@ -726,6 +730,8 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   info.set_label(request.label());
   if (request.has_alert()) *info.mutable_alert() = request.alert();
   info.set_fleet_id(request.fleet_id());
+  info.set_requested_by(admission.requested_by);
+  info.set_reason(request.reason());
   info.set_hostname(options_.hostname);
   for (int kind : request.kinds()) info.add_kinds(static_cast<v1::ActivityKind>(kind));
   if (request.gpu_metrics()) {

@@ -93,8 +93,16 @@ class CaptureOrchestrator final : public AgentEventSink {
                       const CaptureTargets* catalog, kineto::KinetoIpcServer* kineto);
   ~CaptureOrchestrator() override;
 
+  // Who asks, as the caller established it, and whether they may capture the processes the
+  // request resolves to: `check` runs once, after resolution and before anything starts.
+  struct Admission {
+    std::string requested_by;
+    std::function<absl::Status(const std::vector<CaptureTarget>& targets)> check;
+  };
+
   // gRPC threads.
-  absl::StatusOr<std::string> Start(const v1::CaptureRequest& request);
+  absl::StatusOr<std::string> Start(const v1::CaptureRequest& request,
+                                    const Admission& admission = {});
   std::optional<v1::CaptureInfo> Get(const std::string& id) const;
   // Waits until the capture's snapshot is newer than *version (or timeout); false if unknown id.
   bool WaitForChange(const std::string& id, uint64_t* version, absl::Duration timeout,

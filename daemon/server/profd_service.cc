@@ -1,8 +1,16 @@
 #include "daemon/server/profd_service.h"
 
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "common/grpc_status.h"
+#include "daemon/log.h"
 #include "profd/v1/control_limits.h"
+#include "rapidjson/stringbuffer.h"
+#include "rapidjson/writer.h"
 
 namespace profd {
 ProfdService::ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
@@ -15,6 +23,62 @@ ProfdService::ProfdService(const DaemonIdentity* identity, AgentRegistry* regist
       targets_(targets) {}
 
 namespace {
+
+constexpr char kAuditComponent[] = "audit";
+
+// The bearer token of a call's "authorization: Bearer ..." metadata ("" when none).
+std::string BearerToken(const grpc::ServerContext& context) {
+  for (auto [it, end] = context.client_metadata().equal_range("authorization"); it != end; ++it) {
+    absl::string_view value(it->second.data(), it->second.size());
+    if (absl::ConsumePrefix(&value, "Bearer ") || absl::ConsumePrefix(&value, "bearer ")) {
+      return std::string(value);
+    }
+  }
+  return "";
+}
+
+// One line per capture asked for (--kubernetes_authorization): who, from where, which processes
+// and pods, why, and what came of it, as JSON after "audit]".
+struct AuditRecord {
+  std::string user;
+  std::vector<std::string> groups;
+  std::string peer;
+  std::vector<uint32_t> pids;
+  std::set<std::string> pods;
+  std::string result;  // "started" or why not
+  std::string capture_id;
+};
+
+void WriteAudit(const AuditRecord& a, const v1::CaptureRequest& request) {
+  rapidjson::StringBuffer buffer;
+  rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
+  auto field = [&](const char* key, const std::string& value) {
+    w.Key(key);
+    w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
+  };
+  w.StartObject();
+  field("event", "capture");
+  field("user", a.user);
+  w.Key("groups");
+  w.StartArray();
+  for (const std::string& g : a.groups) w.String(g.c_str(), static_cast<rapidjson::SizeType>(g.size()));
+  w.EndArray();
+  field("peer", a.peer);
+  w.Key("pids");
+  w.StartArray();
+  for (uint32_t pid : a.pids) w.Uint(pid);
+  w.EndArray();
+  w.Key("pods");
+  w.StartArray();
+  for (const std::string& p : a.pods) w.String(p.c_str(), static_cast<rapidjson::SizeType>(p.size()));
+  w.EndArray();
+  field("reason", request.reason());
+  field("fleet_id", request.fleet_id());
+  field("result", a.result);
+  field("capture_id", a.capture_id);
+  w.EndObject();
+  LogInfo(kAuditComponent, "%s", buffer.GetString());
+}
 
 // Adds entries while the answer stays under kMaxListAnswerBytes, and counts the rest in
 // *omitted: a list profctl cannot receive would fail for everyone, and a partial one that says
@@ -89,7 +153,7 @@ grpc::Status ProfdService::GetStatus(grpc::ServerContext*, const v1::GetStatusRe
 
 grpc::Status ProfdService::Capture(grpc::ServerContext* context, const v1::CaptureRequest* request,
                                    grpc::ServerWriter<v1::CaptureProgress>* writer) {
-  absl::StatusOr<std::string> id = captures_->Start(*request);
+  absl::StatusOr<std::string> id = Admit(*context, *request);
   if (!id.ok()) return ToGrpcStatus(id.status());
   absl::Time begun = absl::Now();
   uint64_t version = 0;
@@ -114,6 +178,59 @@ grpc::Status ProfdService::Capture(grpc::ServerContext* context, const v1::Captu
     if (absl::Now() - begun > absl::Hours(2)) break;
   }
   return grpc::Status::OK;
+}
+
+absl::StatusOr<std::string> ProfdService::Admit(const grpc::ServerContext& context,
+                                                const v1::CaptureRequest& request) {
+  if (authorizer_ == nullptr) return captures_->Start(request);
+  AuditRecord audit;
+  audit.peer = context.peer();
+  CaptureOrchestrator::Admission admission;
+  std::optional<KubernetesCaller> caller;
+  absl::Status refused;
+  // The control socket is local and guarded by its file mode (--access_group): its callers are
+  // root or the group's members, whom no Kubernetes identity describes.
+  if (!absl::StartsWith(audit.peer, "unix")) {
+    const std::string token = BearerToken(context);
+    absl::StatusOr<KubernetesCaller> who =
+        token.empty() ? absl::UnauthenticatedError(
+                            "this profd lets Kubernetes users capture (--kubernetes_authorization) "
+                            "and the request carries no bearer token: profctl sends the one of "
+                            "your kubeconfig's user when it captures by workload (-n/-l, "
+                            "--deployment, --job)")
+                      : authorizer_->Authenticate(token);
+    if (!who.ok()) refused = who.status();
+    if (who.ok()) {
+      caller = *std::move(who);
+      audit.user = caller->user;
+      audit.groups = caller->groups;
+      admission.requested_by = caller->user;
+    }
+  } else {
+    audit.user = "(control socket)";
+  }
+  admission.check = [&](const std::vector<CaptureTarget>& targets) -> absl::Status {
+    std::set<std::string> namespaces;
+    for (const CaptureTarget& t : targets) {
+      audit.pids.push_back(t.info.pid());
+      if (!t.info.pod_name().empty()) {
+        audit.pods.insert(absl::StrCat(t.info.pod_namespace(), "/", t.info.pod_name()));
+      }
+      namespaces.insert(t.info.pod_name().empty() ? "" : t.info.pod_namespace());
+    }
+    if (!caller) return absl::OkStatus();  // the control socket
+    for (const std::string& ns : namespaces) {
+      if (absl::Status allowed = authorizer_->Authorize(*caller, ns); !allowed.ok()) {
+        return allowed;
+      }
+    }
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::string> id = refused.ok() ? captures_->Start(request, admission) : refused;
+  audit.result = id.ok() ? "started" : std::string(id.status().message());
+  if (id.ok()) audit.capture_id = *id;
+  WriteAudit(audit, request);
+  return id;
 }
 
 grpc::Status ProfdService::GetCapture(grpc::ServerContext*, const v1::GetCaptureRequest* request,

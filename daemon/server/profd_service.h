@@ -11,6 +11,7 @@
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/metrics/gpu_sampler.h"
 #include "daemon/metrics/pm_sampler.h"
+#include "daemon/server/kubernetes_authorizer.h"
 #include "profd/v1/profd.grpc.pb.h"
 
 namespace profd {
@@ -36,6 +37,10 @@ class ProfdService final : public v1::Profd::Service {
   void set_gpu_sampler(const GpuSampler* gpus) { gpus_ = gpus; }
   // Likewise; null leaves gpu_counters unset.
   void set_counter_sampler(const PmSampler* counters) { counters_ = counters; }
+  // --kubernetes_authorization: captures asked for over TCP need a Kubernetes user allowed to
+  // create captures in each namespace they reach, and every capture gets an audit line. Null:
+  // whoever reaches the listener may capture (mutual TLS decides who can).
+  void set_authorizer(KubernetesAuthorizer* authorizer) { authorizer_ = authorizer; }
 
   grpc::Status ListAgents(grpc::ServerContext* context, const v1::ListAgentsRequest* request,
                           v1::ListAgentsResponse* response) override;
@@ -52,6 +57,10 @@ class ProfdService final : public v1::Profd::Service {
                              v1::CaptureInfo* response) override;
 
  private:
+  // Starts the capture if the caller may (set_authorizer), with its audit line.
+  absl::StatusOr<std::string> Admit(const grpc::ServerContext& context,
+                                    const v1::CaptureRequest& request);
+
   const DaemonIdentity* const identity_;
   AgentRegistry* const registry_;
   const AgentChannelServer* const channel_;
@@ -59,6 +68,7 @@ class ProfdService final : public v1::Profd::Service {
   const CaptureTargets* const targets_;
   const GpuSampler* gpus_ = nullptr;
   const PmSampler* counters_ = nullptr;
+  KubernetesAuthorizer* authorizer_ = nullptr;
 };
 
 }  // namespace profd

@@ -2,11 +2,12 @@
 // network namespace with its own address (a veth on a bridge), host name (a UTS namespace) and
 // mTLS server certificate, each with replay agents in two "pods" of a Deployment; a shared
 // file:// store; and the real profctl, in a fifth namespace (the laptop), finding the pods through
-// a Kubernetes API stand-in (tests/integration/kubernetes_api_standin.py: HTTPS, bearer token,
-// the routes profctl uses, answered from tests/fixtures/kubernetes/, shaped as the API server
-// answers). One command captures every node under one fleet id; `profctl report FLEET_ID` sets
-// the pods side by side and names the straggler; a node killed mid-capture is named, the others'
-// traces kept. Needs root (network namespaces); without them (or with PROFD_TEST_NO_NETNS set),
+// a Kubernetes API stand-in (tests/support/kubernetes_api_stand_in.py: HTTPS, bearer tokens,
+// the routes profctl and profd use, answered from tests/fixtures/kubernetes/, shaped as the API
+// server answers). One command captures every node under one fleet id; `profctl report FLEET_ID`
+// sets the pods side by side and names the straggler; a node killed mid-capture is named, the
+// others' traces kept. The nodes authorize captures with Kubernetes: the kubeconfig's user is
+// checked with a TokenReview, allowed per namespace with a SubjectAccessReview, and audited. Needs root (network namespaces); without them (or with PROFD_TEST_NO_NETNS set),
 // distinct loopback addresses 127.0.0.11-14 stand in for the nodes.
 #include <unistd.h>
 
@@ -34,7 +35,12 @@ namespace profd::testing {
 namespace {
 
 constexpr int kNodes = 4;
+// The kubeconfig's users (tests/fixtures/kubernetes/users.json): alice may capture in serving
+// (group sre), bob only in training.
 constexpr char kToken[] = "fleet-test-token-3f9a";
+constexpr char kBobToken[] = "bob-token-8c21";
+// profd's own (its service account's), for the reviews.
+constexpr char kProfdToken[] = "profd-service-account-token-51c7";
 
 bool Has(const std::string& text, const std::string& part) {
   return text.find(part) != std::string::npos;
@@ -154,11 +160,12 @@ class FleetTest : public ::testing::Test {
   void StartApi() {
     api_port_ = namespaces_ ? 6443 : 16443 + getpid() % 1000;
     std::vector<std::string> argv = OnLaptop(
-        {python_, SourcePath("tests/integration/kubernetes_api_standin.py"), "--fixtures",
-         SourcePath("tests/fixtures/kubernetes"), "--cert", pki_->File("apiserver.pem"), "--key",
-         pki_->File("apiserver.key"), "--token", kToken, "--listen", ApiAddress(),
+        {python_, SourcePath("tests/support/kubernetes_api_stand_in.py"), "--cert",
+         pki_->File("apiserver.pem"), "--key", pki_->File("apiserver.key"), "--token",
+         kProfdToken, "--users", SourcePath("tests/fixtures/kubernetes/users.json"), "--listen",
+         ApiAddress(),
          // Fewer pods a page than asked for, as the API may answer: profctl must follow continue.
-         "--page-size", "3", "--requests-log", dir_.File("api-requests.log")});
+         "--page-size", "3", "--log", dir_.File("api-requests.log")});
     if (!namespaces_) {
       std::vector<std::string> map;
       for (int i = 1; i <= kNodes; ++i) {
@@ -168,33 +175,38 @@ class FleetTest : public ::testing::Test {
     }
     api_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{},
                                         dir_.File("api.log"));
-    ASSERT_TRUE(WaitFor([&] { return Has(ReadFileOrEmpty(dir_.File("api.log")), "listening"); },
+    ASSERT_TRUE(WaitFor([&] { return Has(ReadFileOrEmpty(dir_.File("api.log")), "port "); },
                         absl::Seconds(10)))
         << ReadFileOrEmpty(dir_.File("api.log.err"));
+    std::ofstream(dir_.File("profd-token")) << kProfdToken << "\n";
   }
 
-  // As kubectl writes one (YAML), with the API's CA inline and a bearer token.
-  void WriteKubeconfig() {
+  // As kubectl writes one (YAML), with the API's CA inline and a user's bearer token.
+  void WriteKubeconfig(const std::string& file = "kubeconfig", const std::string& token = kToken) {
     std::string ca_base64;
     absl::Base64Escape(ReadFileOrEmpty(pki_->File("ca.pem")), &ca_base64);
-    std::ofstream(dir_.File("kubeconfig")) << absl::StrCat(
+    std::ofstream(dir_.File(file)) << absl::StrCat(
         "apiVersion: v1\nkind: Config\nclusters:\n- cluster:\n    certificate-authority-data: ",
         ca_base64, "\n    server: https://", ApiAddress(),
         "\n  name: gpu-cluster\ncontexts:\n- context:\n    cluster: gpu-cluster\n"
         "    namespace: serving\n    user: oncall\n  name: oncall@gpu-cluster\n"
         "current-context: oncall@gpu-cluster\npreferences: {}\nusers:\n- name: oncall\n  user:\n"
         "    token: ",
-        kToken, "\n");
+        token, "\n");
   }
 
-  // profd on node i: its namespace, its host name, mTLS on its own address, the shared store.
+  // profd on node i: its namespace, its host name, mTLS on its own address, the shared store,
+  // captures authorized by the API server.
   void StartNode(int i) {
     auto node = std::make_unique<ProfdProcess>(std::vector<std::string>{
         absl::StrCat("--grpc_address=", NodeIp(i), ":7465"),
         "--grpc_tls_cert=" + pki_->File(absl::StrCat("node", i, ".pem")),
         "--grpc_tls_key=" + pki_->File(absl::StrCat("node", i, ".key")),
         "--grpc_tls_client_ca=" + pki_->File("ca.pem"), "--store=file://" + dir_.File("store"),
-        "--upload_retry_initial=100ms"});
+        "--upload_retry_initial=100ms",
+        absl::StrCat("--kubernetes_authorization=https://", ApiAddress()),
+        "--kubernetes_token_file=" + dir_.File("profd-token"),
+        "--kubernetes_ca_file=" + pki_->File("ca.pem")});
     std::vector<std::string> launcher;
     if (namespaces_) {
       launcher = {network_.ip(), "netns", "exec", network_.node(i)};
@@ -297,8 +309,9 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
 
   // One command, every node, one id, one start.
   const absl::Time before = absl::Now();
-  RunResult r = profd::testing::Run(Capture(
-      {"--json", "--deployment", "llm", "-n", "serving", "--duration", "1s", "--lead", "1s"}));
+  RunResult r = profd::testing::Run(Capture({"--json", "--deployment", "llm", "-n", "serving",
+                                             "--duration", "1s", "--lead", "1s", "--reason",
+                                             "INC-4711 p99 latency"}));
   const absl::Duration took = absl::Now() - before;
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   rapidjson::Document doc;
@@ -328,6 +341,19 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
   const std::string requests = ReadFileOrEmpty(dir_.File("api-requests.log"));
   EXPECT_TRUE(Has(requests, "/apis/apps/v1/namespaces/serving/deployments/llm")) << requests;
   EXPECT_TRUE(Has(requests, "continue=")) << requests;
+
+  // Each node checked who asked and wrote one audit line: the user the API server named, the
+  // pods, why, what came of it.
+  for (const auto& node : nodes_) {
+    const std::string log = node->log();
+    EXPECT_TRUE(Has(log, "audit] {\"event\":\"capture\",\"user\":\"alice@example.com\","
+                         "\"groups\":[\"sre\",\"system:authenticated\"]"))
+        << log;
+    EXPECT_TRUE(Has(log, "\"pods\":[\"serving/llm-7f9c5d6b8-")) << log;
+    EXPECT_TRUE(Has(log, "\"reason\":\"INC-4711 p99 latency\",\"fleet_id\":\"" + fleet_id +
+                             "\",\"result\":\"started\""))
+        << log;
+  }
 
   // Each node's capture carries the fleet id into the shared store.
   ASSERT_TRUE(Stored(fleet_id, kNodes));
@@ -407,6 +433,50 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
   pd.Parse(partial.out.c_str());
   ASSERT_FALSE(pd.HasParseError());
   EXPECT_EQ(pd["per_process"].Size(), 6u);  // the pods of nodes 1-3
+}
+
+TEST_F(FleetTest, OnlyUsersTheClusterAllowsCaptureAndEveryAttemptIsAudited) {
+  for (int i = 1; i <= 2; ++i) StartNode(i);
+  for (int i = 1; i <= 2; ++i) StartPods(i, "");
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& node : nodes_) {
+          rapidjson::Document d = node->ProfctlJson({"agents"});
+          if (!d.HasMember("agents") || d["agents"].Size() != 2) return false;
+        }
+        return true;
+      },
+      absl::Seconds(15)));
+  // bob may view the namespace but not capture in it: every node refuses, saying who and why,
+  // and nothing starts.
+  WriteKubeconfig("bob-kubeconfig", kBobToken);
+  RunResult bob = profd::testing::Run(Profctl(
+      {"capture", "--kubeconfig", dir_.File("bob-kubeconfig"), "--deployment", "llm", "-n",
+       "serving", "--duration", "1s", "--lead", "500ms", "--node-timeout", "5s"}));
+  EXPECT_EQ(bob.exit_code, 5) << bob.out << bob.err;  // no node captured (3 and 4: no profd)
+  for (int i = 1; i <= 2; ++i) {
+    EXPECT_TRUE(Has(bob.out, absl::StrCat("FAILED gpu-node-", i, " (", NodeIp(i), ":7465)")))
+        << bob.out;
+  }
+  EXPECT_TRUE(Has(bob.out, "bob@example.com may not create captures.profd.dev in namespace "
+                           "serving"))
+      << bob.out;
+  for (const auto& node : nodes_) {
+    EXPECT_TRUE(Has(node->log(), "\"user\":\"bob@example.com\"")) << node->log();
+    EXPECT_TRUE(Has(node->log(), "\"result\":\"bob@example.com may not create")) << node->log();
+  }
+
+  // Without a token (a client certificate alone) a Kubernetes-authorizing profd starts nothing,
+  // and says what to send.
+  RunResult bare = profd::testing::Run(
+      Profctl({"--target", absl::StrCat(NodeIp(1), ":7465"), "capture", "--all", "--duration",
+               "1s"}));
+  EXPECT_NE(bare.exit_code, 0);
+  EXPECT_TRUE(Has(bare.err, "carries no bearer token")) << bare.err;
+  // The local control socket is root's and its group's: no Kubernetes user, still audited.
+  RunResult local = nodes_[0]->Profctl({"capture", "--all", "--duration", "500ms"});
+  EXPECT_EQ(local.exit_code, 0) << local.err;
+  EXPECT_TRUE(Has(nodes_[0]->log(), "\"user\":\"(control socket)\"")) << nodes_[0]->log();
 }
 
 TEST_F(FleetTest, WorkloadsResolveThroughTheApiAndBadInputIsSaidClearly) {

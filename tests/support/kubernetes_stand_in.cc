@@ -45,6 +45,7 @@ std::unique_ptr<KubernetesApiStandIn> KubernetesApiStandIn::Start(const Options&
       "--key",   s->dir_.File("server.key"),
       "--token", token,
       "--pods",  SourcePath("tests/fixtures/kubernetes/" + options.pods_fixture),
+      "--users", SourcePath("tests/fixtures/kubernetes/users.json"),
       "--log",   s->dir_.File("requests.log")};
   if (options.forbidden) argv.push_back("--forbidden");
   s->server_ = std::make_unique<Subprocess>(argv, std::map<std::string, std::string>{},
@@ -71,6 +72,10 @@ std::unique_ptr<KubernetesApiStandIn> KubernetesApiStandIn::Start(const Options&
 
 KubernetesApiStandIn::~KubernetesApiStandIn() {
   if (server_) server_->Kill();
+}
+
+std::string KubernetesApiStandIn::Url() const {
+  return absl::StrCat("https://127.0.0.1:", port_);
 }
 
 std::string KubernetesApiStandIn::PodsUrl(const std::string& node) const {

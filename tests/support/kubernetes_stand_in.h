@@ -1,7 +1,8 @@
 // Test support: the Kubernetes API server's stand-in (kubernetes_api_stand_in.py) in a child
 // process, over HTTPS with a throwaway self-signed certificate made by the openssl CLI, serving a
-// recorded PodList from tests/fixtures/kubernetes/. It stands in for the API server only: the
-// client under test is profd's real one.
+// recorded PodList and the users of users.json (TokenReview, SubjectAccessReview) from
+// tests/fixtures/kubernetes/. It stands in for the API server only: the client under test is
+// profd's real one.
 #pragma once
 
 #include <memory>
@@ -23,13 +24,14 @@ class KubernetesApiStandIn {
   ~KubernetesApiStandIn();
 
   int port() const { return port_; }
+  std::string Url() const;  // https://127.0.0.1:PORT
   // The pod list of `node`, as profd's --kubernetes_pods=apiserver asks for it.
   std::string PodsUrl(const std::string& node) const;
   const std::string& ca_file() const { return ca_file_; }        // the server's own certificate
   const std::string& token_file() const { return token_file_; }  // holds the accepted token
   // A second self-signed certificate that did not sign the server's.
   const std::string& other_ca_file() const { return other_ca_file_; }
-  // One line per request: "GET <path> token-ok|token-bad".
+  // One line per request: "GET|POST <path> token-ok|token-bad".
   std::string Requests() const;
 
  private:
