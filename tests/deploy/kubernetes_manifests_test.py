@@ -306,7 +306,8 @@ def check_profd_pieces(objects, errors):
     kinds = {(o.get("kind"), (o.get("metadata") or {}).get("name")) for o in objects}
     for wanted in [("Namespace", "profd"), ("DaemonSet", "profd"), ("ServiceAccount", "profd"),
                    ("ServiceAccount", "profd-fleet"), ("ClusterRole", "profd-node"),
-                   ("ClusterRole", "profd-fleet"), ("CSIDriver", "csi.profd.dev"),
+                   ("ClusterRole", "profd-fleet"), ("ClusterRole", "profd-capturer"),
+                   ("CSIDriver", "csi.profd.dev"),
                    ("Service", "profd-metrics"), ("ServiceMonitor", "profd"),
                    ("Secret", "profd-s3-credentials"), ("PriorityClass", "profd-node-agent")]:
         if wanted not in kinds:
