@@ -4,6 +4,7 @@
 #include <chrono>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -32,6 +33,7 @@ namespace analysis = profd::analysis;
 struct NodeRun {
   std::string node, address, server_name;
   std::vector<std::string> pods;  // namespace/name
+  std::unique_ptr<ProfdClient> client;  // connected before the start instant is chosen
   profd::v1::CaptureInfo last;    // the latest state profd sent
   bool finished = false;          // profd sent the capture's final state
   std::string error;              // why this node has no (whole) capture; "" when it has
@@ -52,15 +54,28 @@ uint64_t EventsOf(const profd::v1::CaptureInfo& info) {
   return n;
 }
 
+// Opens a node's channel (TCP and TLS handshakes) and waits until it is ready or has failed:
+// the start instant is chosen once every node can be asked at once, so that the time the
+// handshakes take (1,000 of them, docs/FLEET.md) does not eat into the lead. A node that failed
+// is asked anyway, and its call says why.
+void ConnectToNode(const GlobalOptions& g, absl::Time deadline, NodeRun* run) {
+  TlsOptions tls = g.tls;
+  tls.server_name = run->server_name;
+  run->client = std::make_unique<ProfdClient>(run->address, tls);
+  const std::shared_ptr<grpc::Channel>& channel = run->client->channel();
+  for (grpc_connectivity_state s = channel->GetState(/*try_to_connect=*/true);
+       s != GRPC_CHANNEL_READY && s != GRPC_CHANNEL_TRANSIENT_FAILURE && s != GRPC_CHANNEL_SHUTDOWN;
+       s = channel->GetState(true)) {
+    if (!channel->WaitForStateChange(s, absl::ToChronoTime(deadline))) break;
+  }
+}
+
 // Runs one node's capture to its end, or to the deadline. progress_mu guards stderr. The
 // kubeconfig's bearer token goes along: a profd that authorizes captures with Kubernetes
 // (--kubernetes_authorization) checks it is the user's and what they may capture.
-void CaptureOnNode(const GlobalOptions& g, const profd::v1::CaptureRequest& request,
-                   const std::string& bearer_token, absl::Time deadline, bool progress,
-                   std::mutex* progress_mu, NodeRun* run) {
-  TlsOptions tls = g.tls;
-  tls.server_name = run->server_name;
-  ProfdClient client(run->address, tls);
+void CaptureOnNode(const profd::v1::CaptureRequest& request, const std::string& bearer_token,
+                   absl::Time deadline, bool progress, std::mutex* progress_mu, NodeRun* run) {
+  ProfdClient& client = *run->client;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
   if (!bearer_token.empty()) ctx.AddMetadata("authorization", "Bearer " + bearer_token);
@@ -331,7 +346,22 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
     return kExitNotFound;
   }
 
-  // One id, one instant.
+  std::vector<NodeRun> runs;
+  size_t pod_count = 0;
+  for (auto& [name, run] : by_node) {
+    pod_count += run.pods.size();
+    runs.push_back(std::move(run));
+  }
+  // Every node's connection first, then one id and one instant.
+  std::vector<std::thread> threads;
+  threads.reserve(runs.size());
+  const absl::Time connect_by = absl::Now() + call_timeout;
+  for (NodeRun& run : runs) {
+    threads.emplace_back([&g, connect_by, &run] { ConnectToNode(g, connect_by, &run); });
+  }
+  for (std::thread& t : threads) t.join();
+  threads.clear();
+
   const absl::Time now = absl::Now();
   const std::string fleet_id = profd::NewFleetId(now);
   absl::Time start_at =
@@ -343,12 +373,6 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
   const absl::Time deadline =
       std::max(start_at, now) + absl::Milliseconds(request.duration_ms()) + node_timeout;
 
-  std::vector<NodeRun> runs;
-  size_t pod_count = 0;
-  for (auto& [name, run] : by_node) {
-    pod_count += run.pods.size();
-    runs.push_back(std::move(run));
-  }
   if (progress) {
     std::cerr << "Fleet capture " << fleet_id << " of " << Printable(workload) << " in "
               << Printable(name_space) << ": " << pod_count << " pod(s) on " << runs.size()
@@ -357,13 +381,11 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
               << absl::FormatDuration(absl::Milliseconds(request.duration_ms())) << "\n";
   }
   std::mutex progress_mu;
-  std::vector<std::thread> threads;
-  threads.reserve(runs.size());
   for (NodeRun& run : runs) {
     profd::v1::CaptureRequest r = request;
     for (const std::string& pod : run.pods) r.add_pods(pod);
-    threads.emplace_back([&g, r = std::move(r), &access, deadline, progress, &progress_mu, &run] {
-      CaptureOnNode(g, r, access->token, deadline, progress, &progress_mu, &run);
+    threads.emplace_back([r = std::move(r), &access, deadline, progress, &progress_mu, &run] {
+      CaptureOnNode(r, access->token, deadline, progress, &progress_mu, &run);
     });
   }
   for (std::thread& t : threads) t.join();
