@@ -32,11 +32,11 @@ namespace analysis = profd::analysis;
 // the progress lines it prints go through the shared mutex.
 struct NodeRun {
   std::string node, address, server_name;
-  std::vector<std::string> pods;  // namespace/name
+  std::vector<std::string> pods;        // namespace/name
   std::unique_ptr<ProfdClient> client;  // connected before the start instant is chosen
-  profd::v1::CaptureInfo last;    // the latest state profd sent
-  bool finished = false;          // profd sent the capture's final state
-  std::string error;              // why this node has no (whole) capture; "" when it has
+  profd::v1::CaptureInfo last;          // the latest state profd sent
+  bool finished = false;                // profd sent the capture's final state
+  std::string error;                    // why this node has no (whole) capture; "" when it has
 };
 
 struct Skipped {

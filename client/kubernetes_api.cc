@@ -14,12 +14,16 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/https_client.h"
+#include "common/json_member.h"
 #ifdef PROFCTL_HAVE_YAML
 #include <yaml.h>
 #endif
 
 namespace profctl {
 namespace {
+
+using profd::JsonMember;
+using profd::JsonString;
 
 // The service account the kubelet mounts into every pod (kubectl's in-cluster config).
 constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
@@ -39,24 +43,13 @@ absl::StatusOr<std::string> ReadWholeFile(const std::string& path, const std::st
   return text.str();
 }
 
-const rapidjson::Value* Member(const rapidjson::Value& v, const char* name) {
-  if (!v.IsObject()) return nullptr;
-  auto it = v.FindMember(name);
-  return it == v.MemberEnd() ? nullptr : &it->value;
-}
-
-std::string StringOf(const rapidjson::Value& v, const char* name) {
-  const rapidjson::Value* m = Member(v, name);
-  return m != nullptr && m->IsString() ? std::string(m->GetString(), m->GetStringLength()) : "";
-}
-
 // The entry of a kubeconfig list (clusters, users, contexts) named `name`: its inner object.
 const rapidjson::Value* Named(const rapidjson::Value& config, const char* list,
                               const std::string& name, const char* inner) {
-  const rapidjson::Value* items = Member(config, list);
+  const rapidjson::Value* items = JsonMember(config, list);
   if (items == nullptr || !items->IsArray()) return nullptr;
   for (const auto& item : items->GetArray()) {
-    if (StringOf(item, "name") == name) return Member(item, inner);
+    if (JsonString(item, "name") == name) return JsonMember(item, inner);
   }
   return nullptr;
 }
@@ -65,14 +58,14 @@ const rapidjson::Value* Named(const rapidjson::Value& config, const char* list,
 // kubeconfig's folder; "" when neither is set.
 absl::StatusOr<std::string> Material(const rapidjson::Value& entry, const std::string& field,
                                      const std::string& base_dir, const std::string& where) {
-  if (std::string data = StringOf(entry, (field + "-data").c_str()); !data.empty()) {
+  if (std::string data = JsonString(entry, (field + "-data").c_str()); !data.empty()) {
     std::string decoded;
     if (!absl::Base64Unescape(data, &decoded)) {
       return absl::InvalidArgumentError(absl::StrCat(where, ": ", field, "-data is not base64"));
     }
     return decoded;
   }
-  std::string path = StringOf(entry, field.c_str());
+  std::string path = JsonString(entry, field.c_str());
   if (path.empty()) return std::string();
   if (path[0] != '/') path = absl::StrCat(base_dir, "/", path);
   return ReadWholeFile(path, absl::StrCat(where, "'s ", field));
@@ -223,7 +216,8 @@ absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
   const std::string base_dir = path.find('/') == std::string::npos
                                    ? "."
                                    : path.substr(0, path.rfind('/') == 0 ? 1 : path.rfind('/'));
-  const std::string context_name = context.empty() ? StringOf(*config, "current-context") : context;
+  const std::string context_name =
+      context.empty() ? JsonString(*config, "current-context") : context;
   if (context_name.empty()) {
     return absl::FailedPreconditionError(
         absl::StrCat("kubeconfig ", path, " has no current-context: name one with --context"));
@@ -234,18 +228,18 @@ absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
         absl::StrCat("kubeconfig ", path, " has no context '", context_name, "'"));
   }
   const std::string where = absl::StrCat("kubeconfig ", path, " (context ", context_name, ")");
-  const std::string cluster_name = StringOf(*ctx, "cluster");
+  const std::string cluster_name = JsonString(*ctx, "cluster");
   const rapidjson::Value* cluster = Named(*config, "clusters", cluster_name, "cluster");
   if (cluster == nullptr) {
     return absl::NotFoundError(absl::StrCat(where, ": no cluster '", cluster_name, "'"));
   }
-  access_out.server = StringOf(*cluster, "server");
+  access_out.server = JsonString(*cluster, "server");
   if (access_out.server.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat(where, ": cluster '", cluster_name, "' has no server"));
   }
-  const std::string insecure = StringOf(*cluster, "insecure-skip-tls-verify");
-  const rapidjson::Value* insecure_bool = Member(*cluster, "insecure-skip-tls-verify");
+  const std::string insecure = JsonString(*cluster, "insecure-skip-tls-verify");
+  const rapidjson::Value* insecure_bool = JsonMember(*cluster, "insecure-skip-tls-verify");
   access_out.insecure_skip_tls_verify =
       insecure == "true" ||
       (insecure_bool != nullptr && insecure_bool->IsBool() && insecure_bool->GetBool());
@@ -253,9 +247,9 @@ absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
   if (!ca.ok()) return ca.status();
   access_out.ca_pem = *ca;
 
-  const std::string user_name = StringOf(*ctx, "user");
+  const std::string user_name = JsonString(*ctx, "user");
   if (const rapidjson::Value* user = Named(*config, "users", user_name, "user"); user != nullptr) {
-    if (Member(*user, "exec") != nullptr || Member(*user, "auth-provider") != nullptr) {
+    if (JsonMember(*user, "exec") != nullptr || JsonMember(*user, "auth-provider") != nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           where, ": user '", user_name,
           "' gets its credentials from a plugin (exec or auth-provider), which profctl does not "
@@ -268,16 +262,16 @@ absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
     if (!key.ok()) return key.status();
     access_out.client_cert_pem = *cert;
     access_out.client_key_pem = *key;
-    access_out.token = StringOf(*user, "token");
+    access_out.token = JsonString(*user, "token");
     if (access_out.token.empty()) {
-      if (std::string file = StringOf(*user, "tokenFile"); !file.empty()) {
+      if (std::string file = JsonString(*user, "tokenFile"); !file.empty()) {
         absl::StatusOr<std::string> token = ReadWholeFile(file, where + "'s tokenFile");
         if (!token.ok()) return token.status();
         access_out.token = std::string(absl::StripAsciiWhitespace(*token));
       }
     }
   }
-  access_out.default_namespace = StringOf(*ctx, "namespace");
+  access_out.default_namespace = JsonString(*ctx, "namespace");
   if (access_out.default_namespace.empty()) access_out.default_namespace = "default";
   access_out.source = where;
   return access_out;
@@ -299,10 +293,10 @@ absl::StatusOr<rapidjson::Document> KubernetesApi::Get(const std::string& path) 
   request.max_answer_bytes = kMaxAnswerBytes;
   absl::StatusOr<profd::HttpsAnswer> answer = profd::SendHttps(request);
   if (!answer.ok()) {
-    return absl::Status(answer.status().code(),
-                        absl::StrCat("the Kubernetes API server at ", access_.server, " (from ",
-                                     access_.source, ") did not answer: ",
-                                     answer.status().message()));
+    return absl::Status(
+        answer.status().code(),
+        absl::StrCat("the Kubernetes API server at ", access_.server, " (from ", access_.source,
+                     ") did not answer: ", answer.status().message()));
   }
   const long code = answer->status;
   const std::string& body = answer->body;
@@ -338,19 +332,19 @@ absl::StatusOr<rapidjson::Document> KubernetesApi::Get(const std::string& path) 
 
 absl::StatusOr<std::string> LabelSelectorText(const rapidjson::Value& selector) {
   std::vector<std::string> parts;
-  if (const rapidjson::Value* labels = Member(selector, "matchLabels");
+  if (const rapidjson::Value* labels = JsonMember(selector, "matchLabels");
       labels != nullptr && labels->IsObject()) {
     for (const auto& m : labels->GetObject()) {
       if (!m.value.IsString()) continue;
       parts.push_back(absl::StrCat(m.name.GetString(), "=", m.value.GetString()));
     }
   }
-  if (const rapidjson::Value* exprs = Member(selector, "matchExpressions");
+  if (const rapidjson::Value* exprs = JsonMember(selector, "matchExpressions");
       exprs != nullptr && exprs->IsArray()) {
     for (const auto& e : exprs->GetArray()) {
-      const std::string key = StringOf(e, "key"), op = StringOf(e, "operator");
+      const std::string key = JsonString(e, "key"), op = JsonString(e, "operator");
       std::vector<std::string> values;
-      if (const rapidjson::Value* v = Member(e, "values"); v != nullptr && v->IsArray()) {
+      if (const rapidjson::Value* v = JsonMember(e, "values"); v != nullptr && v->IsArray()) {
         for (const auto& x : v->GetArray()) {
           if (x.IsString()) values.push_back(x.GetString());
         }
@@ -392,8 +386,8 @@ absl::StatusOr<std::string> KubernetesApi::SelectorOf(const std::string& kind,
     }
     return object.status();
   }
-  const rapidjson::Value* spec = Member(*object, "spec");
-  const rapidjson::Value* selector = spec != nullptr ? Member(*spec, "selector") : nullptr;
+  const rapidjson::Value* spec = JsonMember(*object, "spec");
+  const rapidjson::Value* selector = spec != nullptr ? JsonMember(*spec, "selector") : nullptr;
   if (selector == nullptr) {
     return absl::DataLossError(
         absl::StrCat(kind, " ", name_space, "/", name, " has no spec.selector"));
@@ -417,30 +411,30 @@ absl::StatusOr<std::vector<WorkloadPod>> KubernetesApi::ListPods(
     if (!next.empty()) absl::StrAppend(&path, "&continue=", Escape(next));
     absl::StatusOr<rapidjson::Document> list = Get(path);
     if (!list.ok()) return list.status();
-    if (StringOf(*list, "kind") != "PodList") {
+    if (JsonString(*list, "kind") != "PodList") {
       return absl::DataLossError(absl::StrCat("GET ", path, " did not answer a PodList"));
     }
-    if (const rapidjson::Value* items = Member(*list, "items");
+    if (const rapidjson::Value* items = JsonMember(*list, "items");
         items != nullptr && items->IsArray()) {
       for (const auto& item : items->GetArray()) {
-        const rapidjson::Value* meta = Member(item, "metadata");
-        const rapidjson::Value* spec = Member(item, "spec");
-        const rapidjson::Value* status = Member(item, "status");
+        const rapidjson::Value* meta = JsonMember(item, "metadata");
+        const rapidjson::Value* spec = JsonMember(item, "spec");
+        const rapidjson::Value* status = JsonMember(item, "status");
         if (meta == nullptr) continue;
         WorkloadPod pod;
-        pod.name_space = StringOf(*meta, "namespace");
+        pod.name_space = JsonString(*meta, "namespace");
         if (pod.name_space.empty()) pod.name_space = name_space;
-        pod.name = StringOf(*meta, "name");
-        if (spec != nullptr) pod.node_name = StringOf(*spec, "nodeName");
+        pod.name = JsonString(*meta, "name");
+        if (spec != nullptr) pod.node_name = JsonString(*spec, "nodeName");
         if (status != nullptr) {
-          pod.host_ip = StringOf(*status, "hostIP");
-          pod.phase = StringOf(*status, "phase");
+          pod.host_ip = JsonString(*status, "hostIP");
+          pod.phase = JsonString(*status, "phase");
         }
         if (!pod.name.empty()) pods.push_back(std::move(pod));
       }
     }
-    const rapidjson::Value* meta = Member(*list, "metadata");
-    next = meta != nullptr ? StringOf(*meta, "continue") : "";
+    const rapidjson::Value* meta = JsonMember(*list, "metadata");
+    next = meta != nullptr ? JsonString(*meta, "continue") : "";
   } while (!next.empty());
   return pods;
 }

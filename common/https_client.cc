@@ -96,8 +96,8 @@ absl::StatusOr<HttpsAnswer> SendHttps(const HttpsRequest& request) {
   const CURLcode rc = curl_easy_perform(c);
   const std::string what = absl::StrCat(request.method, " ", request.url);
   if (sink.too_large) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the answer to ", what, " is larger than ", request.max_answer_bytes, " bytes"));
+    return absl::ResourceExhaustedError(absl::StrCat("the answer to ", what, " is larger than ",
+                                                     request.max_answer_bytes, " bytes"));
   }
   if (rc == CURLE_ABORTED_BY_CALLBACK) return absl::CancelledError(what + ": stopped");
   if (rc != CURLE_OK) {
@@ -125,8 +125,9 @@ absl::StatusOr<std::string> InClusterApiServer(const std::string& flag) {
   const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
   if (host == nullptr || *host == '\0' || port == nullptr || *port == '\0') {
     return absl::FailedPreconditionError(absl::StrCat(
-        flag, " needs KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (set in every pod): "
-              "run profd in the cluster, or give the API server's https URL"));
+        flag,
+        " needs KUBERNETES_SERVICE_HOST and KUBERNETES_SERVICE_PORT (set in every pod): "
+        "run profd in the cluster, or give the API server's https URL"));
   }
   const std::string h = absl::StrContains(host, ':') ? absl::StrCat("[", host, "]") : host;
   return absl::StrCat("https://", h, ":", port);

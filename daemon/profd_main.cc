@@ -442,7 +442,7 @@ struct Config {
   alerts::AlertWebhookOptions alerts;
   std::string csi_socket;  // "none": no CSI node plugin
   CsiNodeOptions csi;
-  std::optional<PodDirectory::Options> pods;  // none: pods as processes claim them
+  std::optional<PodDirectory::Options> pods;                   // none: pods as processes claim them
   std::optional<KubernetesAuthorizer::Options> authorization;  // none: mutual TLS decides
 };
 
@@ -653,8 +653,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
   absl::StatusOr<std::optional<PodDirectory::Options>> pods = PodDirectoryFlags(node);
   if (!pods.ok()) return pods.status();
   config.pods = *std::move(pods);
-  absl::StatusOr<std::optional<KubernetesAuthorizer::Options>> authorization =
-      AuthorizationFlags();
+  absl::StatusOr<std::optional<KubernetesAuthorizer::Options>> authorization = AuthorizationFlags();
   if (!authorization.ok()) return authorization.status();
   config.authorization = *std::move(authorization);
   config.csi_socket = absl::GetFlag(FLAGS_csi_socket);
@@ -957,8 +956,10 @@ absl::Status Daemon::StartGrpc(std::shared_ptr<grpc::ServerCredentials> tcp_cred
   if (config_.authorization) {
     authorizer_ = std::make_unique<KubernetesAuthorizer>(*config_.authorization);
     service_->set_authorizer(authorizer_.get());
-    LogInfo(kComponent, "captures over TCP: Kubernetes users allowed to create captures.profd.dev "
-            "(%s)", config_.authorization->server);
+    LogInfo(kComponent,
+            "captures over TCP: Kubernetes users allowed to create captures.profd.dev "
+            "(%s)",
+            config_.authorization->server);
   }
   builder.RegisterService(service_.get());
   builder.RegisterService(store_service_.get());

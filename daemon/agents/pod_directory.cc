@@ -1,14 +1,10 @@
 #include "daemon/agents/pod_directory.h"
 
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
-#include "absl/strings/ascii.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/https_client.h"
+#include "common/json_member.h"
 #include "daemon/log.h"
 #include "rapidjson/document.h"
 #include "rapidjson/error/en.h"
@@ -18,14 +14,6 @@ namespace {
 
 constexpr char kComponent[] = "pods";
 constexpr char kMirrorAnnotation[] = "kubernetes.io/config.mirror";
-
-std::string StringMember(const rapidjson::Value& object, const char* name) {
-  if (!object.IsObject()) return "";
-  auto it = object.FindMember(name);
-  if (it == object.MemberEnd() || !it->value.IsString()) return "";
-  return std::string(it->value.GetString(), it->value.GetStringLength());
-}
-
 
 }  // namespace
 
@@ -37,9 +25,9 @@ absl::StatusOr<std::map<std::string, PodName>> ParsePodList(absl::string_view js
         absl::StrCat("the pod list is not JSON: ", rapidjson::GetParseError_En(doc.GetParseError()),
                      " at byte ", doc.GetErrorOffset()));
   }
-  if (!doc.IsObject() || StringMember(doc, "kind") != "PodList") {
-    std::string kind = StringMember(doc, "kind");
-    std::string message = StringMember(doc, "message");  // a Status from the API server
+  if (!doc.IsObject() || JsonString(doc, "kind") != "PodList") {
+    std::string kind = JsonString(doc, "kind");
+    std::string message = JsonString(doc, "message");  // a Status from the API server
     return absl::InvalidArgumentError(
         absl::StrCat("expected a PodList, got ", kind.empty() ? "something else" : kind,
                      message.empty() ? "" : absl::StrCat(": ", message)));
@@ -53,12 +41,12 @@ absl::StatusOr<std::map<std::string, PodName>> ParsePodList(absl::string_view js
     auto metadata = item.FindMember("metadata");
     if (metadata == item.MemberEnd() || !metadata->value.IsObject()) continue;
     const rapidjson::Value& meta = metadata->value;
-    PodName pod{StringMember(meta, "namespace"), StringMember(meta, "name")};
-    std::string uid = StringMember(meta, "uid");
+    PodName pod{JsonString(meta, "namespace"), JsonString(meta, "name")};
+    std::string uid = JsonString(meta, "uid");
     if (pod.name.empty() || uid.empty()) continue;
     auto annotations = meta.FindMember("annotations");
     if (annotations != meta.MemberEnd()) {
-      std::string mirror = StringMember(annotations->value, kMirrorAnnotation);
+      std::string mirror = JsonString(annotations->value, kMirrorAnnotation);
       if (!mirror.empty()) pods[mirror] = pod;
     }
     pods[uid] = std::move(pod);

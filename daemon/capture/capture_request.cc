@@ -35,9 +35,9 @@ absl::Status CheckCaptureRequest(const v1::CaptureRequest& request, absl::Time n
                      v1::kMaxLabelBytes, " (it is a name, not data)"));
   }
   if (request.reason().size() > v1::kMaxLabelBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--reason is ", request.reason().size(), " bytes; a reason may have at most ",
-                     v1::kMaxLabelBytes));
+    return absl::InvalidArgumentError(absl::StrCat("--reason is ", request.reason().size(),
+                                                   " bytes; a reason may have at most ",
+                                                   v1::kMaxLabelBytes));
   }
   // A node runs a few pods of a workload; a request naming more is no fleet capture's.
   constexpr int kMaxPods = 1024;

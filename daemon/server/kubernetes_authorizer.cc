@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/https_client.h"
+#include "common/json_member.h"
 #include "common/sha256.h"
 #include "rapidjson/document.h"
 #include "rapidjson/stringbuffer.h"
@@ -22,19 +23,8 @@ void Key(Writer& w, const char* key, const std::string& value) {
   w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
 }
 
-const rapidjson::Value* Member(const rapidjson::Value& v, const char* name) {
-  if (!v.IsObject()) return nullptr;
-  auto it = v.FindMember(name);
-  return it == v.MemberEnd() ? nullptr : &it->value;
-}
-
-std::string StringOf(const rapidjson::Value* v, const char* name) {
-  const rapidjson::Value* m = v ? Member(*v, name) : nullptr;
-  return m && m->IsString() ? std::string(m->GetString(), m->GetStringLength()) : "";
-}
-
-bool TrueIn(const rapidjson::Value* v, const char* name) {
-  const rapidjson::Value* m = v ? Member(*v, name) : nullptr;
+bool TrueIn(const rapidjson::Value& v, const char* name) {
+  const rapidjson::Value* m = JsonMember(v, name);
   return m && m->IsBool() && m->GetBool();
 }
 
@@ -49,7 +39,8 @@ std::vector<std::string> Strings(const rapidjson::Value* list) {
 
 void StringList(Writer& w, const std::vector<std::string>& values) {
   w.StartArray();
-  for (const std::string& v : values) w.String(v.c_str(), static_cast<rapidjson::SizeType>(v.size()));
+  for (const std::string& v : values)
+    w.String(v.c_str(), static_cast<rapidjson::SizeType>(v.size()));
   w.EndArray();
 }
 
@@ -58,7 +49,7 @@ void StringList(Writer& w, const std::vector<std::string>& values) {
 KubernetesAuthorizer::KubernetesAuthorizer(Options options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::string> KubernetesAuthorizer::Review(const std::string& path,
-                                                        const std::string& body) {
+                                                         const std::string& body) {
   HttpsRequest request;
   request.method = "POST";
   request.url = options_.server + path;
@@ -73,8 +64,8 @@ absl::StatusOr<std::string> KubernetesAuthorizer::Review(const std::string& path
   }
   absl::StatusOr<HttpsAnswer> answer = SendHttps(request);
   if (!answer.ok()) {
-    return absl::UnavailableError(absl::StrCat("the Kubernetes API server cannot be asked: ",
-                                               answer.status().message()));
+    return absl::UnavailableError(
+        absl::StrCat("the Kubernetes API server cannot be asked: ", answer.status().message()));
   }
   if (answer->status != 201 && answer->status != 200) {
     std::string why = KubernetesErrorMessage(answer->body);
@@ -112,23 +103,23 @@ absl::StatusOr<KubernetesCaller> KubernetesAuthorizer::Authenticate(const std::s
   if (!answer.ok()) return answer.status();
   rapidjson::Document doc;
   doc.Parse(answer->c_str(), answer->size());
-  const rapidjson::Value* status = doc.HasParseError() ? nullptr : Member(doc, "status");
+  const rapidjson::Value* status = doc.HasParseError() ? nullptr : JsonMember(doc, "status");
   if (status == nullptr) {
     return absl::UnavailableError("the Kubernetes API server's TokenReview has no status");
   }
-  if (!TrueIn(status, "authenticated")) {
-    std::string why = StringOf(status, "error");
-    return absl::UnauthenticatedError(absl::StrCat(
-        "the Kubernetes API server does not accept this token",
-        why.empty() ? "" : absl::StrCat(" (", why, ")"),
-        ": profctl sends the bearer token of your kubeconfig's user"));
+  if (!TrueIn(*status, "authenticated")) {
+    std::string why = JsonString(*status, "error");
+    return absl::UnauthenticatedError(
+        absl::StrCat("the Kubernetes API server does not accept this token",
+                     why.empty() ? "" : absl::StrCat(" (", why, ")"),
+                     ": profctl sends the bearer token of your kubeconfig's user"));
   }
-  const rapidjson::Value* user = Member(*status, "user");
+  const rapidjson::Value* user = JsonMember(*status, "user");
   KubernetesCaller caller;
-  caller.user = StringOf(user, "username");
-  caller.uid = StringOf(user, "uid");
-  caller.groups = Strings(user ? Member(*user, "groups") : nullptr);
-  if (const rapidjson::Value* extra = user ? Member(*user, "extra") : nullptr;
+  caller.user = user ? JsonString(*user, "username") : "";
+  caller.uid = user ? JsonString(*user, "uid") : "";
+  caller.groups = Strings(user ? JsonMember(*user, "groups") : nullptr);
+  if (const rapidjson::Value* extra = user ? JsonMember(*user, "extra") : nullptr;
       extra != nullptr && extra->IsObject()) {
     for (auto m = extra->MemberBegin(); m != extra->MemberEnd(); ++m) {
       caller.extra[m->name.GetString()] = Strings(&m->value);
@@ -177,19 +168,19 @@ absl::Status KubernetesAuthorizer::Authorize(const KubernetesCaller& caller,
   if (!answer.ok()) return answer.status();
   rapidjson::Document doc;
   doc.Parse(answer->c_str(), answer->size());
-  const rapidjson::Value* status = doc.HasParseError() ? nullptr : Member(doc, "status");
+  const rapidjson::Value* status = doc.HasParseError() ? nullptr : JsonMember(doc, "status");
   if (status == nullptr) {
     return absl::UnavailableError("the Kubernetes API server's SubjectAccessReview has no status");
   }
-  if (TrueIn(status, "allowed")) return absl::OkStatus();
-  std::string why = StringOf(status, "reason");
-  if (why.empty()) why = StringOf(status, "evaluationError");
-  return absl::PermissionDeniedError(absl::StrCat(
-      caller.user, " may not create ", kResource, ".", kGroup,
-      name_space.empty() ? " cluster-wide (a process in no pod)"
-                         : absl::StrCat(" in namespace ", name_space),
-      why.empty() ? "" : absl::StrCat(" (", why, ")"),
-      ": a RoleBinding to the profd-capturer ClusterRole there grants it"));
+  if (TrueIn(*status, "allowed")) return absl::OkStatus();
+  std::string why = JsonString(*status, "reason");
+  if (why.empty()) why = JsonString(*status, "evaluationError");
+  return absl::PermissionDeniedError(
+      absl::StrCat(caller.user, " may not create ", kResource, ".", kGroup,
+                   name_space.empty() ? " cluster-wide (a process in no pod)"
+                                      : absl::StrCat(" in namespace ", name_space),
+                   why.empty() ? "" : absl::StrCat(" (", why, ")"),
+                   ": a RoleBinding to the profd-capturer ClusterRole there grants it"));
 }
 
 }  // namespace profd

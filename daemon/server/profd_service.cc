@@ -61,7 +61,8 @@ void WriteAudit(const AuditRecord& a, const v1::CaptureRequest& request) {
   field("user", a.user);
   w.Key("groups");
   w.StartArray();
-  for (const std::string& g : a.groups) w.String(g.c_str(), static_cast<rapidjson::SizeType>(g.size()));
+  for (const std::string& g : a.groups)
+    w.String(g.c_str(), static_cast<rapidjson::SizeType>(g.size()));
   w.EndArray();
   field("peer", a.peer);
   w.Key("pids");
@@ -70,7 +71,8 @@ void WriteAudit(const AuditRecord& a, const v1::CaptureRequest& request) {
   w.EndArray();
   w.Key("pods");
   w.StartArray();
-  for (const std::string& p : a.pods) w.String(p.c_str(), static_cast<rapidjson::SizeType>(p.size()));
+  for (const std::string& p : a.pods)
+    w.String(p.c_str(), static_cast<rapidjson::SizeType>(p.size()));
   w.EndArray();
   field("reason", request.reason());
   field("fleet_id", request.fleet_id());

@@ -36,9 +36,7 @@
 namespace profd::testing {
 namespace {
 
-std::string Address(int node) {
-  return absl::StrCat("127.1.", node / 250, ".", 1 + node % 250);
-}
+std::string Address(int node) { return absl::StrCat("127.1.", node / 250, ".", 1 + node % 250); }
 
 // N nodes in one process: profd's Capture as a fleet capture sees it.
 class SimulatedNodes final : public v1::Profd::Service {
@@ -119,9 +117,10 @@ void WriteWorkload(const std::string& dir, int nodes, int pods_per_node) {
   for (int n = 0; n < nodes; ++n) {
     for (int k = 0; k < pods_per_node; ++k) {
       pods << (n == 0 && k == 0 ? "" : ",")
-           << absl::StrCat(R"({"metadata":{"name":"llm-)", n, "-", k,
-                           R"(","namespace":"sim","labels":{"app":"llm"}},"spec":{"nodeName":"gpu-node-)",
-                           n, R"("},"status":{"phase":"Running","hostIP":")", Address(n), R"("}})");
+           << absl::StrCat(
+                  R"({"metadata":{"name":"llm-)", n, "-", k,
+                  R"(","namespace":"sim","labels":{"app":"llm"}},"spec":{"nodeName":"gpu-node-)", n,
+                  R"("},"status":{"phase":"Running","hostIP":")", Address(n), R"("}})");
     }
   }
   pods << "]}";
@@ -186,9 +185,12 @@ int Main(int argc, char** argv) {
                     pki.File("api.key"), "--token", "sim-token", "--listen",
                     absl::StrCat("127.0.0.1:", port), "--log", dir.File(absl::StrCat("api-", n))},
                    {}, dir.File(absl::StrCat("api-", n, ".out")));
-    WaitFor([&] { return ReadFileOrEmpty(dir.File(absl::StrCat("api-", n, ".out"))).find("port") !=
-                         std::string::npos; },
-            absl::Seconds(10));
+    WaitFor(
+        [&] {
+          return ReadFileOrEmpty(dir.File(absl::StrCat("api-", n, ".out"))).find("port") !=
+                 std::string::npos;
+        },
+        absl::Seconds(10));
     std::ofstream(dir.File("kubeconfig")) << absl::StrCat(
         R"({"apiVersion":"v1","kind":"Config","current-context":"sim","clusters":[{"name":"sim","cluster":{"server":"https://127.0.0.1:)",
         port, R"(","certificate-authority":")", pki.File("ca.pem"),
@@ -197,11 +199,27 @@ int Main(int argc, char** argv) {
     rusage before{}, after{};
     getrusage(RUSAGE_CHILDREN, &before);
     const absl::Time t0 = absl::Now();
-    RunResult r = Run({BuildPath("client/profctl"), "--tls-ca", pki.File("ca.pem"), "--tls-cert",
-                       pki.File("profctl.pem"), "--tls-key", pki.File("profctl.key"),
-                       "--tls-server-name", "node.sim", "--json", "capture", "--kubeconfig",
-                       dir.File("kubeconfig"), "--deployment", "llm", "--duration", "1s",
-                       "--lead", lead, "--node-timeout", "60s"},
+    RunResult r = Run({BuildPath("client/profctl"),
+                       "--tls-ca",
+                       pki.File("ca.pem"),
+                       "--tls-cert",
+                       pki.File("profctl.pem"),
+                       "--tls-key",
+                       pki.File("profctl.key"),
+                       "--tls-server-name",
+                       "node.sim",
+                       "--json",
+                       "capture",
+                       "--kubeconfig",
+                       dir.File("kubeconfig"),
+                       "--deployment",
+                       "llm",
+                       "--duration",
+                       "1s",
+                       "--lead",
+                       lead,
+                       "--node-timeout",
+                       "60s"},
                       {}, absl::Minutes(5));
     const absl::Duration wall = absl::Now() - t0;
     getrusage(RUSAGE_CHILDREN, &after);

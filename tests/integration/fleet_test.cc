@@ -7,8 +7,9 @@
 // server answers). One command captures every node under one fleet id; `profctl report FLEET_ID`
 // sets the pods side by side and names the straggler; a node killed mid-capture is named, the
 // others' traces kept. The nodes authorize captures with Kubernetes: the kubeconfig's user is
-// checked with a TokenReview, allowed per namespace with a SubjectAccessReview, and audited. Needs root (network namespaces); without them (or with PROFD_TEST_NO_NETNS set),
-// distinct loopback addresses 127.0.0.11-14 stand in for the nodes.
+// checked with a TokenReview, allowed per namespace with a SubjectAccessReview, and audited. Needs
+// root (network namespaces); without them (or with PROFD_TEST_NO_NETNS set), distinct loopback
+// addresses 127.0.0.11-14 stand in for the nodes.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -161,9 +162,8 @@ class FleetTest : public ::testing::Test {
     api_port_ = namespaces_ ? 6443 : 16443 + getpid() % 1000;
     std::vector<std::string> argv = OnLaptop(
         {python_, SourcePath("tests/support/kubernetes_api_stand_in.py"), "--cert",
-         pki_->File("apiserver.pem"), "--key", pki_->File("apiserver.key"), "--token",
-         kProfdToken, "--users", SourcePath("tests/fixtures/kubernetes/users.json"), "--listen",
-         ApiAddress(),
+         pki_->File("apiserver.pem"), "--key", pki_->File("apiserver.key"), "--token", kProfdToken,
+         "--users", SourcePath("tests/fixtures/kubernetes/users.json"), "--listen", ApiAddress(),
          // Fewer pods a page than asked for, as the API may answer: profctl must follow continue.
          "--page-size", "3", "--log", dir_.File("api-requests.log")});
     if (!namespaces_) {
@@ -309,9 +309,9 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
 
   // One command, every node, one id, one start.
   const absl::Time before = absl::Now();
-  RunResult r = profd::testing::Run(Capture({"--json", "--deployment", "llm", "-n", "serving",
-                                             "--duration", "1s", "--lead", "1s", "--reason",
-                                             "INC-4711 p99 latency"}));
+  RunResult r =
+      profd::testing::Run(Capture({"--json", "--deployment", "llm", "-n", "serving", "--duration",
+                                   "1s", "--lead", "1s", "--reason", "INC-4711 p99 latency"}));
   const absl::Duration took = absl::Now() - before;
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   rapidjson::Document doc;
@@ -346,8 +346,9 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
   // pods, why, what came of it.
   for (const auto& node : nodes_) {
     const std::string log = node->log();
-    EXPECT_TRUE(Has(log, "audit] {\"event\":\"capture\",\"user\":\"alice@example.com\","
-                         "\"groups\":[\"sre\",\"system:authenticated\"]"))
+    EXPECT_TRUE(Has(log,
+                    "audit] {\"event\":\"capture\",\"user\":\"alice@example.com\","
+                    "\"groups\":[\"sre\",\"system:authenticated\"]"))
         << log;
     EXPECT_TRUE(Has(log, "\"pods\":[\"serving/llm-7f9c5d6b8-")) << log;
     EXPECT_TRUE(Has(log, "\"reason\":\"INC-4711 p99 latency\",\"fleet_id\":\"" + fleet_id +
@@ -450,16 +451,17 @@ TEST_F(FleetTest, OnlyUsersTheClusterAllowsCaptureAndEveryAttemptIsAudited) {
   // bob may view the namespace but not capture in it: every node refuses, saying who and why,
   // and nothing starts.
   WriteKubeconfig("bob-kubeconfig", kBobToken);
-  RunResult bob = profd::testing::Run(Profctl(
-      {"capture", "--kubeconfig", dir_.File("bob-kubeconfig"), "--deployment", "llm", "-n",
-       "serving", "--duration", "1s", "--lead", "500ms", "--node-timeout", "5s"}));
+  RunResult bob = profd::testing::Run(
+      Profctl({"capture", "--kubeconfig", dir_.File("bob-kubeconfig"), "--deployment", "llm", "-n",
+               "serving", "--duration", "1s", "--lead", "500ms", "--node-timeout", "5s"}));
   EXPECT_EQ(bob.exit_code, 5) << bob.out << bob.err;  // no node captured (3 and 4: no profd)
   for (int i = 1; i <= 2; ++i) {
     EXPECT_TRUE(Has(bob.out, absl::StrCat("FAILED gpu-node-", i, " (", NodeIp(i), ":7465)")))
         << bob.out;
   }
-  EXPECT_TRUE(Has(bob.out, "bob@example.com may not create captures.profd.dev in namespace "
-                           "serving"))
+  EXPECT_TRUE(Has(bob.out,
+                  "bob@example.com may not create captures.profd.dev in namespace "
+                  "serving"))
       << bob.out;
   for (const auto& node : nodes_) {
     EXPECT_TRUE(Has(node->log(), "\"user\":\"bob@example.com\"")) << node->log();
@@ -468,9 +470,8 @@ TEST_F(FleetTest, OnlyUsersTheClusterAllowsCaptureAndEveryAttemptIsAudited) {
 
   // Without a token (a client certificate alone) a Kubernetes-authorizing profd starts nothing,
   // and says what to send.
-  RunResult bare = profd::testing::Run(
-      Profctl({"--target", absl::StrCat(NodeIp(1), ":7465"), "capture", "--all", "--duration",
-               "1s"}));
+  RunResult bare = profd::testing::Run(Profctl(
+      {"--target", absl::StrCat(NodeIp(1), ":7465"), "capture", "--all", "--duration", "1s"}));
   EXPECT_NE(bare.exit_code, 0);
   EXPECT_TRUE(Has(bare.err, "carries no bearer token")) << bare.err;
   // The local control socket is root's and its group's: no Kubernetes user, still audited.

@@ -75,8 +75,7 @@ TEST_F(KubernetesAuthorizerTest, TheApiServerNamesTheUserAndRbacDecidesPerNamesp
   const std::string requests = api_->Requests();
   EXPECT_EQ(Count(requests, "POST /apis/authentication.k8s.io/v1/tokenreviews token-ok"), 2)
       << requests;
-  EXPECT_EQ(Count(requests, "POST /apis/authorization.k8s.io/v1/subjectaccessreviews token-ok"),
-            5)
+  EXPECT_EQ(Count(requests, "POST /apis/authorization.k8s.io/v1/subjectaccessreviews token-ok"), 5)
       << requests;
 }
 

@@ -74,9 +74,7 @@ KubernetesApiStandIn::~KubernetesApiStandIn() {
   if (server_) server_->Kill();
 }
 
-std::string KubernetesApiStandIn::Url() const {
-  return absl::StrCat("https://127.0.0.1:", port_);
-}
+std::string KubernetesApiStandIn::Url() const { return absl::StrCat("https://127.0.0.1:", port_); }
 
 std::string KubernetesApiStandIn::PodsUrl(const std::string& node) const {
   return absl::StrCat("https://127.0.0.1:", port_, "/api/v1/pods?fieldSelector=spec.nodeName%3D",
