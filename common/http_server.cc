@@ -8,6 +8,8 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
+#include <openssl/err.h>
+#include <openssl/ssl.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -100,6 +102,45 @@ size_t HeadEnd(const std::string& in, size_t* head_size) {
   return std::string::npos;
 }
 
+using TlsContext = std::unique_ptr<SSL_CTX, decltype(&SSL_CTX_free)>;
+
+// OpenSSL's last error, for a message.
+std::string OpenSslError() {
+  const unsigned long e = ERR_get_error();
+  char text[256] = "unknown error";
+  if (e != 0) ERR_error_string_n(e, text, sizeof(text));
+  return text;
+}
+
+// The listener's TLS context from Options::Tls: TLS 1.2 or later, the certificate chain and its
+// key, and the CA clients' certificates must come from when one is given.
+absl::StatusOr<TlsContext> MakeTlsContext(const HttpServer::Options& options) {
+  const HttpServer::Options::Tls& tls = options.tls;
+  TlsContext ctx(SSL_CTX_new(TLS_server_method()), &SSL_CTX_free);
+  if (!ctx) return absl::InternalError("cannot make a TLS context: " + OpenSslError());
+  SSL_CTX_set_min_proto_version(ctx.get(), TLS1_2_VERSION);
+  // SSL_write may take part of a buffer and be called again with the rest moved along.
+  SSL_CTX_set_mode(ctx.get(), SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+  auto failed = [&](const std::string& what, const std::string& path) {
+    return absl::InvalidArgumentError(absl::StrCat("TLS for ", options.what, ": cannot use ", what,
+                                                   " ", path, ": ", OpenSslError()));
+  };
+  if (SSL_CTX_use_certificate_chain_file(ctx.get(), tls.cert_file.c_str()) != 1) {
+    return failed("the certificate", tls.cert_file);
+  }
+  if (SSL_CTX_use_PrivateKey_file(ctx.get(), tls.key_file.c_str(), SSL_FILETYPE_PEM) != 1 ||
+      SSL_CTX_check_private_key(ctx.get()) != 1) {
+    return failed("the key", tls.key_file);
+  }
+  if (!tls.client_ca_file.empty()) {
+    if (SSL_CTX_load_verify_locations(ctx.get(), tls.client_ca_file.c_str(), nullptr) != 1) {
+      return failed("the client CA", tls.client_ca_file);
+    }
+    SSL_CTX_set_verify(ctx.get(), SSL_VERIFY_PEER | SSL_VERIFY_FAIL_IF_NO_PEER_CERT, nullptr);
+  }
+  return ctx;
+}
+
 absl::StatusOr<int> Listen(const std::string& address, const HttpServer::Options& options,
                            std::string* bound) {
   const size_t colon = address.rfind(':');
@@ -164,8 +205,11 @@ absl::StatusOr<int> Listen(const std::string& address, const HttpServer::Options
 // Everything the epoll thread owns. Only Stop() and dropped() are called from other threads.
 class HttpServer::Loop {
  public:
-  Loop(int listen_fd, Handler handler, const Options& options)
-      : listen_fd_(listen_fd), handler_(std::move(handler)), options_(options) {
+  Loop(int listen_fd, Handler handler, const Options& options, TlsContext tls)
+      : listen_fd_(listen_fd),
+        handler_(std::move(handler)),
+        options_(options),
+        tls_(std::move(tls)) {
     epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
     wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
     Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
@@ -173,7 +217,10 @@ class HttpServer::Loop {
   }
 
   ~Loop() {
-    for (auto& [fd, c] : connections_) close(fd);
+    for (auto& [fd, c] : connections_) {
+      if (c.ssl != nullptr) SSL_free(c.ssl);
+      close(fd);
+    }
     close(listen_fd_);
     close(wake_fd_);
     close(epoll_fd_);
@@ -181,6 +228,7 @@ class HttpServer::Loop {
 
   bool ok() const { return epoll_fd_ >= 0 && wake_fd_ >= 0; }
   uint64_t dropped() const { return dropped_.load(); }
+  uint64_t tls_refused() const { return tls_refused_.load(); }
 
   void Stop() {
     stopping_.store(true);
@@ -208,6 +256,8 @@ class HttpServer::Loop {
         if (it == connections_.end() || it->second.serial != serial) continue;
         if (events[i].events & (EPOLLERR | EPOLLHUP)) {
           Close(fd, /*dropped=*/false);
+        } else if (it->second.handshaking) {
+          Handshake(it->second);
         } else if (it->second.writing) {
           Send(it->second);
         } else {
@@ -243,6 +293,8 @@ class HttpServer::Loop {
     size_t sent = 0;                          // of head + body
     bool close_after = false;
     bool peer_done = false;  // the client shut down its sending side
+    SSL* ssl = nullptr;      // TLS connections: OpenSSL's state of it
+    bool handshaking = false;
   };
 
   void Watch(int fd, uint32_t events, int op, uint32_t serial = 0) {
@@ -283,6 +335,18 @@ class HttpServer::Loop {
       c.since = Clock::now();
       c.deadline = c.since + ToChrono(options_.request_timeout);
       Watch(fd, EPOLLIN, EPOLL_CTL_ADD, c.serial);
+      if (tls_) {
+        // The handshake first, under the request's deadline.
+        c.ssl = SSL_new(tls_.get());
+        if (c.ssl == nullptr || SSL_set_fd(c.ssl, fd) != 1) {
+          Close(fd, /*dropped=*/true);
+          continue;
+        }
+        SSL_set_accept_state(c.ssl);
+        c.handshaking = true;
+        Handshake(c);
+        continue;
+      }
       // A client like Prometheus sends its request right after connecting, and after a wait in
       // the backlog it is here already: answer it now.
       Receive(c);
@@ -346,16 +410,90 @@ class HttpServer::Loop {
     // Counted first: whoever sees the connection closed sees it counted.
     if (dropped) dropped_.fetch_add(1);
     epoll_ctl(epoll_fd_, EPOLL_CTL_DEL, fd, nullptr);
+    if (auto it = connections_.find(fd); it != connections_.end() && it->second.ssl != nullptr) {
+      SSL_free(it->second.ssl);
+    }
     close(fd);
     connections_.erase(fd);
     // A free slot (and descriptor): whoever waits in the backlog may come in now.
     if (accept_paused_) accept_resume_ = Clock::now();
   }
 
+  // The TLS handshake, one step each time the socket is ready; then the request, which may have
+  // come with the handshake's last flight. A failed handshake closes the connection, counted.
+  void Handshake(Connection& c) {
+    ERR_clear_error();
+    const int r = SSL_do_handshake(c.ssl);
+    if (r == 1) {
+      c.handshaking = false;
+      Watch(c.fd, EPOLLIN, EPOLL_CTL_MOD, c.serial);
+      Receive(c);
+      return;
+    }
+    switch (SSL_get_error(c.ssl, r)) {
+      case SSL_ERROR_WANT_READ:
+        Watch(c.fd, EPOLLIN, EPOLL_CTL_MOD, c.serial);
+        return;
+      case SSL_ERROR_WANT_WRITE:
+        Watch(c.fd, EPOLLOUT, EPOLL_CTL_MOD, c.serial);
+        return;
+      default:
+        tls_refused_.fetch_add(1);
+        Close(c.fd, /*dropped=*/false);
+        return;
+    }
+  }
+
+  // recv, or SSL_read on a TLS connection, answering as recv does: bytes, 0 when the client is
+  // done sending, -1 with errno (EAGAIN: nothing more yet).
+  static ssize_t Read(Connection& c, char* buffer, size_t size) {
+    if (c.ssl == nullptr) return recv(c.fd, buffer, size, 0);
+    ERR_clear_error();
+    const int n = SSL_read(c.ssl, buffer, static_cast<int>(size));
+    if (n > 0) return n;
+    switch (SSL_get_error(c.ssl, n)) {
+      case SSL_ERROR_ZERO_RETURN:
+        return 0;
+      case SSL_ERROR_WANT_READ:
+      case SSL_ERROR_WANT_WRITE:
+        errno = EAGAIN;
+        return -1;
+      case SSL_ERROR_SYSCALL:
+        if (errno == 0) return 0;  // the connection closed without TLS's close_notify
+        return -1;
+      default:
+        errno = EPROTO;
+        return -1;
+    }
+  }
+
+  // sendmsg, or SSL_write of the first part on a TLS connection (the loop sends the rest), with
+  // sendmsg's answers.
+  static ssize_t Write(Connection& c, iovec* parts, int count) {
+    if (c.ssl == nullptr) {
+      msghdr message{};
+      message.msg_iov = parts;
+      message.msg_iovlen = count;
+      return sendmsg(c.fd, &message, MSG_NOSIGNAL);
+    }
+    ERR_clear_error();
+    const int n = SSL_write(c.ssl, parts[0].iov_base, static_cast<int>(parts[0].iov_len));
+    if (n > 0) return n;
+    switch (SSL_get_error(c.ssl, n)) {
+      case SSL_ERROR_WANT_READ:
+      case SSL_ERROR_WANT_WRITE:
+        errno = EAGAIN;
+        return -1;
+      default:
+        errno = EPIPE;
+        return -1;
+    }
+  }
+
   void Receive(Connection& c) {
     char buffer[kReadChunk];
     for (;;) {
-      ssize_t n = recv(c.fd, buffer, sizeof(buffer), 0);
+      ssize_t n = Read(c, buffer, sizeof(buffer));
       if (n == 0) {
         // The client is done sending. One that shut down its side after a whole request (nc -N,
         // some scripts) still gets its answer, then the connection closes.
@@ -472,10 +610,7 @@ class HttpServer::Loop {
         const size_t from = c.sent > c.head.size() ? c.sent - c.head.size() : 0;
         parts[count++] = {const_cast<char*>(c.body->data()) + from, body_size - from};
       }
-      msghdr message{};
-      message.msg_iov = parts;
-      message.msg_iovlen = count;
-      ssize_t n = sendmsg(c.fd, &message, MSG_NOSIGNAL);
+      ssize_t n = Write(c, parts, count);
       if (n < 0) {
         if (errno == EAGAIN || errno == EWOULDBLOCK) return;  // EPOLLOUT brings us back
         if (errno == EINTR) continue;
@@ -485,7 +620,9 @@ class HttpServer::Loop {
       c.sent += static_cast<size_t>(n);
     }
     if (c.close_after) {
-      // Half-close first so the client reads the whole answer rather than a reset.
+      // Half-close first so the client reads the whole answer rather than a reset (on TLS, with
+      // its close_notify).
+      if (c.ssl != nullptr) SSL_shutdown(c.ssl);
       shutdown(c.fd, SHUT_WR);
       Close(c.fd, /*dropped=*/false);
       return;
@@ -510,6 +647,7 @@ class HttpServer::Loop {
   int wake_fd_ = -1;
   const Handler handler_;
   const Options options_;
+  const TlsContext tls_;  // null: plain HTTP
   std::map<int, Connection> connections_;
   uint32_t serials_ = 0;
   std::vector<int> pipelined_;  // connections with a whole request buffered, to answer next
@@ -517,6 +655,7 @@ class HttpServer::Loop {
   Clock::time_point accept_resume_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> dropped_{0};
+  std::atomic<uint64_t> tls_refused_{0};
 };
 
 HttpResponse HttpResponse::Text(int code, std::string reason, std::string text, bool close) {
@@ -531,10 +670,16 @@ HttpResponse HttpResponse::Text(int code, std::string reason, std::string text, 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,
                                                               Handler handler,
                                                               const Options& options) {
+  TlsContext tls(nullptr, &SSL_CTX_free);
+  if (!options.tls.cert_file.empty()) {
+    absl::StatusOr<TlsContext> made = MakeTlsContext(options);
+    if (!made.ok()) return made.status();
+    tls = *std::move(made);
+  }
   std::string bound;
   absl::StatusOr<int> fd = Listen(address, options, &bound);
   if (!fd.ok()) return fd.status();
-  auto loop = std::make_unique<Loop>(*fd, std::move(handler), options);
+  auto loop = std::make_unique<Loop>(*fd, std::move(handler), options, std::move(tls));
   if (!loop->ok()) {
     return absl::InternalError(absl::StrCat("cannot serve ", options.what, " on ", address,
                                             ": epoll/eventfd: ", std::strerror(errno)));
@@ -553,5 +698,7 @@ HttpServer::~HttpServer() {
 }
 
 uint64_t HttpServer::dropped_connections() const { return loop_->dropped(); }
+
+uint64_t HttpServer::tls_refused() const { return loop_->tls_refused(); }
 
 }  // namespace profd

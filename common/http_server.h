@@ -1,7 +1,8 @@
 // A small event-driven HTTP/1.1 server (one epoll thread, non-blocking sockets) for profd's
 // listeners that face the network: /metrics (daemon/metrics/metrics_server.h) and the
 // Alertmanager webhook (daemon/alerts/alert_webhook.h). It owns the connections; a Handler owns
-// the answers.
+// the answers. Optionally over TLS (OpenSSL, non-blocking: the handshake is one more state of a
+// connection, under the same deadlines), with client certificates required or not.
 //
 // Why not civetweb (prometheus-cpp's Exposer): it gives each connection a worker thread for as
 // long as the client takes to send its request, so two unfinished requests from anywhere on the
@@ -75,6 +76,13 @@ class HttpServer {
     // A request body (Content-Length; chunked bodies are refused with 411). 0: no request may
     // have one (413).
     size_t max_body_bytes = 0;
+    // TLS: PEM files, read at Start (cert_file empty: plain HTTP). With client_ca_file, every
+    // client must present a certificate that CA signed (mutual TLS); a handshake that fails
+    // closes the connection and is counted (tls_refused).
+    struct Tls {
+      std::string cert_file, key_file, client_ca_file;
+    };
+    Tls tls;
   };
 
   // address is host:port; port 0 takes a free one (tests). The error says what was asked and
@@ -89,6 +97,9 @@ class HttpServer {
   // Connections closed by the server because they were too slow or too large, or evicted to make
   // room (any thread; tests and the log).
   uint64_t dropped_connections() const;
+  // Connections whose TLS handshake failed: no or an untrusted client certificate, not TLS at all
+  // (any thread; /metrics).
+  uint64_t tls_refused() const;
 
  private:
   class Loop;  // the epoll thread's state (http_server.cc)

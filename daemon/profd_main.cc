@@ -115,10 +115,19 @@ ABSL_FLAG(std::string, metrics_address, "0.0.0.0:9477",
 // bearer token.
 ABSL_FLAG(std::string, alert_address, "none",
           "host:port of the Alertmanager webhook (POST /alerts), e.g. 0.0.0.0:9478; 'none' (the "
-          "default) turns it off. Needs --alert_token_file");
+          "default) turns it off. Needs --alert_token_file, or mutual TLS (--alert_tls_cert, "
+          "--alert_tls_key, --alert_tls_client_ca), or both");
 ABSL_FLAG(std::string, alert_token_file, "",
           "File holding the bearer token Alertmanager sends (http_config.authorization."
           "credentials_file on its side); requests without it get 401");
+ABSL_FLAG(std::string, alert_tls_cert, "",
+          "PEM certificate (chain) of the alert listener; with --alert_tls_key it speaks HTTPS "
+          "only (Alertmanager's webhook url https://...)");
+ABSL_FLAG(std::string, alert_tls_key, "", "PEM private key of --alert_tls_cert");
+ABSL_FLAG(std::string, alert_tls_client_ca, "",
+          "PEM CA: the alert listener's clients must present a certificate it signed (mutual TLS, "
+          "Alertmanager's http_config.tls_config cert_file/key_file); then --alert_token_file "
+          "is optional");
 ABSL_FLAG(std::string, alert_target_labels, "",
           "Which alert labels name the processes to capture, as target=label pairs (targets pid, "
           "pod, namespace, node, gpu), e.g. pod=kubernetes_pod_name,node=instance; default: the "
@@ -440,23 +449,40 @@ struct Config {
   std::string metrics_address;  // "none" or empty: no /metrics
   std::string alert_address;    // "none" or empty: no Alertmanager webhook
   alerts::AlertWebhookOptions alerts;
+  HttpServer::Options::Tls alert_tls;  // no cert_file: plain HTTP
   std::string csi_socket;  // "none": no CSI node plugin
   CsiNodeOptions csi;
   std::optional<PodDirectory::Options> pods;                   // none: pods as processes claim them
   std::optional<KubernetesAuthorizer::Options> authorization;  // none: mutual TLS decides
 };
 
+absl::Status AlertCaptureFlags(Config* config);
+
 // The Alertmanager webhook's configuration; its token is read now, so that a missing or empty
 // token file stops profd at start rather than refusing every alert later.
 absl::Status AlertFlags(Config* config) {
   config->alert_address = absl::GetFlag(FLAGS_alert_address);
   if (config->alert_address == "none" || config->alert_address.empty()) return absl::OkStatus();
+  HttpServer::Options::Tls& tls = config->alert_tls;
+  tls.cert_file = absl::GetFlag(FLAGS_alert_tls_cert);
+  tls.key_file = absl::GetFlag(FLAGS_alert_tls_key);
+  tls.client_ca_file = absl::GetFlag(FLAGS_alert_tls_client_ca);
+  if (tls.cert_file.empty() != tls.key_file.empty()) {
+    return absl::InvalidArgumentError("--alert_tls_cert and --alert_tls_key go together");
+  }
+  if (!tls.client_ca_file.empty() && tls.cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--alert_tls_client_ca needs --alert_tls_cert and --alert_tls_key: client certificates "
+        "are asked for in a TLS handshake");
+  }
   const std::string token_file = absl::GetFlag(FLAGS_alert_token_file);
   if (token_file.empty()) {
+    if (!tls.client_ca_file.empty()) return AlertCaptureFlags(config);  // mutual TLS alone
     return absl::InvalidArgumentError(
         "--alert_address needs --alert_token_file: a file holding the bearer token Alertmanager "
         "sends (http_config.authorization.credentials_file), e.g. made with "
-        "`openssl rand -hex 32 > /etc/profd/alert-token`");
+        "`openssl rand -hex 32 > /etc/profd/alert-token`; or mutual TLS (--alert_tls_cert, "
+        "--alert_tls_key, --alert_tls_client_ca)");
   }
   std::ifstream in(token_file);
   std::stringstream text;
@@ -471,6 +497,11 @@ absl::Status AlertFlags(Config* config) {
         "--alert_token_file=", token_file, ": the token is ", config->alerts.token.size(),
         " characters; give at least 16 (e.g. `openssl rand -hex 32`)"));
   }
+  return AlertCaptureFlags(config);
+}
+
+// What an alert's capture is: the labels that name its processes, its defaults and limits.
+absl::Status AlertCaptureFlags(Config* config) {
   absl::StatusOr<alerts::AlertTargetLabels> labels =
       alerts::ParseAlertTargetLabels(absl::GetFlag(FLAGS_alert_target_labels));
   if (!labels.ok()) return labels.status();
@@ -894,6 +925,7 @@ absl::Status Daemon::StartAlertWebhook() {
   // them): 1 MiB holds hundreds.
   http.max_body_bytes = 1 << 20;
   http.max_connections = 16;
+  http.tls = config_.alert_tls;
   absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
       address,
       [webhook = alert_webhook_.get()](const HttpRequest& request) {
@@ -902,7 +934,13 @@ absl::Status Daemon::StartAlertWebhook() {
       http);
   if (!started.ok()) return started.status();
   alert_server_ = *std::move(started);
-  daemon_metrics_.SetAlertSource([webhook = alert_webhook_.get()] { return webhook->counts(); });
+  daemon_metrics_.SetAlertSource(
+      [webhook = alert_webhook_.get(), server = alert_server_.get(),
+       tls = !config_.alert_tls.cert_file.empty()] {
+        DaemonMetrics::Snapshot::Alerts counts = webhook->counts();
+        if (tls) counts.requests.emplace_back("tls_refused", server->tls_refused());
+        return counts;
+      });
   identity_.alert_address = alert_server_->address();
   return absl::OkStatus();
 }

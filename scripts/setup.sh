@@ -30,6 +30,7 @@ test_packages=(
   openssl                # tests: the openssl CLI makes throwaway CA/server/client certificates (tls_test)
   prometheus             # tests: a real Prometheus scrapes profd; promtool checks /metrics
   prometheus-alertmanager # tests: a real Alertmanager sends alerts to profd's webhook
+  curl                   # tests: a real client refused by the alert listener's mutual TLS
   chromium               # tests: headless Chromium renders the HTML report (profctl report --html)
   patchelf               # relocatable tarball
   python3-kubernetes     # tests: the Kubernetes manifests checked against the API schema (its models)

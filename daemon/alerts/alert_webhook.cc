@@ -74,6 +74,7 @@ AlertWebhook::AlertWebhook(AlertWebhookOptions options, AlertCaptures captures,
                             "see /metrics: profd_alert_webhook_requests_total") {}
 
 bool AlertWebhook::Authorized(const HttpRequest& request) const {
+  if (options_.token.empty()) return true;  // mutual TLS authenticated the sender
   absl::string_view value = request.authorization;
   // RFC 9110: the scheme is case-insensitive; Alertmanager sends "Bearer <credentials>".
   if (value.size() < 7 || !absl::EqualsIgnoreCase(value.substr(0, 7), "bearer ")) return false;

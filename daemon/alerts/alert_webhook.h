@@ -31,7 +31,9 @@ namespace profd::alerts {
 inline constexpr char kWebhookPath[] = "/alerts";
 
 struct AlertWebhookOptions {
-  std::string token;  // the bearer token requests must carry (not empty)
+  // The bearer token requests must carry; empty only where the listener requires a client
+  // certificate (--alert_tls_client_ca), which then is what authenticates Alertmanager.
+  std::string token;
   AlertCaptureContext capture;
   AlertPolicyOptions policy;
 };

@@ -193,7 +193,9 @@ void AddAlertFamilies(const Labels& host, const DaemonMetrics::Snapshot::Alerts&
   MetricFamily requests = Family(
       "profd_alert_webhook_requests_total",
       "Requests to the Alertmanager webhook, by result (accepted, unauthorized: no or a wrong "
-      "bearer token, bad_request: not a notification profd reads, not_found, method_not_allowed)",
+      "bearer token, bad_request: not a notification profd reads, not_found, "
+      "method_not_allowed, tls_refused: a TLS handshake that failed, e.g. no or an untrusted "
+      "client certificate)",
       MetricType::Counter);
   for (const auto& [result, count] : alerts.requests) {
     Add(requests, With(host, {{"result", result}}), static_cast<double>(count));

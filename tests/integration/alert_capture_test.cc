@@ -6,7 +6,8 @@
 // token. The launch-rate rule fires, the alert reaches profd through Alertmanager, and a capture
 // of that process is stored with the alert in its manifest, listed by `profctl list --alert`;
 // another firing in the group within the cooldown starts nothing; a bad token is refused and
-// counted.
+// counted. And over mutual TLS instead of a token: Alertmanager's tls_config client certificate
+// is let in, curl without one, with one of another CA, or in plain HTTP is refused and counted.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -19,6 +20,7 @@
 #include "tests/metrics/http_get.h"
 #include "tests/metrics/prometheus_server.h"
 #include "tests/support/profd_process.h"
+#include "tests/support/test_pki.h"
 
 namespace profd::testing {
 namespace {
@@ -182,6 +184,96 @@ TEST(AlertCaptureTest, AFiringRuleCapturesItsProcessOnceWithTheAlertInTheManifes
   EXPECT_EQ(SeriesValue(metrics, "profd_alert_decisions_total", "decision=\"started\""), 1);
   EXPECT_EQ(SeriesValue(metrics, "profd_alert_webhook_requests_total", "result=\"unauthorized\""),
             1);
+}
+
+// Alertmanager sending to profd's webhook over HTTPS with its client certificate, and no token
+// (http_config.tls_config): profd requires a certificate its --alert_tls_client_ca signed.
+TEST(AlertCaptureTest, MutualTlsLetsAlertmanagerInAndNobodyElse) {
+  if (access(kAlertmanager, X_OK) != 0 || FindProgram("openssl").empty() ||
+      FindProgram("curl").empty()) {
+    GTEST_SKIP() << "needs prometheus-alertmanager, openssl and curl: scripts/setup.sh";
+  }
+  TestPki pki(FindProgram("openssl"));
+  ASSERT_TRUE(pki.Ca("ca") &&
+              pki.Leaf("listener", "ca", "profd alerts",
+                       "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n") &&
+              pki.Leaf("alertmanager", "ca", "alertmanager", "extendedKeyUsage=clientAuth\n") &&
+              pki.Ca("other") &&
+              pki.Leaf("intruder", "other", "alertmanager", "extendedKeyUsage=clientAuth\n"))
+      << pki.error();
+  ProfdProcess profd({"--nvml_library=/nonexistent/libnvidia-ml.so.1",
+                      "--alert_address=127.0.0.1:0", "--alert_tls_cert=" + pki.File("listener.pem"),
+                      "--alert_tls_key=" + pki.File("listener.key"),
+                      "--alert_tls_client_ca=" + pki.File("ca.pem"), "--alert_cooldown=10m"});
+  profd.Start();
+  rapidjson::Document status = profd.ProfctlJson({"status"});
+  const std::string url = absl::StrCat("https://", status["alert_address"].GetString(), "/alerts");
+  const std::string metrics_url =
+      absl::StrCat("http://", status["metrics_address"].GetString(), "/metrics");
+
+  // No certificate, one of another CA, plain HTTP: refused in the handshake, counted.
+  const std::vector<std::string> curl = {FindProgram("curl"), "-sS", "--max-time", "5",
+                                         "--cacert", pki.File("ca.pem"), "-d", "{}"};
+  auto post = [&](std::vector<std::string> extra, const std::string& to) {
+    std::vector<std::string> argv = curl;
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    argv.push_back(to);
+    return Run(argv);
+  };
+  EXPECT_NE(post({}, url).exit_code, 0);
+  EXPECT_NE(post({"--cert", pki.File("intruder.pem"), "--key", pki.File("intruder.key")}, url)
+                .exit_code,
+            0);
+  EXPECT_NE(post({}, absl::StrCat("http://", status["alert_address"].GetString(), "/alerts"))
+                .exit_code,
+            0);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return SeriesValue(HttpGet(metrics_url).value_or(""), "profd_alert_webhook_requests_total",
+                           "result=\"tls_refused\"") == 3;
+      },
+      absl::Seconds(5)))
+      << *HttpGet(metrics_url);
+  // The right certificate and no token: through TLS to the handler, which needs no token.
+  RunResult ours = post({"--cert", pki.File("alertmanager.pem"), "--key",
+                         pki.File("alertmanager.key"), "-w", "%{http_code}", "-o", "/dev/null"},
+                        url);
+  EXPECT_EQ(ours.out, "400") << ours.err;  // "{}" is no notification: the handler said so
+
+  // Alertmanager itself, with its tls_config.
+  auto agent = StartReplayAgent(profd.agent_socket());
+  ASSERT_TRUE(WaitFor([&] { return Registered(profd, agent->pid()); }, absl::Seconds(10)));
+  TempDir dir;
+  std::ofstream(dir.File("alertmanager.yml")) << absl::StrCat(
+      "route:\n  receiver: profd\n  group_by: [alertname, pid]\n  group_wait: 0s\n"
+      "  group_interval: 1s\n  repeat_interval: 4h\nreceivers:\n  - name: profd\n"
+      "    webhook_configs:\n      - url: ",
+      url, "\n        send_resolved: false\n        http_config:\n          tls_config:\n",
+      "            ca_file: ", pki.File("ca.pem"), "\n            cert_file: ",
+      pki.File("alertmanager.pem"), "\n            key_file: ", pki.File("alertmanager.key"),
+      "\n");
+  RunResult check = Run({"/usr/bin/amtool", "check-config", dir.File("alertmanager.yml")});
+  ASSERT_EQ(check.exit_code, 0) << check.out << check.err;
+  const std::string address = absl::StrCat("127.0.0.1:", FreePort());
+  Subprocess alertmanager({kAlertmanager, "--config.file=" + dir.File("alertmanager.yml"),
+                           "--storage.path=" + dir.File("data"), "--web.listen-address=" + address,
+                           "--cluster.listen-address="},
+                          {}, dir.File("alertmanager.log"));
+  ASSERT_TRUE(
+      WaitFor([&] { return HttpGet("http://" + address + "/-/ready").ok(); }, absl::Seconds(20)));
+  const std::string body = absl::StrCat(
+      R"([{"labels": {"alertname": "ProfdGpuBusyCollapsed", "hostname": ")",
+      status["hostname"].GetString(), R"(", "pid": ")", agent->pid(),
+      R"("}, "annotations": {"profd_capture_duration": "500ms"}, "generatorURL": "http://t/g"}])");
+  HttpResult posted = HttpPost(absl::StrCat("http://", address, "/api/v2/alerts"), body, {});
+  ASSERT_EQ(posted.status, 200) << posted.error << posted.body;
+  EXPECT_TRUE(WaitFor([&] { return CapturesOf(profd, "ProfdGpuBusyCollapsed").size() == 1; },
+                      absl::Seconds(30)))
+      << profd.log() << ReadFileOrEmpty(dir.File("alertmanager.log.err"));
+  const std::string metrics = *HttpGet(metrics_url);
+  EXPECT_EQ(SeriesValue(metrics, "profd_alert_webhook_requests_total", "result=\"accepted\""), 1);
+  EXPECT_EQ(SeriesValue(metrics, "profd_alert_webhook_requests_total", "result=\"tls_refused\""),
+            3);
 }
 
 }  // namespace
