@@ -288,11 +288,13 @@ uint32_t PerfettoTraceWriter::SequenceIdOf(const TraceProcess& process) {
 }
 
 absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> PerfettoTraceWriter::Create(
-    const std::string& path, const TraceProcess& process, int gzip_level, BytesObserver on_bytes) {
+    const std::string& path, const TraceProcess& process, int gzip_level, BytesObserver on_bytes,
+    size_t max_interned) {
   absl::StatusOr<std::unique_ptr<TraceFile>> file =
       TraceFile::Create(path, gzip_level, std::move(on_bytes));
   if (!file.ok()) return file.status();
-  std::unique_ptr<PerfettoTraceWriter> w(new PerfettoTraceWriter(std::move(*file), process));
+  std::unique_ptr<PerfettoTraceWriter> w(
+      new PerfettoTraceWriter(std::move(*file), process, max_interned));
 
   // The sequence starts: its incremental state cleared, the packets' clock, the annotation names.
   char* packet = w->BeginPacket(4096);
@@ -520,7 +522,7 @@ void PerfettoTraceWriter::WriteStrings(const v1::EventBatch& batch) {
   for (const v1::StringDef& def : batch.strings()) {
     if (!Interned(def.id())) continue;  // its first use interns the table's text then
     ForgetInterned(def.id());
-    if (renamed_.size() >= kMaxInterned && !renamed_.contains(def.id())) {
+    if (renamed_.size() >= max_interned_ && !renamed_.contains(def.id())) {
       names_inline_ = true;  // bounded whatever the agent redefines
       continue;
     }
@@ -544,7 +546,7 @@ PerfettoTraceWriter::Name PerfettoTraceWriter::BatchName(uint32_t name_id,
     interned_dense_[name_id] = true;
   } else if (interned_ids_.contains(name_id)) {
     added = false;
-  } else if (interned_ids_.size() < kMaxInterned) {
+  } else if (interned_ids_.size() < max_interned_) {
     added = interned_ids_.insert(name_id).second;
   } else {
     return Name{.iid = 0, .intern = names.Text(name_id), .new_name = false};  // written inline
@@ -559,7 +561,7 @@ PerfettoTraceWriter::Name PerfettoTraceWriter::BatchName(uint32_t name_id,
 PerfettoTraceWriter::Name PerfettoTraceWriter::OwnName(const std::string& text) {
   auto it = own_names_.find(text);
   if (it != own_names_.end()) return Name{.iid = it->second, .intern = {}, .new_name = false};
-  if (own_names_.size() >= kMaxInterned) return Name{.iid = 0, .intern = text, .new_name = false};
+  if (own_names_.size() >= max_interned_) return Name{.iid = 0, .intern = text, .new_name = false};
   it = own_names_.emplace(text, 2 * own_names_.size() + 1).first;
   return Name{.iid = it->second, .intern = it->first, .new_name = true};
 }
@@ -567,7 +569,7 @@ PerfettoTraceWriter::Name PerfettoTraceWriter::OwnName(const std::string& text) 
 uint64_t PerfettoTraceWriter::StringValueIid(std::string_view text) {
   auto it = string_values_.find(absl::string_view(text.data(), text.size()));
   if (it == string_values_.end()) {
-    if (string_values_.size() >= kMaxInterned) return 0;
+    if (string_values_.size() >= max_interned_) return 0;
     it = string_values_.emplace(std::string(text), string_values_.size() + 1).first;
     new_strings_.push_back(&*it);
   }

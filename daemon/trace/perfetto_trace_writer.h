@@ -51,9 +51,13 @@ class PerfettoTraceWriter : public TraceWriter {
 
   // Creates (truncates) path and writes the sequence's first packets: the clock, the
   // annotation names and the process's track.
+  // What the sequence interns is bounded however many distinct values the agent sends: each
+  // table (batch names, profd's own names, argument values) up to max_interned entries; past
+  // that, names and values are written inline.
+  static constexpr size_t kMaxInterned = 1 << 16;
   static absl::StatusOr<std::unique_ptr<PerfettoTraceWriter>> Create(
       const std::string& path, const TraceProcess& process, int gzip_level = 1,
-      BytesObserver on_bytes = nullptr);
+      BytesObserver on_bytes = nullptr, size_t max_interned = kMaxInterned);
 
   // One counter track per measured counter under the GPU's track; one packet per sample sets
   // them all (the first counter's value, the others as its extra counter values).
@@ -63,8 +67,10 @@ class PerfettoTraceWriter : public TraceWriter {
   absl::Status Finish(const Footer& footer) override;
 
  private:
-  PerfettoTraceWriter(std::unique_ptr<TraceFile> file, const TraceProcess& process)
+  PerfettoTraceWriter(std::unique_ptr<TraceFile> file, const TraceProcess& process,
+                      size_t max_interned)
       : TraceWriter(std::move(file), process),
+        max_interned_(max_interned),
         sequence_id_(SequenceIdOf(process)),
         next_uuid_((uint64_t{sequence_id_} << kTrackBits) + 1) {}
 
@@ -158,6 +164,7 @@ class PerfettoTraceWriter : public TraceWriter {
   };
   static constexpr size_t kMaxNesting = 64;
   absl::flat_hash_map<uint32_t, std::vector<ThreadLane>> thread_lanes_;
+  const size_t max_interned_;  // each interning table's cap (Create)
   const uint32_t sequence_id_;
   uint64_t next_uuid_;
   uint64_t process_track_ = 0;
@@ -170,10 +177,7 @@ class PerfettoTraceWriter : public TraceWriter {
   // profd's own names, 2 * id + 2 the first texts; these count on from 2^34).
   absl::flat_hash_map<uint32_t, uint64_t> renamed_;
   uint64_t next_renamed_iid_ = uint64_t{1} << 34;
-  bool names_inline_ = false;  // past kMaxInterned renamed ids: every batch name inline
-  // What the sequence interns is bounded however many distinct values the agent sends (each
-  // table up to kMaxInterned entries); past that, names and values are written inline.
-  static constexpr size_t kMaxInterned = 1 << 16;
+  bool names_inline_ = false;  // past max_interned_ renamed ids: every batch name inline
   absl::node_hash_map<std::string, uint64_t> own_names_;      // profd's names -> odd iids
   absl::node_hash_map<std::string, uint64_t> string_values_;  // argument values -> iids
   std::vector<const std::pair<const std::string, uint64_t>*> new_strings_;  // not yet interned

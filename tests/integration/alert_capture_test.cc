@@ -218,7 +218,7 @@ TEST(AlertCaptureTest, MutualTlsLetsAlertmanagerInAndNobodyElse) {
     std::vector<std::string> argv = curl;
     argv.insert(argv.end(), extra.begin(), extra.end());
     argv.push_back(to);
-    return Run(argv);
+    return profd::testing::Run(argv);
   };
   EXPECT_NE(post({}, url).exit_code, 0);
   EXPECT_NE(post({"--cert", pki.File("intruder.pem"), "--key", pki.File("intruder.key")}, url)
@@ -252,7 +252,8 @@ TEST(AlertCaptureTest, MutualTlsLetsAlertmanagerInAndNobodyElse) {
       "            ca_file: ", pki.File("ca.pem"), "\n            cert_file: ",
       pki.File("alertmanager.pem"), "\n            key_file: ", pki.File("alertmanager.key"),
       "\n");
-  RunResult check = Run({"/usr/bin/amtool", "check-config", dir.File("alertmanager.yml")});
+  RunResult check =
+      profd::testing::Run({"/usr/bin/amtool", "check-config", dir.File("alertmanager.yml")});
   ASSERT_EQ(check.exit_code, 0) << check.out << check.err;
   const std::string address = absl::StrCat("127.0.0.1:", FreePort());
   Subprocess alertmanager({kAlertmanager, "--config.file=" + dir.File("alertmanager.yml"),

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -161,8 +162,9 @@ RunResult Run(std::vector<std::string> argv, std::map<std::string, std::string> 
 bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
+    const absl::Time checked = absl::Now();
     if (cond()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
+    absl::SleepFor(std::max(absl::Milliseconds(20), absl::Now() - checked));
   }
   return cond();
 }

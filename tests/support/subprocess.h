@@ -62,7 +62,9 @@ struct RunResult {
 RunResult Run(std::vector<std::string> argv, std::map<std::string, std::string> env = {},
               absl::Duration timeout = absl::Seconds(60));
 
-// Polls cond every 20 ms until it holds or the timeout passes.
+// Polls cond until it holds or the timeout passes: every 20 ms, or, when a check takes longer (one
+// that runs profctl), after as long again as it took, so that waiting costs at most half a core
+// of the machine the tests share.
 bool WaitFor(const std::function<bool()>& cond, absl::Duration timeout);
 
 std::string ReadFileOrEmpty(const std::string& path);

@@ -330,12 +330,14 @@ TEST(PerfettoTraceWriterTest, ACutTraceIsRepairedToItsWholePackets) {
   }
 }
 
-// What the sequence interns is bounded whatever the agent sends: past 65,536 distinct names or
-// argument values they are written inline, and the trace still reads as the JSON says.
+// What the sequence interns is bounded whatever the agent sends: past the cap of distinct names
+// or argument values (65,536; 1,000 here, through the same code) they are written inline, and
+// the trace still reads as the JSON says.
 TEST(PerfettoTraceWriterTest, InterningIsBoundedAndWhatIsPastItIsWrittenInline) {
+  constexpr size_t kCap = 1000;
   const uint64_t t0 = 1764520000000000000;
   v1::EventBatch b;
-  for (uint32_t i = 0; i < 66'000; ++i) {
+  for (uint32_t i = 0; i < kCap + 100; ++i) {
     v1::Overhead* o = b.add_overheads();  // each its own name: "CUPTI overhead: kind <i>"
     o->set_start_ns(t0 + 10 * i);
     o->set_end_ns(t0 + 10 * i + 5);
@@ -352,7 +354,13 @@ TEST(PerfettoTraceWriterTest, InterningIsBoundedAndWhatIsPastItIsWrittenInline) 
   process.base_time_ns = static_cast<int64_t>(t0);
   TempDir dir;
   const std::string json = Write(TraceFormat::kChromeJson, dir, process, {b});
-  const std::string pb = Write(TraceFormat::kPerfetto, dir, process, {b});
+  const std::string pb = dir.File(TraceFileName(process.pid, TraceFormat::kPerfetto));
+  auto writer = PerfettoTraceWriter::Create(pb, process, 1, nullptr, kCap);
+  ASSERT_TRUE(writer.ok()) << writer.status();
+  StringTable names;
+  names.Add(b);
+  ASSERT_TRUE((*writer)->Write(b, names).ok());
+  ASSERT_TRUE((*writer)->Finish({}).ok());
   PerfettoTraceContents trace = testing::ReadPerfettoTrace(pb);
   EXPECT_TRUE(trace.problems.empty()) << absl::StrJoin(trace.problems, "\n");
   Flows json_flows, perfetto_flows;
