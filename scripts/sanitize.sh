@@ -21,16 +21,15 @@ flags="-fsanitize=address,undefined,fuzzer-no-link -fno-sanitize=function -fno-s
 flags+=" -fsanitize-recover=pointer-overflow -fno-omit-frame-pointer"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   # -O1 -gline-tables-only: OSS-Fuzz's flags (file:line in reports, a fast compile on a 2-core
-  # machine), asserts on; clang compiles this a third faster than gcc, and lld links the ~150
-  # test programs in a fraction of ld's time (ld took a quarter of the build). The tests' own code at -O0
+  # machine), asserts on; clang compiles this a third faster than gcc. The tests' own code at -O0
   # (tests/CMakeLists.txt says why); no benchmarks: nothing runs them here.
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DPROFD_TEST_COMPILE_OPTIONS=-O0 -DPROFD_FUZZ=ON -DPROFD_BUILD_BENCHES=OFF \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
-    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined -fuse-ld=lld" \
-    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined -fuse-ld=lld"
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
+    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined"
 fi
 [ "$mode" = configure ] && exit 0
 [ "$mode" = test ] || cmake --build "$BUILD_DIR" -j "$(nproc)"

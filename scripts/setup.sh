@@ -37,7 +37,6 @@ test_packages=(
   clang-format
   clang-14 libclang-rt-14-dev  # scripts/fuzz.sh: libFuzzer with ASan+UBSan (clang's runtimes)
   llvm-14                # llvm-symbolizer: sanitizer reports with file:line
-  lld                    # the sanitizer builds link with lld: a quarter of their time was ld's
 )
 [ "$mode" = build ] || packages+=("${test_packages[@]}")
 

@@ -18,15 +18,14 @@ cd "$(dirname "$0")/.."
 BUILD_DIR=${TSAN_BUILD_DIR:-build-tsan}
 flags="-fsanitize=thread -fno-omit-frame-pointer"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
-  # As scripts/sanitize.sh: clang (a third less compile time than gcc) and lld, -O1
-  # -gline-tables-only (file:line in reports), the tests' own code at -O0, no benchmarks.
+  # As scripts/sanitize.sh: clang (a third less compile time than gcc), -O1 -gline-tables-only
+  # (file:line in reports), the tests' own code at -O0, no benchmarks.
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DPROFD_TEST_COMPILE_OPTIONS=-O0 \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" -DPROFD_BUILD_BENCHES=OFF \
-    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread -fuse-ld=lld" \
-    -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread -fuse-ld=lld"
+    -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=thread" -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=thread"
 fi
 # The suite: ctest label tsan (tests/CMakeLists.txt); the integration tests among it build the
 # TSan profd, profctl and agent they start.
