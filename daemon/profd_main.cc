@@ -450,7 +450,7 @@ struct Config {
   std::string alert_address;    // "none" or empty: no Alertmanager webhook
   alerts::AlertWebhookOptions alerts;
   HttpServer::Options::Tls alert_tls;  // no cert_file: plain HTTP
-  std::string csi_socket;  // "none": no CSI node plugin
+  std::string csi_socket;              // "none": no CSI node plugin
   CsiNodeOptions csi;
   std::optional<PodDirectory::Options> pods;                   // none: pods as processes claim them
   std::optional<KubernetesAuthorizer::Options> authorization;  // none: mutual TLS decides
@@ -934,13 +934,12 @@ absl::Status Daemon::StartAlertWebhook() {
       http);
   if (!started.ok()) return started.status();
   alert_server_ = *std::move(started);
-  daemon_metrics_.SetAlertSource(
-      [webhook = alert_webhook_.get(), server = alert_server_.get(),
-       tls = !config_.alert_tls.cert_file.empty()] {
-        DaemonMetrics::Snapshot::Alerts counts = webhook->counts();
-        if (tls) counts.requests.emplace_back("tls_refused", server->tls_refused());
-        return counts;
-      });
+  daemon_metrics_.SetAlertSource([webhook = alert_webhook_.get(), server = alert_server_.get(),
+                                  tls = !config_.alert_tls.cert_file.empty()] {
+    DaemonMetrics::Snapshot::Alerts counts = webhook->counts();
+    if (tls) counts.requests.emplace_back("tls_refused", server->tls_refused());
+    return counts;
+  });
   identity_.alert_address = alert_server_->address();
   return absl::OkStatus();
 }

@@ -212,8 +212,8 @@ TEST(AlertCaptureTest, MutualTlsLetsAlertmanagerInAndNobodyElse) {
       absl::StrCat("http://", status["metrics_address"].GetString(), "/metrics");
 
   // No certificate, one of another CA, plain HTTP: refused in the handshake, counted.
-  const std::vector<std::string> curl = {FindProgram("curl"), "-sS", "--max-time", "5",
-                                         "--cacert", pki.File("ca.pem"), "-d", "{}"};
+  const std::vector<std::string> curl = {FindProgram("curl"), "-sS", "--max-time", "5", "--cacert",
+                                         pki.File("ca.pem"),  "-d",  "{}"};
   auto post = [&](std::vector<std::string> extra, const std::string& to) {
     std::vector<std::string> argv = curl;
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -221,12 +221,12 @@ TEST(AlertCaptureTest, MutualTlsLetsAlertmanagerInAndNobodyElse) {
     return profd::testing::Run(argv);
   };
   EXPECT_NE(post({}, url).exit_code, 0);
-  EXPECT_NE(post({"--cert", pki.File("intruder.pem"), "--key", pki.File("intruder.key")}, url)
-                .exit_code,
-            0);
-  EXPECT_NE(post({}, absl::StrCat("http://", status["alert_address"].GetString(), "/alerts"))
-                .exit_code,
-            0);
+  EXPECT_NE(
+      post({"--cert", pki.File("intruder.pem"), "--key", pki.File("intruder.key")}, url).exit_code,
+      0);
+  EXPECT_NE(
+      post({}, absl::StrCat("http://", status["alert_address"].GetString(), "/alerts")).exit_code,
+      0);
   EXPECT_TRUE(WaitFor(
       [&] {
         return SeriesValue(HttpGet(metrics_url).value_or(""), "profd_alert_webhook_requests_total",
@@ -249,9 +249,9 @@ TEST(AlertCaptureTest, MutualTlsLetsAlertmanagerInAndNobodyElse) {
       "  group_interval: 1s\n  repeat_interval: 4h\nreceivers:\n  - name: profd\n"
       "    webhook_configs:\n      - url: ",
       url, "\n        send_resolved: false\n        http_config:\n          tls_config:\n",
-      "            ca_file: ", pki.File("ca.pem"), "\n            cert_file: ",
-      pki.File("alertmanager.pem"), "\n            key_file: ", pki.File("alertmanager.key"),
-      "\n");
+      "            ca_file: ", pki.File("ca.pem"),
+      "\n            cert_file: ", pki.File("alertmanager.pem"),
+      "\n            key_file: ", pki.File("alertmanager.key"), "\n");
   RunResult check =
       profd::testing::Run({"/usr/bin/amtool", "check-config", dir.File("alertmanager.yml")});
   ASSERT_EQ(check.exit_code, 0) << check.out << check.err;
