@@ -423,7 +423,62 @@ constexpr absl::Duration kCaptureDecodeEvery = absl::Milliseconds(20);
 // Restarts after an overflow before a GPU's counters are given up on.
 constexpr int kMaxRestarts = 20;
 
+// Loads the driver and CUPTI and initialises CUPTI's profiler, with one Gpu per device: "" or
+// why not.
+std::string InitProfiler(const std::string& cupti_library, Api* api, std::vector<Gpu>* gpus,
+                         bool* profiler) {
+  std::string error = LoadApi(cupti_library, api);
+  if (!error.empty()) return error;
+  int count = 0;
+  if (api->cuInit(0) != CUDA_SUCCESS || api->cuDeviceGetCount(&count) != CUDA_SUCCESS) {
+    return "the CUDA driver does not initialise (no GPU?)";
+  }
+  if (count == 0) return "no GPU";
+  auto init = PARAMS(CUpti_Profiler_Initialize_Params, .pPriv = nullptr);
+  if (CUptiResult r = api->ProfilerInitialize(&init); r != CUPTI_SUCCESS) {
+    return Why(*api, "cuptiProfilerInitialize", r);
+  }
+  *profiler = true;
+  gpus->resize(static_cast<size_t>(count));
+  return "";
+}
+
+// Each GPU's CUDA index, uuid and name, which its counters are published under.
+void IdentifyGpus(const Api& api, std::vector<Gpu>& gpus) {
+  for (size_t i = 0; i < gpus.size(); ++i) {
+    Gpu& gpu = gpus[i];
+    gpu.identity.cuda_index = static_cast<uint32_t>(i);
+    CUdevice device = 0;
+    CUuuid uuid{};
+    char name[256] = {};
+    if (api.cuDeviceGet(&device, static_cast<int>(i)) == CUDA_SUCCESS) {
+      if (api.cuDeviceGetUuid(&uuid, device) == CUDA_SUCCESS) gpu.identity.uuid = UuidText(uuid);
+      if (api.cuDeviceGetName(name, sizeof(name) - 1, device) == CUDA_SUCCESS) {
+        gpu.identity.name = name;
+      }
+    }
+  }
+}
+
+// The GPUs sampled without an error.
+uint32_t SampledGpus(const std::vector<Gpu>& gpus) {
+  return static_cast<uint32_t>(
+      std::count_if(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); }));
+}
+
 }  // namespace
+
+// What the sampler's thread holds from loading the libraries until it lets go of the GPUs.
+struct PmSampler::Session {
+  Api api;
+  std::vector<Gpu> gpus;
+  // Empty while the GPUs can be sampled; else why not (said once, published, told to captures).
+  std::string error;
+  bool profiler = false;
+  Plan plan;  // how the GPUs are sampled now; a zero interval: not started
+  absl::Time next_publish;
+  absl::Time next_decode = absl::InfiniteFuture();  // a capture's
+};
 
 // What the sampler's thread is asked to do.
 struct PmSampler::Wanted {
@@ -556,137 +611,178 @@ void PmSampler::Run() {
   }
 }
 
-void PmSampler::Sample() {
-  Api api;
-  std::vector<Gpu> gpus;
-  // Empty while the GPUs can be sampled; else why not (said once, published, told to captures).
-  std::string error = LoadApi(options_.cupti_library, &api);
-  bool profiler = false;
-  if (error.empty()) {
-    int count = 0;
-    if (api.cuInit(0) != CUDA_SUCCESS || api.cuDeviceGetCount(&count) != CUDA_SUCCESS) {
-      error = "the CUDA driver does not initialise (no GPU?)";
-    } else if (count == 0) {
-      error = "no GPU";
-    } else {
-      auto init = PARAMS(CUpti_Profiler_Initialize_Params, .pPriv = nullptr);
-      if (CUptiResult r = api.ProfilerInitialize(&init); r != CUPTI_SUCCESS) {
-        error = Why(api, "cuptiProfilerInitialize", r);
-      } else {
-        profiler = true;
-        gpus.resize(static_cast<size_t>(count));
-      }
-    }
-  }
-  for (size_t i = 0; i < gpus.size(); ++i) {
-    Gpu& gpu = gpus[i];
-    gpu.identity.cuda_index = static_cast<uint32_t>(i);
-    CUdevice device = 0;
-    CUuuid uuid{};
-    char name[256] = {};
-    if (api.cuDeviceGet(&device, static_cast<int>(i)) == CUDA_SUCCESS) {
-      if (api.cuDeviceGetUuid(&uuid, device) == CUDA_SUCCESS) gpu.identity.uuid = UuidText(uuid);
-      if (api.cuDeviceGetName(name, sizeof(name) - 1, device) == CUDA_SUCCESS) {
-        gpu.identity.name = name;
-      }
-    }
-  }
-  auto sampled_gpus = [&] {
-    return static_cast<uint32_t>(
-        std::count_if(gpus.begin(), gpus.end(), [](const Gpu& g) { return g.error.empty(); }));
-  };
-  auto sampled = [&] { return sampled_gpus() > 0; };
-  // What `profctl status` says: sampling at `interval` on the GPUs without an error.
-  auto set_state = [&](absl::Duration interval, std::string why) {
-    const uint32_t ok = interval == absl::ZeroDuration() ? 0 : sampled_gpus();
-    MutexLock lock(&mutex_);
-    state_.interval = interval;
-    state_.gpus = ok;
-    state_.error = std::move(why);
-  };
-  if (!error.empty()) {
-    set_state(absl::ZeroDuration(), error);
+void PmSampler::OpenSession(Session& s) {
+  s.error = InitProfiler(options_.cupti_library, &s.api, &s.gpus, &s.profiler);
+  IdentifyGpus(s.api, s.gpus);
+  if (!s.error.empty()) {
+    SetState(s, absl::ZeroDuration(), s.error);
     LogWarning(kComponent,
                "GPU hardware counters unavailable: %s; captures and the other "
                "metrics are not affected",
-               error);
-    Publish(GpuCounterSnapshot{.available = false, .error = error});
+               s.error);
+    Publish(GpuCounterSnapshot{.available = false, .error = s.error});
   }
+}
 
-  Plan plan;  // how the GPUs are sampled now; a zero interval: not started
-  absl::Time next_publish = absl::Now() + options_.publish_every;
-  absl::Time next_decode = absl::InfiniteFuture();  // a capture's
-  // (Re)starts every GPU still sampled for a capture at its interval, or for /metrics.
-  auto configure = [&](const Wanted& w) {
-    const Plan want =
-        w.capture
-            ? Plan{w.capture_interval, kCaptureDecodeEvery, options_.capture_hardware_buffer_bytes}
-            : Plan{options_.interval, options_.publish_every, options_.hardware_buffer_bytes};
-    if (!error.empty() ||
-        (want.interval == plan.interval && want.decode_every == plan.decode_every)) {
-      return;
+void PmSampler::SetState(const Session& s, absl::Duration interval, std::string why) {
+  const uint32_t ok = interval == absl::ZeroDuration() ? 0 : SampledGpus(s.gpus);
+  MutexLock lock(&mutex_);
+  state_.interval = interval;
+  state_.gpus = ok;
+  state_.error = std::move(why);
+}
+
+void PmSampler::Configure(Session& s, const Wanted& w) {
+  const Plan want =
+      w.capture
+          ? Plan{w.capture_interval, kCaptureDecodeEvery, options_.capture_hardware_buffer_bytes}
+          : Plan{options_.interval, options_.publish_every, options_.hardware_buffer_bytes};
+  if (!s.error.empty() ||
+      (want.interval == s.plan.interval && want.decode_every == s.plan.decode_every)) {
+    return;
+  }
+  std::string first_error;
+  for (Gpu& gpu : s.gpus) {
+    if (!gpu.error.empty()) continue;
+    if (s.plan.interval != absl::ZeroDuration()) {
+      (void)Drain(s.api, gpu, nullptr);  // what was sampled so far still counts for /metrics
+      StopGpu(s.api, gpu);
     }
-    std::string first_error;
-    for (Gpu& gpu : gpus) {
-      if (!gpu.error.empty()) continue;
-      if (plan.interval != absl::ZeroDuration()) {
-        (void)Drain(api, gpu, nullptr);  // what was sampled so far still counts for /metrics
-        StopGpu(api, gpu);
+    gpu.error = StartGpu(s.api, want, gpu);
+    if (!gpu.error.empty()) {
+      LogWarning(kComponent, "GPU %d: no hardware counters: %s", gpu.identity.cuda_index,
+                 gpu.error);
+      if (first_error.empty()) first_error = gpu.error;
+      StopGpu(s.api, gpu);
+    }
+  }
+  s.plan = want;
+  s.next_decode = w.capture ? absl::Now() + kCaptureDecodeEvery : absl::InfiniteFuture();
+  if (SampledGpus(s.gpus) == 0) {
+    s.error = first_error;
+    SetState(s, absl::ZeroDuration(), s.error);
+    Publish(GpuCounterSnapshot{.available = false, .error = s.error});
+    return;
+  }
+  SetState(s, want.interval, first_error);
+  LogInfo(kComponent, "sampling %d GPU(s) every %s for %s", s.gpus.size(),
+          absl::FormatDuration(want.interval), w.capture ? "a capture" : "/metrics");
+}
+
+void PmSampler::PauseSampling(Session& s) {
+  for (Gpu& gpu : s.gpus) {
+    StopGpu(s.api, gpu);
+    gpu.error.clear();
+    gpu.restarts = 0;
+  }
+  s.error.clear();
+  s.plan = Plan{};
+  SetState(s, absl::ZeroDuration(), "");
+  malloc_trim(0);
+}
+
+void PmSampler::MarkCaptureStarted() {
+  MutexLock lock(&mutex_);
+  if (!capture_started_) {
+    capture_started_ = true;
+    started_cv_.SignalAll();
+  }
+}
+
+void PmSampler::Decode(Session& s, const Wanted& wanted) {
+  s.next_decode = std::max(s.next_decode + kCaptureDecodeEvery, absl::Now());
+  for (Gpu& gpu : s.gpus) {
+    if (!gpu.error.empty() || gpu.sampling == nullptr) continue;
+    GpuCounterBatch batch{
+        .cuda_index = gpu.identity.cuda_index, .uuid = gpu.identity.uuid, .readings = {}};
+    std::string e = Drain(s.api, gpu, wanted.capture ? &batch.readings : nullptr);
+    if (e == kOverflow && gpu.restarts < kMaxRestarts) {
+      // Samples are lost, not the GPU: sampling starts again (a gap in the counters).
+      ++gpu.restarts;
+      StopGpu(s.api, gpu);
+      e = StartGpu(s.api, s.plan, gpu);
+    }
+    if (!e.empty()) {
+      LogWarning(kComponent, "GPU %d: hardware counters stopped: %s", gpu.identity.cuda_index, e);
+      gpu.error = e;
+      StopGpu(s.api, gpu);
+      SetState(s, SampledGpus(s.gpus) > 0 ? s.plan.interval : absl::ZeroDuration(), e);
+    }
+    if (!batch.readings.empty()) {
+      CaptureSink sink;
+      {
+        MutexLock lock(&mutex_);
+        sink = capture_sink_;
       }
-      gpu.error = StartGpu(api, want, gpu);
-      if (!gpu.error.empty()) {
-        LogWarning(kComponent, "GPU %d: no hardware counters: %s", gpu.identity.cuda_index,
-                   gpu.error);
-        if (first_error.empty()) first_error = gpu.error;
-        StopGpu(api, gpu);
-      }
+      if (sink) sink(std::move(batch));
     }
-    plan = want;
-    next_decode = w.capture ? absl::Now() + kCaptureDecodeEvery : absl::InfiniteFuture();
-    if (!sampled()) {
-      error = first_error;
-      set_state(absl::ZeroDuration(), error);
-      Publish(GpuCounterSnapshot{.available = false, .error = error});
-      return;
-    }
-    set_state(want.interval, first_error);
-    LogInfo(kComponent, "sampling %d GPU(s) every %s for %s", gpus.size(),
-            absl::FormatDuration(want.interval), w.capture ? "a capture" : "/metrics");
-  };
+  }
+}
+
+void PmSampler::EndCaptureSampling(const Session& s) {
+  MutexLock lock(&mutex_);
+  capture_error_ = s.error.empty() && SampledGpus(s.gpus) == 0 ? s.gpus.front().error : s.error;
+  capture_sink_ = nullptr;
+  capture_ending_ = false;
+  ended_cv_.SignalAll();
+}
+
+void PmSampler::PublishMeans(Session& s) {
+  GpuCounterSnapshot snapshot{.available = s.error.empty()};
+  snapshot.error = s.error;
+  for (Gpu& gpu : s.gpus) {
+    if (!gpu.error.empty() || !s.error.empty()) continue;
+    GpuCounterSample sample = gpu.identity;
+    sample.values = gpu.means.Take();
+    const auto defs = GpuCounterDefs();
+    for (size_t d = 0; d < defs.size(); ++d) sample.values[d] *= defs[d].scale;
+    snapshot.gpus.push_back(std::move(sample));
+  }
+  if (s.error.empty() && snapshot.gpus.empty()) {
+    snapshot.available = false;
+    snapshot.error = s.gpus.front().error;
+  }
+  Publish(std::move(snapshot));
+  s.next_publish += options_.publish_every;
+  if (s.next_publish < absl::Now()) s.next_publish = absl::Now();  // a slow decode skips ahead
+}
+
+void PmSampler::CloseSession(Session& s) {
+  for (Gpu& gpu : s.gpus) StopGpu(s.api, gpu);
+  SetState(s, absl::ZeroDuration(), s.error);
+  s.gpus.clear();
+  if (s.profiler) {
+    auto deinit = PARAMS(CUpti_Profiler_DeInitialize_Params, .pPriv = nullptr);
+    s.api.ProfilerDeInitialize(&deinit);
+  }
+  // A capture's sampling without --gpu_counters: what CUPTI and the buffers took goes back.
+  malloc_trim(0);
+}
+
+void PmSampler::Sample() {
+  Session s;
+  OpenSession(s);
+  s.next_publish = absl::Now() + options_.publish_every;
 
   Wanted wanted = AwaitChange(absl::Now());
   while (!wanted.stop) {
     if (!wanted.metrics && !wanted.capture) {
-      if (!profiler) break;  // the next capture loads and initialises from scratch
+      if (!s.profiler) break;  // the next capture loads and initialises from scratch
       // Nothing wants the counters: the GPUs stop sampling, but CUPTI's profiler stays
       // initialised until profd stops. Tearing it down after a capture and initialising it for
       // the next crashed the profiled application's own CUPTI (a SIGSEGV inside its libcupti,
       // under cuEventQuery, during the next capture; H200, docs/HARDWARE_COUNTERS.md). Errors
       // are forgotten: the next capture tries every GPU again.
-      for (Gpu& gpu : gpus) {
-        StopGpu(api, gpu);
-        gpu.error.clear();
-        gpu.restarts = 0;
-      }
-      error.clear();
-      plan = Plan{};
-      set_state(absl::ZeroDuration(), "");
-      malloc_trim(0);
+      PauseSampling(s);
       wanted = AwaitChange(absl::InfiniteFuture(), &wanted);
       continue;
     }
-    configure(wanted);
-    if (wanted.capture) {
-      MutexLock lock(&mutex_);
-      if (!capture_started_) {
-        capture_started_ = true;
-        started_cv_.SignalAll();
-      }
-    }
+    Configure(s, wanted);
+    if (wanted.capture) MarkCaptureStarted();
     const absl::Time now = absl::Now();
-    absl::Time until = wanted.metrics ? next_publish : absl::InfiniteFuture();
+    absl::Time until = wanted.metrics ? s.next_publish : absl::InfiniteFuture();
     // A capture's decodes keep their cadence whatever a decode takes (the buffer fills meanwhile).
-    if (wanted.capture && !wanted.capture_ending) until = std::min(until, next_decode);
+    if (wanted.capture && !wanted.capture_ending) until = std::min(until, s.next_decode);
     if (wanted.capture_ending) until = now;
     if (until > now) {
       const Wanted next = AwaitChange(until, &wanted);
@@ -697,70 +793,12 @@ void PmSampler::Sample() {
       }
     }
     // Decode; the capture's readings go to it, every sample to /metrics' means.
-    next_decode = std::max(next_decode + kCaptureDecodeEvery, absl::Now());
-    for (Gpu& gpu : gpus) {
-      if (!gpu.error.empty() || gpu.sampling == nullptr) continue;
-      GpuCounterBatch batch{
-          .cuda_index = gpu.identity.cuda_index, .uuid = gpu.identity.uuid, .readings = {}};
-      std::string e = Drain(api, gpu, wanted.capture ? &batch.readings : nullptr);
-      if (e == kOverflow && gpu.restarts < kMaxRestarts) {
-        // Samples are lost, not the GPU: sampling starts again (a gap in the counters).
-        ++gpu.restarts;
-        StopGpu(api, gpu);
-        e = StartGpu(api, plan, gpu);
-      }
-      if (!e.empty()) {
-        LogWarning(kComponent, "GPU %d: hardware counters stopped: %s", gpu.identity.cuda_index, e);
-        gpu.error = e;
-        StopGpu(api, gpu);
-        set_state(sampled() ? plan.interval : absl::ZeroDuration(), e);
-      }
-      if (!batch.readings.empty()) {
-        CaptureSink sink;
-        {
-          MutexLock lock(&mutex_);
-          sink = capture_sink_;
-        }
-        if (sink) sink(std::move(batch));
-      }
-    }
-    if (wanted.capture && (wanted.capture_ending || wanted.stop)) {
-      MutexLock lock(&mutex_);
-      capture_error_ = error.empty() && !sampled() ? gpus.front().error : error;
-      capture_sink_ = nullptr;
-      capture_ending_ = false;
-      ended_cv_.SignalAll();
-    }
-    if (wanted.metrics && absl::Now() >= next_publish) {
-      GpuCounterSnapshot snapshot{.available = error.empty()};
-      snapshot.error = error;
-      for (Gpu& gpu : gpus) {
-        if (!gpu.error.empty() || !error.empty()) continue;
-        GpuCounterSample sample = gpu.identity;
-        sample.values = gpu.means.Take();
-        const auto defs = GpuCounterDefs();
-        for (size_t d = 0; d < defs.size(); ++d) sample.values[d] *= defs[d].scale;
-        snapshot.gpus.push_back(std::move(sample));
-      }
-      if (error.empty() && snapshot.gpus.empty()) {
-        snapshot.available = false;
-        snapshot.error = gpus.front().error;
-      }
-      Publish(std::move(snapshot));
-      next_publish += options_.publish_every;
-      if (next_publish < absl::Now()) next_publish = absl::Now();  // a slow decode skips ahead
-    }
+    Decode(s, wanted);
+    if (wanted.capture && (wanted.capture_ending || wanted.stop)) EndCaptureSampling(s);
+    if (wanted.metrics && absl::Now() >= s.next_publish) PublishMeans(s);
     wanted = AwaitChange(absl::Now());
   }
-  for (Gpu& gpu : gpus) StopGpu(api, gpu);
-  set_state(absl::ZeroDuration(), error);
-  gpus.clear();
-  if (profiler) {
-    auto deinit = PARAMS(CUpti_Profiler_DeInitialize_Params, .pPriv = nullptr);
-    api.ProfilerDeInitialize(&deinit);
-  }
-  // A capture's sampling without --gpu_counters: what CUPTI and the buffers took goes back.
-  malloc_trim(0);
+  CloseSession(s);
 }
 
 }  // namespace profd

@@ -95,9 +95,27 @@ class PmSampler {
 
  private:
   struct Wanted;
+  struct Session;
   void Run();
   // Loads the libraries, samples while /metrics or a capture wants it, and lets go of the GPUs.
   void Sample();
+  // Sample's parts, on the sampler's thread. Loads the libraries and initialises CUPTI's profiler;
+  // says once (log, snapshot, state) when the GPUs cannot be sampled.
+  void OpenSession(Session& s);
+  // What `profctl status` says: sampling at `interval` on the GPUs without an error.
+  void SetState(const Session& s, absl::Duration interval, std::string why);
+  // (Re)starts every GPU still sampled for a capture at its interval, or for /metrics.
+  void Configure(Session& s, const Wanted& wanted);
+  // Nothing wants the counters: the GPUs stop sampling and their errors are forgotten.
+  void PauseSampling(Session& s);
+  void MarkCaptureStarted();
+  // The capture's readings go to it, every sample to /metrics' means.
+  void Decode(Session& s, const Wanted& wanted);
+  // Tells EndCapture why there were no readings ("" when sampled) and wakes it.
+  void EndCaptureSampling(const Session& s);
+  void PublishMeans(Session& s);
+  // Stops every GPU and lets go of CUPTI's profiler and what it took.
+  void CloseSession(Session& s);
   void EnsureThread() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_);
   void Publish(GpuCounterSnapshot snapshot);
   // Waits until `until` or until what is wanted differs from `known` (what the thread acts on;
