@@ -62,6 +62,158 @@ constexpr char kRatesFallback[] =
     "nvmlDeviceGetUtilizationRates instead: NVML's last sample period only, which misreads a "
     "load that comes and goes in step with profd's reads";
 
+// Every GPU NVML lists and can open, with its uuid and model; the calls that failed are counted
+// in `errors`.
+absl::StatusOr<std::vector<DeviceState>> OpenDevices(NvmlLibrary& nvml,
+                                                     std::map<std::string, uint64_t>& errors) {
+  absl::StatusOr<uint32_t> count = nvml.DeviceCount();
+  if (!count.ok()) return count.status();
+  std::vector<DeviceState> devices;
+  for (uint32_t i = 0; i < *count; ++i) {
+    DeviceState d;
+    d.identity.index = i;
+    absl::StatusOr<NvmlDevice> handle = nvml.DeviceByIndex(i);
+    if (!handle.ok()) {
+      // A GPU NVML cannot open (lost, or not ours in a container) is left out, not fatal.
+      ++errors["nvmlDeviceGetHandleByIndex"];
+      LogWarning(kComponent, "GPU %d left out: %s", i, handle.status().message());
+      continue;
+    }
+    d.handle = *handle;
+    if (auto uuid = nvml.Uuid(d.handle); uuid.ok())
+      d.identity.uuid = *uuid;
+    else
+      ++errors["nvmlDeviceGetUUID"];
+    if (auto name = nvml.Name(d.handle); name.ok())
+      d.identity.model = *name;
+    else
+      ++errors["nvmlDeviceGetName"];
+    devices.push_back(std::move(d));
+  }
+  return devices;
+}
+
+bool Allowed(const DeviceState& d, const std::string& call) { return !d.unsupported.count(call); }
+
+// Utilization: the mean of NVML's samples since the last tick. NVML's last sample period
+// (GetUtilizationRates) fills in only where the samples could not be read this tick.
+void SampleUtilization(NvmlLibrary& nvml, DeviceState& d, GpuSample& gpu, GpuSnapshot& snapshot) {
+  if (nvml.has_utilization_samples() && Allowed(d, kSamplesCall)) {
+    auto read = [&](NvmlSampling type, UtilizationAverager& averager, double& busy_seconds,
+                    std::optional<double>& mean) -> absl::Status {
+      auto samples = nvml.UtilizationSamples(d.handle, type, averager.last_seen_us());
+      if (!samples.ok()) return samples.status();
+      if (auto window = averager.Add(std::move(*samples))) {
+        busy_seconds += window->busy_seconds;
+        mean = window->mean;
+      }
+      return absl::OkStatus();
+    };
+    absl::Status status =
+        read(NvmlSampling::kGpuUtilization, d.gpu_busy, d.busy_seconds, gpu.utilization);
+    if (status.ok()) {
+      status = read(NvmlSampling::kMemoryUtilization, d.memory_busy, d.memory_busy_seconds,
+                    gpu.memory_bandwidth_utilization);
+    }
+    if (!status.ok()) NoteFailure(status, kSamplesCall, d, snapshot, kRatesFallback);
+    if (Allowed(d, kSamplesCall)) {
+      gpu.busy_seconds_total = d.busy_seconds;
+      gpu.memory_bandwidth_busy_seconds_total = d.memory_busy_seconds;
+    }
+  }
+  if ((!gpu.utilization || !gpu.memory_bandwidth_utilization) && Allowed(d, kRatesCall)) {
+    if (auto u = nvml.Utilization(d.handle); u.ok()) {
+      if (!gpu.utilization) gpu.utilization = u->gpu_percent / 100.0;
+      if (!gpu.memory_bandwidth_utilization) {
+        gpu.memory_bandwidth_utilization = u->memory_percent / 100.0;
+      }
+    } else {
+      NoteFailure(u.status(), kRatesCall, d, snapshot);
+    }
+  }
+}
+
+void SampleMemory(NvmlLibrary& nvml, DeviceState& d, GpuSample& gpu, GpuSnapshot& snapshot) {
+  if (!Allowed(d, "nvmlDeviceGetMemoryInfo")) return;
+  if (auto m = nvml.Memory(d.handle); m.ok()) {
+    gpu.memory_used_bytes = m->used_bytes;
+    gpu.memory_total_bytes = m->total_bytes;
+  } else {
+    NoteFailure(m.status(), "nvmlDeviceGetMemoryInfo", d, snapshot);
+  }
+}
+
+// The processes with a context on the GPU, by pid, with the memory they hold.
+void SampleProcessMemory(NvmlLibrary& nvml, DeviceState& d, GpuSnapshot& snapshot,
+                         std::map<uint32_t, GpuProcessSample>& processes) {
+  if (!Allowed(d, "nvmlDeviceGetComputeRunningProcesses")) return;
+  if (auto ps = nvml.ComputeProcesses(d.handle); ps.ok()) {
+    for (const NvmlProcessMemory& p : *ps) {
+      GpuProcessSample& s = processes[p.pid];
+      s.pid = p.pid;
+      // MIG lists a process once per instance: add its parts up.
+      if (p.used_bytes) s.memory_used_bytes = s.memory_used_bytes.value_or(0) + *p.used_bytes;
+    }
+  } else {
+    NoteFailure(ps.status(), "nvmlDeviceGetComputeRunningProcesses", d, snapshot);
+  }
+}
+
+// Each process's SM utilization over the interval, the mean of its samples since the last read.
+void SampleProcessUtilization(NvmlLibrary& nvml, DeviceState& d, GpuSnapshot& snapshot,
+                              std::map<uint32_t, GpuProcessSample>& processes) {
+  if (!Allowed(d, "nvmlDeviceGetProcessUtilization")) return;
+  auto us = nvml.ProcessUtilization(d.handle, d.last_seen_us);
+  if (!us.ok()) {
+    NoteFailure(us.status(), "nvmlDeviceGetProcessUtilization", d, snapshot);
+    return;
+  }
+  // NVML gives each process one sample per sample period, 0 while it is idle (seen on
+  // an H200: every 200 ms), so the plain mean of the samples since the last read is the
+  // interval's mean. The first read, like the GPU's, keeps the last second only.
+  if (d.last_seen_us == 0 && !us->empty()) {
+    uint64_t newest = 0;
+    for (const NvmlProcessUtilization& u : *us) newest = std::max(newest, u.timestamp_us);
+    const uint64_t window = absl::ToInt64Microseconds(UtilizationAverager::kFirstWindow);
+    std::erase_if(*us, [&](const NvmlProcessUtilization& u) {
+      return newest > window && u.timestamp_us <= newest - window;
+    });
+  }
+  // Processes with a context and no sample were idle over the interval: 0, not absent.
+  for (auto& [pid, s] : processes) s.sm_utilization = 0.0;
+  std::map<uint32_t, std::pair<double, int>> sums;
+  for (const NvmlProcessUtilization& u : *us) {
+    d.last_seen_us = std::max(d.last_seen_us, u.timestamp_us);
+    sums[u.pid].first += u.sm_percent;
+    sums[u.pid].second += 1;
+  }
+  for (const auto& [pid, sum] : sums) {
+    GpuProcessSample& s = processes[pid];
+    s.pid = pid;
+    s.sm_utilization = std::min(1.0, sum.first / sum.second / 100.0);
+  }
+}
+
+// One GPU's tick. `comms` are the names of the pids seen on the last tick; those seen on this
+// one go to `seen_comms`.
+GpuSample SampleDevice(NvmlLibrary& nvml, DeviceState& d, GpuSnapshot& snapshot,
+                       const std::map<uint32_t, std::string>& comms,
+                       std::map<uint32_t, std::string>& seen_comms) {
+  GpuSample gpu = d.identity;
+  SampleUtilization(nvml, d, gpu, snapshot);
+  SampleMemory(nvml, d, gpu, snapshot);
+  std::map<uint32_t, GpuProcessSample> processes;
+  SampleProcessMemory(nvml, d, snapshot, processes);
+  SampleProcessUtilization(nvml, d, snapshot, processes);
+  for (auto& [pid, s] : processes) {
+    auto known = comms.find(pid);
+    s.comm = known != comms.end() ? known->second : ReadComm(pid);
+    seen_comms[pid] = s.comm;
+    gpu.processes.push_back(std::move(s));
+  }
+  return gpu;
+}
+
 }  // namespace
 
 std::optional<UtilizationAverager::Window> UtilizationAverager::Add(
@@ -164,44 +316,15 @@ void GpuSampler::Run() {
   std::vector<DeviceState> devices;
   std::map<std::string, uint64_t> errors;
   if (loaded.ok()) {
-    NvmlLibrary& nvml = **loaded;
-    absl::StatusOr<uint32_t> count = nvml.DeviceCount();
-    if (!count.ok()) {
-      loaded = count.status();
+    absl::StatusOr<std::vector<DeviceState>> opened = OpenDevices(**loaded, errors);
+    if (opened.ok()) {
+      devices = *std::move(opened);
     } else {
-      for (uint32_t i = 0; i < *count; ++i) {
-        DeviceState d;
-        d.identity.index = i;
-        absl::StatusOr<NvmlDevice> handle = nvml.DeviceByIndex(i);
-        if (!handle.ok()) {
-          // A GPU NVML cannot open (lost, or not ours in a container) is left out, not fatal.
-          ++errors["nvmlDeviceGetHandleByIndex"];
-          LogWarning(kComponent, "GPU %d left out: %s", i, handle.status().message());
-          continue;
-        }
-        d.handle = *handle;
-        if (auto uuid = nvml.Uuid(d.handle); uuid.ok())
-          d.identity.uuid = *uuid;
-        else
-          ++errors["nvmlDeviceGetUUID"];
-        if (auto name = nvml.Name(d.handle); name.ok())
-          d.identity.model = *name;
-        else
-          ++errors["nvmlDeviceGetName"];
-        devices.push_back(std::move(d));
-      }
+      loaded = opened.status();
     }
   }
   if (!loaded.ok()) {
-    LogWarning(kComponent,
-               "GPU metrics are off: %s. profd runs on; agent counters are still exported, and "
-               "profd_nvml_available is 0.",
-               loaded.status().message());
-    auto snapshot = std::make_shared<GpuSnapshot>();
-    snapshot->nvml_error = std::string(loaded.status().message());
-    snapshot->errors_by_call = std::move(errors);
-    snapshot->taken = absl::Now();
-    Publish(std::move(snapshot), true);
+    PublishUnavailable(loaded.status(), std::move(errors));
     return;  // nothing to sample; the thread ends and Stop() joins it
   }
   NvmlLibrary& nvml = **loaded;
@@ -228,101 +351,7 @@ void GpuSampler::Run() {
     snapshot->errors_by_call = errors;
     std::map<uint32_t, std::string> seen_comms;
     for (DeviceState& d : devices) {
-      GpuSample gpu = d.identity;
-      auto allowed = [&](const std::string& call) { return !d.unsupported.count(call); };
-      // Utilization: the mean of NVML's samples since the last tick. NVML's last sample period
-      // (GetUtilizationRates) fills in only where the samples could not be read this tick.
-      if (nvml.has_utilization_samples() && allowed(kSamplesCall)) {
-        auto read = [&](NvmlSampling type, UtilizationAverager& averager, double& busy_seconds,
-                        std::optional<double>& mean) -> absl::Status {
-          auto samples = nvml.UtilizationSamples(d.handle, type, averager.last_seen_us());
-          if (!samples.ok()) return samples.status();
-          if (auto window = averager.Add(std::move(*samples))) {
-            busy_seconds += window->busy_seconds;
-            mean = window->mean;
-          }
-          return absl::OkStatus();
-        };
-        absl::Status status =
-            read(NvmlSampling::kGpuUtilization, d.gpu_busy, d.busy_seconds, gpu.utilization);
-        if (status.ok()) {
-          status = read(NvmlSampling::kMemoryUtilization, d.memory_busy, d.memory_busy_seconds,
-                        gpu.memory_bandwidth_utilization);
-        }
-        if (!status.ok()) NoteFailure(status, kSamplesCall, d, *snapshot, kRatesFallback);
-        if (allowed(kSamplesCall)) {
-          gpu.busy_seconds_total = d.busy_seconds;
-          gpu.memory_bandwidth_busy_seconds_total = d.memory_busy_seconds;
-        }
-      }
-      if ((!gpu.utilization || !gpu.memory_bandwidth_utilization) && allowed(kRatesCall)) {
-        if (auto u = nvml.Utilization(d.handle); u.ok()) {
-          if (!gpu.utilization) gpu.utilization = u->gpu_percent / 100.0;
-          if (!gpu.memory_bandwidth_utilization) {
-            gpu.memory_bandwidth_utilization = u->memory_percent / 100.0;
-          }
-        } else {
-          NoteFailure(u.status(), kRatesCall, d, *snapshot);
-        }
-      }
-      if (allowed("nvmlDeviceGetMemoryInfo")) {
-        if (auto m = nvml.Memory(d.handle); m.ok()) {
-          gpu.memory_used_bytes = m->used_bytes;
-          gpu.memory_total_bytes = m->total_bytes;
-        } else {
-          NoteFailure(m.status(), "nvmlDeviceGetMemoryInfo", d, *snapshot);
-        }
-      }
-      std::map<uint32_t, GpuProcessSample> processes;
-      if (allowed("nvmlDeviceGetComputeRunningProcesses")) {
-        if (auto ps = nvml.ComputeProcesses(d.handle); ps.ok()) {
-          for (const NvmlProcessMemory& p : *ps) {
-            GpuProcessSample& s = processes[p.pid];
-            s.pid = p.pid;
-            // MIG lists a process once per instance: add its parts up.
-            if (p.used_bytes) s.memory_used_bytes = s.memory_used_bytes.value_or(0) + *p.used_bytes;
-          }
-        } else {
-          NoteFailure(ps.status(), "nvmlDeviceGetComputeRunningProcesses", d, *snapshot);
-        }
-      }
-      if (allowed("nvmlDeviceGetProcessUtilization")) {
-        if (auto us = nvml.ProcessUtilization(d.handle, d.last_seen_us); us.ok()) {
-          // NVML gives each process one sample per sample period, 0 while it is idle (seen on
-          // an H200: every 200 ms), so the plain mean of the samples since the last read is the
-          // interval's mean. The first read, like the GPU's, keeps the last second only.
-          if (d.last_seen_us == 0 && !us->empty()) {
-            uint64_t newest = 0;
-            for (const NvmlProcessUtilization& u : *us) newest = std::max(newest, u.timestamp_us);
-            const uint64_t window = absl::ToInt64Microseconds(UtilizationAverager::kFirstWindow);
-            std::erase_if(*us, [&](const NvmlProcessUtilization& u) {
-              return newest > window && u.timestamp_us <= newest - window;
-            });
-          }
-          // Processes with a context and no sample were idle over the interval: 0, not absent.
-          for (auto& [pid, s] : processes) s.sm_utilization = 0.0;
-          std::map<uint32_t, std::pair<double, int>> sums;
-          for (const NvmlProcessUtilization& u : *us) {
-            d.last_seen_us = std::max(d.last_seen_us, u.timestamp_us);
-            sums[u.pid].first += u.sm_percent;
-            sums[u.pid].second += 1;
-          }
-          for (const auto& [pid, sum] : sums) {
-            GpuProcessSample& s = processes[pid];
-            s.pid = pid;
-            s.sm_utilization = std::min(1.0, sum.first / sum.second / 100.0);
-          }
-        } else {
-          NoteFailure(us.status(), "nvmlDeviceGetProcessUtilization", d, *snapshot);
-        }
-      }
-      for (auto& [pid, s] : processes) {
-        auto known = comms.find(pid);
-        s.comm = known != comms.end() ? known->second : ReadComm(pid);
-        seen_comms[pid] = s.comm;
-        gpu.processes.push_back(std::move(s));
-      }
-      snapshot->gpus.push_back(std::move(gpu));
+      snapshot->gpus.push_back(SampleDevice(nvml, d, *snapshot, comms, seen_comms));
     }
     comms = std::move(seen_comms);
     errors = snapshot->errors_by_call;
@@ -337,6 +366,19 @@ void GpuSampler::Run() {
                   [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mutex_) { return stop_; }))
       return;
   }
+}
+
+void GpuSampler::PublishUnavailable(const absl::Status& why,
+                                    std::map<std::string, uint64_t> errors) {
+  LogWarning(kComponent,
+             "GPU metrics are off: %s. profd runs on; agent counters are still exported, and "
+             "profd_nvml_available is 0.",
+             why.message());
+  auto snapshot = std::make_shared<GpuSnapshot>();
+  snapshot->nvml_error = std::string(why.message());
+  snapshot->errors_by_call = std::move(errors);
+  snapshot->taken = absl::Now();
+  Publish(std::move(snapshot), true);
 }
 
 GpuIndex::GpuIndex(const GpuSnapshot& gpus) {

@@ -22,6 +22,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "daemon/metrics/nvml.h"
@@ -138,6 +139,8 @@ class GpuSampler {
  private:
   void Run();
   void Publish(std::shared_ptr<const GpuSnapshot> snapshot, bool settled);
+  // NVML could not be loaded or asked for its GPUs: said once in the log, and published.
+  void PublishUnavailable(const absl::Status& why, std::map<std::string, uint64_t> errors);
 
   const Options options_;
   std::thread thread_;
