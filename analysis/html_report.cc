@@ -300,9 +300,8 @@ std::string Td(const std::vector<std::string>& cells, size_t name_from) {
   return s + "</tr>";
 }
 
-}  // namespace
-
-std::string RenderHtml(const Report& r, const std::string& title) {
+// The title, the trace's size and the GPUs it ran on.
+std::string PageHead(const Report& r, const std::string& title) {
   std::string h = "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">";
   absl::StrAppend(&h, "<title>profd report: ", Esc(title), "</title><style>", kStyle,
                   "</style></head><body>");
@@ -316,8 +315,11 @@ std::string RenderHtml(const Report& r, const std::string& title) {
                     d.num_sms ? absl::StrCat(", ", d.num_sms, " SMs") : "",
                     d.assumed ? " (not in the trace: defaults assumed)" : "", "</p>");
   }
+  return h;
+}
 
-  absl::StrAppend(&h, "<h2 id=\"findings\">", Defined("Findings", "findings"), "</h2>");
+std::string FindingsSection(const Report& r) {
+  std::string h = absl::StrCat("<h2 id=\"findings\">", Defined("Findings", "findings"), "</h2>");
   if (r.findings.empty()) absl::StrAppend(&h, "<p>No finding fired.</p>");
   for (const Finding& f : r.findings) {
     absl::StrAppend(&h, "<div class=\"finding ", Esc(f.severity), "\" data-id=\"", Esc(f.id),
@@ -328,11 +330,15 @@ std::string RenderHtml(const Report& r, const std::string& title) {
     for (const std::string& a : f.advice) absl::StrAppend(&h, "<li>", Esc(a), "</li>");
     absl::StrAppend(&h, "</ul></div>");
   }
+  return h;
+}
 
-  absl::StrAppend(&h,
-                  "<h2>GPU busy over time</h2><div class=\"plot\"><h4>Share of each time "
-                  "bin with a kernel running</h4>",
-                  BusyPlot(r), "<div class=\"legend\">");
+// Busy over time, where the window went, and the per-GPU table.
+std::string GpuSection(const Report& r) {
+  std::string h = absl::StrCat(
+      "<h2>GPU busy over time</h2><div class=\"plot\"><h4>Share of each time "
+      "bin with a kernel running</h4>",
+      BusyPlot(r), "<div class=\"legend\">");
   for (size_t gi = 0; gi < r.gpus.size(); ++gi) {
     absl::StrAppend(&h, "<span><i style=\"background:", kColors[gi % 8], "\"></i>GPU ",
                     r.gpus[gi].device, " (pid ", r.gpus[gi].pid, ")</span>");
@@ -356,71 +362,60 @@ std::string RenderHtml(const Report& r, const std::string& title) {
         99);
   }
   absl::StrAppend(&h, "</table>");
+  return h;
+}
 
+// Operators: torch.profiler's key_averages table sorted by CUDA total, each row's kernels under
+// it (the page's answer to the seeds' first question: which operator takes the GPU time).
+std::string OperatorsSection(const Report& r) {
+  if (r.operators.empty()) return "";
+  const OperatorSummary& s = r.operator_summary;
   std::vector<std::string> labels, texts;
   std::vector<double> values;
-  // Operators: torch.profiler's key_averages table sorted by CUDA total, each row's kernels under
-  // it (the page's answer to the seeds' first question: which operator takes the GPU time).
-  if (!r.operators.empty()) {
-    const OperatorSummary& s = r.operator_summary;
-    for (size_t i = 0; i < r.operators.size() && i < 12; ++i) {
-      const OperatorRow& o = r.operators[i];
-      labels.push_back(o.name);
-      values.push_back(double(o.cuda_total_ns));
-      texts.push_back(
-          absl::StrCat(FormatDuration(o.cuda_total_ns), ", ", FormatCount(o.calls), " calls"));
-    }
-    absl::StrAppend(&h,
-                    "<h2 id=\"operators\">Operators</h2><div class=\"plot\"><h4>CUDA total per "
-                    "operator (torch.profiler key_averages, sort_by=\"cuda_time_total\")</h4>",
-                    BarChart("plot-top-operators", labels, values, texts, "#29a36a"), "</div>");
-    auto share = [](int64_t part, int64_t total) {
-      return total > 0 ? FormatPercent(double(part) / total) : std::string("-");
-    };
-    absl::StrAppend(&h, "<table id=\"operator-table\">",
-                    Th({"CUDA total", "Self CUDA", "Self CUDA %", "CUDA avg", "Calls",
-                        "Kernels/call", "CPU total", "Self CPU", "Self CPU %", "Name"}));
-    for (const OperatorRow& o : r.operators) {
-      h += Td({FormatDuration(o.cuda_total_ns), FormatDuration(o.self_cuda_ns),
-               share(o.self_cuda_ns, s.self_cuda_total_ns), FormatDuration(o.cuda_per_call_ns),
-               FormatCount(o.calls), absl::StrFormat("%.2f", o.kernels_per_call),
-               FormatDuration(o.cpu_total_ns), FormatDuration(o.self_cpu_ns),
-               share(o.self_cpu_ns, s.self_cpu_total_ns),
-               o.user_annotation ? o.name + " (record_function)" : o.name},
-              9);
-      for (const OperatorKernel& k : o.kernels) {
-        std::string row = Td({FormatDuration(k.total_ns), "", "",
-                              FormatDuration(k.count ? double(k.total_ns) / k.count : 0),
-                              FormatCount(k.count), "", "", "", "", "↳ " + k.name},
-                             9);
-        h += "<tr class=\"sub\"" + row.substr(3);
-      }
-    }
-    absl::StrAppend(&h, "</table><p class=\"meta\">Self CPU time total ",
-                    Esc(FormatDuration(s.self_cpu_total_ns)), " · self CUDA time total ",
-                    Esc(FormatDuration(s.self_cuda_total_ns)), " · ",
-                    FormatCount(s.device_events_attributed), " of ", FormatCount(s.device_events),
-                    " GPU activities launched by an operator</p>");
-    labels.clear();
-    values.clear();
-    texts.clear();
+  for (size_t i = 0; i < r.operators.size() && i < 12; ++i) {
+    const OperatorRow& o = r.operators[i];
+    labels.push_back(o.name);
+    values.push_back(double(o.cuda_total_ns));
+    texts.push_back(
+        absl::StrCat(FormatDuration(o.cuda_total_ns), ", ", FormatCount(o.calls), " calls"));
   }
+  std::string h = absl::StrCat(
+      "<h2 id=\"operators\">Operators</h2><div class=\"plot\"><h4>CUDA total per "
+      "operator (torch.profiler key_averages, sort_by=\"cuda_time_total\")</h4>",
+      BarChart("plot-top-operators", labels, values, texts, "#29a36a"), "</div>");
+  auto share = [](int64_t part, int64_t total) {
+    return total > 0 ? FormatPercent(double(part) / total) : std::string("-");
+  };
+  absl::StrAppend(&h, "<table id=\"operator-table\">",
+                  Th({"CUDA total", "Self CUDA", "Self CUDA %", "CUDA avg", "Calls", "Kernels/call",
+                      "CPU total", "Self CPU", "Self CPU %", "Name"}));
+  for (const OperatorRow& o : r.operators) {
+    h += Td({FormatDuration(o.cuda_total_ns), FormatDuration(o.self_cuda_ns),
+             share(o.self_cuda_ns, s.self_cuda_total_ns), FormatDuration(o.cuda_per_call_ns),
+             FormatCount(o.calls), absl::StrFormat("%.2f", o.kernels_per_call),
+             FormatDuration(o.cpu_total_ns), FormatDuration(o.self_cpu_ns),
+             share(o.self_cpu_ns, s.self_cpu_total_ns),
+             o.user_annotation ? o.name + " (record_function)" : o.name},
+            9);
+    for (const OperatorKernel& k : o.kernels) {
+      std::string row = Td({FormatDuration(k.total_ns), "", "",
+                            FormatDuration(k.count ? double(k.total_ns) / k.count : 0),
+                            FormatCount(k.count), "", "", "", "", "↳ " + k.name},
+                           9);
+      h += "<tr class=\"sub\"" + row.substr(3);
+    }
+  }
+  absl::StrAppend(&h, "</table><p class=\"meta\">Self CPU time total ",
+                  Esc(FormatDuration(s.self_cpu_total_ns)), " · self CUDA time total ",
+                  Esc(FormatDuration(s.self_cuda_total_ns)), " · ",
+                  FormatCount(s.device_events_attributed), " of ", FormatCount(s.device_events),
+                  " GPU activities launched by an operator</p>");
+  return h;
+}
 
-  // Top kernels: chart (count x avg = total) and the nsys-style table.
-  for (size_t i = 0; i < r.top_kernels.size() && i < 12; ++i) {
-    const KernelRow& k = r.top_kernels[i];
-    labels.push_back(k.name);
-    values.push_back(double(k.stats.total_ns));
-    texts.push_back(absl::StrCat(FormatDuration(k.stats.total_ns), " = ",
-                                 FormatCount(k.stats.count), " × ",
-                                 FormatDuration(k.stats.avg_ns)));
-  }
-  absl::StrAppend(&h,
-                  "<h2>Top kernels</h2><div class=\"plot\"><h4>Total GPU time per kernel "
-                  "(instances × average)</h4>",
-                  BarChart("plot-top-kernels", labels, values, texts, "#2f6fdf"), "</div>");
-  // With hardware counters (--gpu-metrics): what each kernel kept busy and what bounds it;
-  // measured occupancy in place of the estimate, which keeps a "~".
+// The nsys-style kernel table. With hardware counters (--gpu-metrics): what each kernel kept busy
+// and what bounds it; measured occupancy in place of the estimate, which keeps a "~".
+std::string KernelTable(const Report& r) {
   bool counters = std::any_of(r.top_kernels.begin(), r.top_kernels.end(),
                               [](const KernelRow& k) { return k.counter_time_ns > 0; });
   std::vector<std::string> cols = {
@@ -430,7 +425,7 @@ std::string RenderHtml(const Report& r, const std::string& title) {
       "Limiter"};
   if (counters) cols.insert(cols.end(), {"SM", "Tensor", "DRAM", "Bound"});
   cols.push_back("Name");
-  absl::StrAppend(&h, "<table>", Th(cols));
+  std::string h = absl::StrCat("<table>", Th(cols));
   for (const KernelRow& k : r.top_kernels) {
     // The counter cells: occupancy first (before Limiter), then SM, Tensor, DRAM, Bound.
     std::vector<std::string> counter_cells;
@@ -463,65 +458,86 @@ std::string RenderHtml(const Report& r, const std::string& title) {
                     Esc(FormatDuration(r.counter_interval_ns)),
                     "). Bound: the kernel_bound finding gives the numbers behind it.</p>");
   }
+  return h;
+}
 
-  // Launch delay histogram.
-  std::string hist;
-  {
-    const int left = 50, top = 10, width = 1000, height = 160, bottom = 30;
-    size_t n = r.launch_delay_histogram.size();
-    uint64_t max = 1;
-    for (const HistogramBin& b : r.launch_delay_histogram) max = std::max(max, b.count);
-    hist = absl::StrFormat(
-        "<svg id=\"plot-launch-delay\" xmlns=\"http://www.w3.org/2000/svg\" width=\"100%%\" "
-        "viewBox=\"0 0 %d %d\" role=\"img\">",
-        left + width + 10, top + height + bottom);
-    for (size_t i = 0; i < n; ++i) {
-      const HistogramBin& b = r.launch_delay_histogram[i];
-      double bw = static_cast<double>(width) / n;
-      double bh = double(b.count) / max * height;
-      double x = left + i * bw;
-      std::string range = b.hi_ns == INT64_MAX
-                              ? absl::StrCat("≥ ", FormatDuration(b.lo_ns))
-                              : absl::StrCat(FormatDuration(b.lo_ns), "–", FormatDuration(b.hi_ns));
-      absl::StrAppend(
-          &hist,
-          absl::StrFormat("<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
-                          "height=\"%.1f\" fill=\"#a05fd6\"><title>%s: %d kernels"
-                          "</title></rect>",
-                          x + 2, top + height - bh, bw - 4, std::max(bh, 0.5), Esc(range), b.count),
-          absl::StrFormat("<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", x + bw / 2,
-                          top + height + 16,
-                          Esc(b.hi_ns == INT64_MAX ? absl::StrCat("≥", FormatDuration(b.lo_ns))
-                                                   : FormatDuration(b.lo_ns))),
-          b.count > 0 ? absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\" "
-                                        "text-anchor=\"middle\">%s</text>",
-                                        x + bw / 2, top + height - bh - 3, FormatCount(b.count))
-                      : "");
-    }
-    absl::StrAppend(&hist, "</svg>");
+// Top kernels: chart (count x avg = total) and the table.
+std::string TopKernelsSection(const Report& r) {
+  std::vector<std::string> labels, texts;
+  std::vector<double> values;
+  for (size_t i = 0; i < r.top_kernels.size() && i < 12; ++i) {
+    const KernelRow& k = r.top_kernels[i];
+    labels.push_back(k.name);
+    values.push_back(double(k.stats.total_ns));
+    texts.push_back(absl::StrCat(FormatDuration(k.stats.total_ns), " = ",
+                                 FormatCount(k.stats.count), " × ",
+                                 FormatDuration(k.stats.avg_ns)));
   }
-  absl::StrAppend(&h, "<h2>", Defined("Launch delay", "launch-delay"),
-                  "</h2><div class=\"plot\"><h4>Kernel start − launch call "
-                  "end (p50 ",
-                  Esc(FormatDuration(r.launch_delay_p50_ns)), ", p90 ",
-                  Esc(FormatDuration(r.launch_delay_p90_ns)), ", p99 ",
-                  Esc(FormatDuration(r.launch_delay_p99_ns)), "); bins start at the label</h4>",
-                  hist, "</div>");
+  return absl::StrCat(
+      "<h2>Top kernels</h2><div class=\"plot\"><h4>Total GPU time per kernel "
+      "(instances × average)</h4>",
+      BarChart("plot-top-kernels", labels, values, texts, "#2f6fdf"), "</div>", KernelTable(r));
+}
 
-  // Copies.
-  labels.clear();
-  values.clear();
-  texts.clear();
+std::string LaunchDelayHistogram(const Report& r) {
+  const int left = 50, top = 10, width = 1000, height = 160, bottom = 30;
+  size_t n = r.launch_delay_histogram.size();
+  uint64_t max = 1;
+  for (const HistogramBin& b : r.launch_delay_histogram) max = std::max(max, b.count);
+  std::string hist = absl::StrFormat(
+      "<svg id=\"plot-launch-delay\" xmlns=\"http://www.w3.org/2000/svg\" width=\"100%%\" "
+      "viewBox=\"0 0 %d %d\" role=\"img\">",
+      left + width + 10, top + height + bottom);
+  for (size_t i = 0; i < n; ++i) {
+    const HistogramBin& b = r.launch_delay_histogram[i];
+    double bw = static_cast<double>(width) / n;
+    double bh = double(b.count) / max * height;
+    double x = left + i * bw;
+    std::string range = b.hi_ns == INT64_MAX
+                            ? absl::StrCat("≥ ", FormatDuration(b.lo_ns))
+                            : absl::StrCat(FormatDuration(b.lo_ns), "–", FormatDuration(b.hi_ns));
+    absl::StrAppend(
+        &hist,
+        absl::StrFormat("<rect class=\"bar\" x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" "
+                        "height=\"%.1f\" fill=\"#a05fd6\"><title>%s: %d kernels"
+                        "</title></rect>",
+                        x + 2, top + height - bh, bw - 4, std::max(bh, 0.5), Esc(range), b.count),
+        absl::StrFormat("<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">%s</text>", x + bw / 2,
+                        top + height + 16,
+                        Esc(b.hi_ns == INT64_MAX ? absl::StrCat("≥", FormatDuration(b.lo_ns))
+                                                 : FormatDuration(b.lo_ns))),
+        b.count > 0 ? absl::StrFormat("<text x=\"%.1f\" y=\"%.1f\" "
+                                      "text-anchor=\"middle\">%s</text>",
+                                      x + bw / 2, top + height - bh - 3, FormatCount(b.count))
+                    : "");
+  }
+  absl::StrAppend(&hist, "</svg>");
+  return hist;
+}
+
+std::string LaunchDelaySection(const Report& r) {
+  return absl::StrCat("<h2>", Defined("Launch delay", "launch-delay"),
+                      "</h2><div class=\"plot\"><h4>Kernel start − launch call "
+                      "end (p50 ",
+                      Esc(FormatDuration(r.launch_delay_p50_ns)), ", p90 ",
+                      Esc(FormatDuration(r.launch_delay_p90_ns)), ", p99 ",
+                      Esc(FormatDuration(r.launch_delay_p99_ns)), "); bins start at the label</h4>",
+                      LaunchDelayHistogram(r), "</div>");
+}
+
+std::string CopiesSection(const Report& r) {
+  std::vector<std::string> labels, texts;
+  std::vector<double> values;
   for (const CopyRow& c : r.copies) {
     labels.push_back(absl::StrCat(c.kind, " ", c.memory));
     values.push_back(double(c.total_ns));
     texts.push_back(absl::StrCat(FormatDuration(c.total_ns), ", ", FormatBytes(double(c.bytes)),
                                  ", ", absl::StrFormat("%.1f GB/s", c.bandwidth_gbps)));
   }
-  absl::StrAppend(&h,
-                  "<h2>Copies and memsets</h2><div class=\"plot\"><h4>GPU time per kind and "
-                  "host memory</h4>",
-                  BarChart("plot-copies", labels, values, texts, "#e4572e"), "</div>");
+  std::string h = absl::StrCat(
+      "<h2>Copies and memsets</h2><div class=\"plot\"><h4>GPU time per kind and "
+      "host memory</h4>",
+      BarChart("plot-copies", labels, values, texts, "#e4572e"), "</div>");
   absl::StrAppend(&h, "<table>",
                   Th({"Kind", "Host memory", "Count", "Bytes", "GPU time", "Bandwidth"}));
   for (const CopyRow& c : r.copies) {
@@ -531,9 +547,12 @@ std::string RenderHtml(const Report& r, const std::string& title) {
                     "</td><td>", absl::StrFormat("%.1f GB/s", c.bandwidth_gbps), "</td></tr>");
   }
   absl::StrAppend(&h, "</table>");
+  return h;
+}
 
-  absl::StrAppend(
-      &h, "<h2>CUDA API summary</h2><table>",
+std::string ApiSection(const Report& r) {
+  std::string h = absl::StrCat(
+      "<h2>CUDA API summary</h2><table>",
       Th({"Time %", "Total Time", "Num Calls", "Avg", "Med", "Min", "Max", "StdDev", "Name"}));
   for (const ApiRow& a : r.apis) {
     h += Td({absl::StrFormat("%.1f", a.time_ratio * 100), FormatDuration(a.stats.total_ns),
@@ -543,9 +562,12 @@ std::string RenderHtml(const Report& r, const std::string& title) {
             8);
   }
   absl::StrAppend(&h, "</table>");
+  return h;
+}
 
-  absl::StrAppend(&h, "<h2>", Defined("Synchronization", "synchronization"), "</h2><table>",
-                  Th({"Kind", "Source", "Count", "Total", "Max"}));
+std::string SyncSection(const Report& r) {
+  std::string h = absl::StrCat("<h2>", Defined("Synchronization", "synchronization"),
+                               "</h2><table>", Th({"Kind", "Source", "Count", "Total", "Max"}));
   for (const SyncRow& s : r.syncs) {
     absl::StrAppend(&h, "<tr><td class=\"name\">", Esc(s.kind), "</td><td class=\"name\">",
                     Esc(s.source), "</td><td>", FormatCount(s.count), "</td><td>",
@@ -553,23 +575,39 @@ std::string RenderHtml(const Report& r, const std::string& title) {
                     "</td></tr>");
   }
   absl::StrAppend(&h, "</table>");
+  return h;
+}
 
-  if (!r.queues.empty()) {
-    absl::StrAppend(&h, "<h2>Queue depth per stream</h2><table>",
-                    Th({"PID", "GPU", "Stream", "Kernels", "Max depth", "Avg depth"}));
-    for (const StreamQueueRow& q : r.queues) {
-      h += Td(
-          {absl::StrCat(q.pid), absl::StrCat(q.device), absl::StrCat(q.stream),
-           FormatCount(q.kernels), absl::StrCat(q.max_depth), absl::StrFormat("%.2f", q.avg_depth)},
-          99);
-    }
-    absl::StrAppend(&h, "</table>");
+std::string QueueSection(const Report& r) {
+  if (r.queues.empty()) return "";
+  std::string h = absl::StrCat("<h2>Queue depth per stream</h2><table>",
+                               Th({"PID", "GPU", "Stream", "Kernels", "Max depth", "Avg depth"}));
+  for (const StreamQueueRow& q : r.queues) {
+    h += Td(
+        {absl::StrCat(q.pid), absl::StrCat(q.device), absl::StrCat(q.stream),
+         FormatCount(q.kernels), absl::StrCat(q.max_depth), absl::StrFormat("%.2f", q.avg_depth)},
+        99);
   }
-  if (!r.notes.empty()) {
-    absl::StrAppend(&h, "<h2>Notes</h2><ul class=\"notes\">");
-    for (const std::string& n : r.notes) absl::StrAppend(&h, "<li>", Esc(n), "</li>");
-    absl::StrAppend(&h, "</ul>");
-  }
+  absl::StrAppend(&h, "</table>");
+  return h;
+}
+
+std::string NotesSection(const Report& r) {
+  if (r.notes.empty()) return "";
+  std::string h = "<h2>Notes</h2><ul class=\"notes\">";
+  for (const std::string& n : r.notes) absl::StrAppend(&h, "<li>", Esc(n), "</li>");
+  absl::StrAppend(&h, "</ul>");
+  return h;
+}
+
+}  // namespace
+
+std::string RenderHtml(const Report& r, const std::string& title) {
+  std::string h = PageHead(r, title);
+  absl::StrAppend(&h, FindingsSection(r), GpuSection(r), OperatorsSection(r), TopKernelsSection(r),
+                  LaunchDelaySection(r));
+  absl::StrAppend(&h, CopiesSection(r), ApiSection(r), SyncSection(r), QueueSection(r),
+                  NotesSection(r));
   absl::StrAppend(&h, Definitions(), "<p class=\"meta\">Generated by profctl report (profd ",
                   PROFD_VERSION, ").</p></body></html>\n");
   return h;
