@@ -130,9 +130,7 @@ void Operators(W& w, const Report& r) {
 }
 
 template <typename W>
-void Write(W& w, const Report& r) {
-  w.StartObject();
-  I64(w, "schema_version", 1);
+void Inputs(W& w, const Report& r) {
   w.Key("inputs");
   w.StartArray();
   for (const InputSummary& in : r.inputs) {
@@ -146,6 +144,10 @@ void Write(W& w, const Report& r) {
     w.EndObject();
   }
   w.EndArray();
+}
+
+template <typename W>
+void Totals(W& w, const Report& r) {
   I64(w, "window_start_ns", r.window_start_ns);
   I64(w, "window_ns", r.window_ns);
   U64(w, "events", r.events);
@@ -163,7 +165,10 @@ void Write(W& w, const Report& r) {
   // Hardware counter samples behind top_kernels[].counters (0 without --gpu-metrics).
   U64(w, "counter_samples", r.counter_samples);
   I64(w, "counter_interval_ns", r.counter_interval_ns);
+}
 
+template <typename W>
+void Devices(W& w, const Report& r) {
   w.Key("devices");
   w.StartArray();
   for (const DeviceSummary& d : r.devices) {
@@ -176,50 +181,48 @@ void Write(W& w, const Report& r) {
     w.EndObject();
   }
   w.EndArray();
+}
 
-  w.Key("findings");
-  WriteFindings(w, r.findings);
-
-  w.Key("gpus");
+template <typename W>
+void Gpu(W& w, const GpuRow& g) {
+  w.StartObject();
+  I64(w, "pid", g.pid);
+  I64(w, "device", g.device);
+  Str(w, "device_name", g.device_name);
+  I64(w, "busy_ns", g.busy_ns);
+  Dbl(w, "busy_ratio", g.busy_ratio);
+  I64(w, "copy_only_ns", g.copy_only_ns);
+  I64(w, "idle_ns", g.idle_ns);
+  w.Key("idle");
+  w.StartObject();
+  I64(w, "host_wait_ns", g.idle.host_wait_ns);
+  I64(w, "kernel_wait_ns", g.idle.kernel_wait_ns);
+  I64(w, "other_ns", g.idle.other_ns);
+  w.EndObject();
+  U64(w, "kernels", g.kernels);
+  U64(w, "memcpys", g.memcpys);
+  U64(w, "memsets", g.memsets);
+  U64(w, "memcpy_bytes", g.memcpy_bytes);
+  Dbl(w, "launch_rate_per_s", g.launch_rate_per_s);
+  Dbl(w, "median_kernel_ns", g.median_kernel_ns);
+  U64(w, "kernels_with_launch", g.kernels_with_launch);
+  U64(w, "kernels_shorter_than_launch", g.kernels_shorter_than_launch);
+  w.Key("launch_delay_ns");
+  w.StartObject();
+  I64(w, "p50", g.launch_delay_p50_ns);
+  I64(w, "p90", g.launch_delay_p90_ns);
+  I64(w, "p99", g.launch_delay_p99_ns);
+  w.EndObject();
+  w.Key("busy_timeline");
   w.StartArray();
-  for (const GpuRow& g : r.gpus) {
-    w.StartObject();
-    I64(w, "pid", g.pid);
-    I64(w, "device", g.device);
-    Str(w, "device_name", g.device_name);
-    I64(w, "busy_ns", g.busy_ns);
-    Dbl(w, "busy_ratio", g.busy_ratio);
-    I64(w, "copy_only_ns", g.copy_only_ns);
-    I64(w, "idle_ns", g.idle_ns);
-    w.Key("idle");
-    w.StartObject();
-    I64(w, "host_wait_ns", g.idle.host_wait_ns);
-    I64(w, "kernel_wait_ns", g.idle.kernel_wait_ns);
-    I64(w, "other_ns", g.idle.other_ns);
-    w.EndObject();
-    U64(w, "kernels", g.kernels);
-    U64(w, "memcpys", g.memcpys);
-    U64(w, "memsets", g.memsets);
-    U64(w, "memcpy_bytes", g.memcpy_bytes);
-    Dbl(w, "launch_rate_per_s", g.launch_rate_per_s);
-    Dbl(w, "median_kernel_ns", g.median_kernel_ns);
-    U64(w, "kernels_with_launch", g.kernels_with_launch);
-    U64(w, "kernels_shorter_than_launch", g.kernels_shorter_than_launch);
-    w.Key("launch_delay_ns");
-    w.StartObject();
-    I64(w, "p50", g.launch_delay_p50_ns);
-    I64(w, "p90", g.launch_delay_p90_ns);
-    I64(w, "p99", g.launch_delay_p99_ns);
-    w.EndObject();
-    w.Key("busy_timeline");
-    w.StartArray();
-    for (double v : g.busy_timeline) w.Double(v);
-    w.EndArray();
-    Launchers(w, "short_kernel_operators", g.short_kernel_operators);
-    w.EndObject();
-  }
+  for (double v : g.busy_timeline) w.Double(v);
   w.EndArray();
+  Launchers(w, "short_kernel_operators", g.short_kernel_operators);
+  w.EndObject();
+}
 
+template <typename W>
+void Processes(W& w, const Report& r) {
   w.Key("processes");
   w.StartArray();
   for (const ProcessRow& p : r.processes) {
@@ -237,40 +240,39 @@ void Write(W& w, const Report& r) {
     w.EndObject();
   }
   w.EndArray();
+}
 
-  w.Key("top_kernels");
-  w.StartArray();
-  for (const KernelRow& k : r.top_kernels) {
+template <typename W>
+void Kernel(W& w, const KernelRow& k) {
+  w.StartObject();
+  Str(w, "name", k.name);
+  Dbl(w, "time_ratio", k.time_ratio);
+  Stats(w, k.stats);
+  Dbl(w, "est_occupancy", k.est_occupancy);
+  Dbl(w, "theoretical_occupancy", k.theoretical_occupancy);
+  Str(w, "occupancy_limiter", k.occupancy_limiter);
+  Str(w, "launch_config", k.launch_config);
+  Launchers(w, "operators", k.operators);
+  // Hardware counters over its running time, by their trace names; only the measured ones.
+  if (k.counter_time_ns > 0) {
+    w.Key("counters");
     w.StartObject();
-    Str(w, "name", k.name);
-    Dbl(w, "time_ratio", k.time_ratio);
-    Stats(w, k.stats);
-    Dbl(w, "est_occupancy", k.est_occupancy);
-    Dbl(w, "theoretical_occupancy", k.theoretical_occupancy);
-    Str(w, "occupancy_limiter", k.occupancy_limiter);
-    Str(w, "launch_config", k.launch_config);
-    Launchers(w, "operators", k.operators);
-    // Hardware counters over its running time, by their trace names; only the measured ones.
-    if (k.counter_time_ns > 0) {
-      w.Key("counters");
-      w.StartObject();
-      for (size_t i = 0; i < kGpuCounters; ++i) {
-        if (!std::isfinite(k.counters[i])) continue;
-        std::string_view name = GpuCounterTraceName(i);
-        w.Key(name.data(), static_cast<rapidjson::SizeType>(name.size()));
-        w.Double(k.counters[i]);
-      }
-      w.EndObject();
+    for (size_t i = 0; i < kGpuCounters; ++i) {
+      if (!std::isfinite(k.counters[i])) continue;
+      std::string_view name = GpuCounterTraceName(i);
+      w.Key(name.data(), static_cast<rapidjson::SizeType>(name.size()));
+      w.Double(k.counters[i]);
     }
-    I64(w, "counter_time_ns", k.counter_time_ns);
-    Str(w, "bound", k.bound);
-    Str(w, "bound_reason", k.bound_reason);
     w.EndObject();
   }
-  w.EndArray();
+  I64(w, "counter_time_ns", k.counter_time_ns);
+  Str(w, "bound", k.bound);
+  Str(w, "bound_reason", k.bound_reason);
+  w.EndObject();
+}
 
-  Operators(w, r);
-
+template <typename W>
+void Apis(W& w, const Report& r) {
   w.Key("cuda_api");
   w.StartArray();
   for (const ApiRow& a : r.apis) {
@@ -281,7 +283,10 @@ void Write(W& w, const Report& r) {
     w.EndObject();
   }
   w.EndArray();
+}
 
+template <typename W>
+void Copies(W& w, const Report& r) {
   w.Key("copies");
   w.StartArray();
   for (const CopyRow& c : r.copies) {
@@ -295,7 +300,10 @@ void Write(W& w, const Report& r) {
     w.EndObject();
   }
   w.EndArray();
+}
 
+template <typename W>
+void Syncs(W& w, const Report& r) {
   w.Key("synchronization");
   w.StartArray();
   for (const SyncRow& s : r.syncs) {
@@ -308,7 +316,10 @@ void Write(W& w, const Report& r) {
     w.EndObject();
   }
   w.EndArray();
+}
 
+template <typename W>
+void LaunchDelay(W& w, const Report& r) {
   w.Key("launch_delay");
   w.StartObject();
   I64(w, "p50_ns", r.launch_delay_p50_ns);
@@ -325,7 +336,10 @@ void Write(W& w, const Report& r) {
   }
   w.EndArray();
   w.EndObject();
+}
 
+template <typename W>
+void StreamQueues(W& w, const Report& r) {
   w.Key("stream_queues");
   w.StartArray();
   for (const StreamQueueRow& q : r.queues) {
@@ -339,13 +353,10 @@ void Write(W& w, const Report& r) {
     w.EndObject();
   }
   w.EndArray();
+}
 
-  w.Key("notes");
-  w.StartArray();
-  for (const std::string& n : r.notes) w.String(n.c_str());
-  w.EndArray();
-
-  const AnalysisOptions& o = r.options;
+template <typename W>
+void Thresholds(W& w, const AnalysisOptions& o) {
   w.Key("thresholds");
   w.StartObject();
   Dbl(w, "idle_busy_below", o.idle_busy_below);
@@ -367,6 +378,44 @@ void Write(W& w, const Report& r) {
   Dbl(w, "bound_compute_sm", o.bound_compute_sm);
   I64(w, "bound_launch_kernel_ns", o.bound_launch_kernel_ns);
   w.EndObject();
+}
+
+template <typename W>
+void Write(W& w, const Report& r) {
+  w.StartObject();
+  I64(w, "schema_version", 1);
+  Inputs(w, r);
+  Totals(w, r);
+  Devices(w, r);
+
+  w.Key("findings");
+  WriteFindings(w, r.findings);
+
+  w.Key("gpus");
+  w.StartArray();
+  for (const GpuRow& g : r.gpus) Gpu(w, g);
+  w.EndArray();
+
+  Processes(w, r);
+
+  w.Key("top_kernels");
+  w.StartArray();
+  for (const KernelRow& k : r.top_kernels) Kernel(w, k);
+  w.EndArray();
+
+  Operators(w, r);
+  Apis(w, r);
+  Copies(w, r);
+  Syncs(w, r);
+  LaunchDelay(w, r);
+  StreamQueues(w, r);
+
+  w.Key("notes");
+  w.StartArray();
+  for (const std::string& n : r.notes) w.String(n.c_str());
+  w.EndArray();
+
+  Thresholds(w, r.options);
   w.EndObject();
 }
 
