@@ -60,10 +60,24 @@ class OperatorForest {
     return p;
   }
 
+  // Per node after step 3: CUDA total (own + children's), GPU activities under it, and the
+  // durations of its direct children.
+  struct SubtreeTotals {
+    std::vector<int64_t> cuda_ns;
+    std::vector<uint32_t> events;
+    std::vector<int64_t> children_ns;
+  };
+
   void BuildForest();
   void AttributeGpuActivities(const absl::flat_hash_map<int64_t, uint32_t>& launch_of,
                               OperatorSummary* summary);
   void RemoveDuplicateNodes();
+  SubtreeTotals SumSubtrees();
+  void GroupRowsByName(const SubtreeTotals& totals, OperatorAnalysis* out);
+  void SortRowsByCudaTotal(OperatorAnalysis* out);
+  std::vector<std::pair<uint32_t, uint32_t>> ActivitiesByLauncher(OperatorAnalysis* out);
+  void ListKernelsOfTopRows(const std::vector<std::pair<uint32_t, uint32_t>>& activities,
+                            const AnalysisOptions& options, OperatorAnalysis* out);
 
   const Trace& t_;
   const uint32_t nops_;
@@ -243,6 +257,167 @@ void OperatorForest::RemoveDuplicateNodes() {
   }
 }
 
+// Totals per node, children before parents: CUDA total = own + children's CUDA totals; self
+// CPU = duration - direct children's durations.
+OperatorForest::SubtreeTotals OperatorForest::SumSubtrees() {
+  SubtreeTotals t{own_ns_, own_events_, std::vector<int64_t>(n_, 0)};
+  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
+    uint32_t n = *it;
+    if (removed_[n]) continue;
+    uint32_t p = AliveParent(n);
+    if (p == kNone) continue;
+    t.cuda_ns[p] = SaturatingAdd(t.cuda_ns[p], t.cuda_ns[n]);
+    t.events[p] =
+        static_cast<uint32_t>(std::min<uint64_t>(uint64_t{t.events[p]} + t.events[n], UINT32_MAX));
+    t.children_ns[p] = SaturatingAdd(t.children_ns[p], Duration(n));
+  }
+  return t;
+}
+
+// key_averages: one row per (name, is_user_annotation).
+void OperatorForest::GroupRowsByName(const SubtreeTotals& totals, OperatorAnalysis* out) {
+  OperatorSummary& s = out->summary;
+  absl::flat_hash_map<uint64_t, uint32_t> row_of;
+  std::vector<uint32_t>& node_row = children_;  // child counts are no longer needed
+  for (uint32_t n : order_) {
+    if (removed_[n]) continue;
+    int64_t self_cpu = SaturatingSub(Duration(n), totals.children_ns[n]);
+    s.self_cpu_total_ns = SaturatingAdd(s.self_cpu_total_ns, self_cpu);
+    node_row[n] = kNone;
+    if (!IsOperator(n)) continue;
+    auto [it, inserted] = row_of.try_emplace(RowKey(n), static_cast<uint32_t>(out->rows.size()));
+    if (inserted) {
+      OperatorRow row;
+      row.name = t_.names.Name(t_.ops[n].name);
+      row.user_annotation = t_.ops[n].kind == CpuOp::Kind::kUserAnnotation;
+      out->rows.push_back(std::move(row));
+    }
+    node_row[n] = it->second;
+    OperatorRow& row = out->rows[it->second];
+    ++row.calls;
+    ++s.instances;
+    row.cpu_total_ns = SaturatingAdd(row.cpu_total_ns, Duration(n));
+    row.self_cpu_ns = SaturatingAdd(row.self_cpu_ns, self_cpu);
+    row.cuda_total_ns = SaturatingAdd(row.cuda_total_ns, totals.cuda_ns[n]);
+    row.self_cuda_ns = SaturatingAdd(row.self_cuda_ns, own_ns_[n]);
+    row.device_events = SaturatingAdd(row.device_events, uint64_t{totals.events[n]});
+    row.device_events_self = SaturatingAdd(row.device_events_self, uint64_t{own_events_[n]});
+  }
+}
+
+// key_averages().table(sort_by="cuda_time_total"); ties by CPU total, then name.
+void OperatorForest::SortRowsByCudaTotal(OperatorAnalysis* out) {
+  std::vector<uint32_t>& node_row = children_;
+  std::vector<uint32_t> by_rank(out->rows.size());
+  std::iota(by_rank.begin(), by_rank.end(), 0u);
+  std::sort(by_rank.begin(), by_rank.end(), [&](uint32_t a, uint32_t b) {
+    const OperatorRow &x = out->rows[a], &y = out->rows[b];
+    return std::tie(y.cuda_total_ns, y.cpu_total_ns, x.name, x.user_annotation) <
+           std::tie(x.cuda_total_ns, x.cpu_total_ns, y.name, y.user_annotation);
+  });
+  std::vector<uint32_t> rank_of(out->rows.size());
+  std::vector<OperatorRow> sorted;
+  sorted.reserve(out->rows.size());
+  for (uint32_t r = 0; r < by_rank.size(); ++r) {
+    rank_of[by_rank[r]] = r;
+    sorted.push_back(std::move(out->rows[by_rank[r]]));
+  }
+  out->rows = std::move(sorted);
+  for (uint32_t n : order_) {
+    if (!removed_[n] && node_row[n] != kNone) node_row[n] = rank_of[node_row[n]];
+  }
+  for (OperatorRow& row : out->rows) {
+    double calls = static_cast<double>(row.calls);
+    row.kernels_per_call = static_cast<double>(row.device_events) / calls;
+    row.cuda_per_call_ns = static_cast<double>(row.cuda_total_ns) / calls;
+    row.cpu_per_call_ns = static_cast<double>(row.cpu_total_ns) / calls;
+  }
+  out->summary.distinct = out->rows.size();
+}
+
+// Who launched each GPU activity after step 3: the node now holding the kernels of the node it
+// was attached to (none when step 3 replaced them, as torch does). Returns (holder, GPU activity)
+// pairs, sorted.
+std::vector<std::pair<uint32_t, uint32_t>> OperatorForest::ActivitiesByLauncher(
+    OperatorAnalysis* out) {
+  const std::vector<uint32_t>& node_row = children_;
+  std::vector<uint32_t> holder(n_, kNone);
+  for (uint32_t n : order_) {
+    if (!removed_[n]) holder[kernels_of_[n]] = n;
+  }
+  out->launched_by.assign(t_.gpu.size(), OperatorAnalysis::kNoOperator);
+  std::vector<std::pair<uint32_t, uint32_t>> activities;  // (holder, GPU activity)
+  for (uint32_t i = 0; i < t_.gpu.size(); ++i) {
+    if (assigned_[i] == kNone) continue;
+    uint32_t h = holder[assigned_[i]];
+    if (h == kNone || !IsOperator(h)) continue;
+    out->launched_by[i] = node_row[h];
+    activities.push_back({h, i});
+  }
+  assigned_ = {};
+  std::sort(activities.begin(), activities.end());
+  return activities;
+}
+
+// Kernels under the top rows: walk each thread's tree in order with the path from the root, and
+// give each GPU activity to every top row on its path (once per enclosing call, as CUDA total
+// counts it), so the kernels under a row add up to its CUDA total.
+void OperatorForest::ListKernelsOfTopRows(
+    const std::vector<std::pair<uint32_t, uint32_t>>& activities, const AnalysisOptions& options,
+    OperatorAnalysis* out) {
+  const std::vector<uint32_t>& node_row = children_;
+  const uint32_t top = static_cast<uint32_t>(
+      std::min<size_t>(out->rows.size(), static_cast<size_t>(std::max(0, options.top_operators))));
+  if (top == 0 || options.operator_kernels <= 0) return;
+  std::vector<absl::flat_hash_map<uint32_t, OperatorKernel>> kernels(top);
+  std::vector<uint32_t> on_path(top, 0);
+  std::vector<uint32_t> active;  // top rows with on_path > 0
+  std::vector<uint32_t> path;
+  auto leave = [&](uint32_t n) {
+    uint32_t r = node_row[n];
+    if (IsOperator(n) && r < top && --on_path[r] == 0) {
+      active.erase(std::find(active.begin(), active.end(), r));
+    }
+  };
+  for (uint32_t n : order_) {
+    if (removed_[n]) continue;
+    uint32_t p = AliveParent(n);
+    while (!path.empty() && path.back() != p) {
+      leave(path.back());
+      path.pop_back();
+    }
+    path.push_back(n);
+    uint32_t r = node_row[n];
+    if (IsOperator(n) && r < top && on_path[r]++ == 0) active.push_back(r);
+    auto lo = std::lower_bound(activities.begin(), activities.end(), std::make_pair(n, 0u));
+    for (auto it = lo; it != activities.end() && it->first == n; ++it) {
+      const GpuActivity& a = t_.gpu[it->second];
+      for (uint32_t row : active) {
+        OperatorKernel& k = kernels[row][a.name];
+        k.count = SaturatingAdd(k.count, uint64_t{on_path[row]});
+        k.total_ns = SaturatingAdd(
+            k.total_ns,
+            static_cast<int64_t>(std::min<uint64_t>(
+                SaturatingMul(static_cast<uint64_t>(a.dur_ns), on_path[row]), INT64_MAX)));
+      }
+    }
+  }
+  for (uint32_t r = 0; r < top; ++r) {
+    std::vector<OperatorKernel>& list = out->rows[r].kernels;
+    for (auto& [name, k] : kernels[r]) {
+      k.name = t_.names.Name(name);
+      list.push_back(std::move(k));
+    }
+    out->rows[r].distinct_kernels = list.size();
+    std::sort(list.begin(), list.end(), [](const OperatorKernel& a, const OperatorKernel& b) {
+      return std::tie(b.total_ns, b.count, a.name) < std::tie(a.total_ns, a.count, b.name);
+    });
+    if (list.size() > static_cast<size_t>(options.operator_kernels)) {
+      list.resize(options.operator_kernels);
+    }
+  }
+}
+
 OperatorAnalysis OperatorForest::Run(const absl::flat_hash_map<int64_t, uint32_t>& launch_of,
                                      const AnalysisOptions& options) {
   OperatorAnalysis out;
@@ -257,153 +432,9 @@ OperatorAnalysis OperatorForest::Run(const absl::flat_hash_map<int64_t, uint32_t
   BuildForest();
   AttributeGpuActivities(launch_of, &s);
   RemoveDuplicateNodes();
-
-  // Totals per node, children before parents: CUDA total = own + children's CUDA totals; self
-  // CPU = duration - direct children's durations.
-  std::vector<int64_t> total_ns(own_ns_);
-  std::vector<uint32_t> total_events(own_events_);
-  std::vector<int64_t> children_ns(n_, 0);
-  for (auto it = order_.rbegin(); it != order_.rend(); ++it) {
-    uint32_t n = *it;
-    if (removed_[n]) continue;
-    uint32_t p = AliveParent(n);
-    if (p == kNone) continue;
-    total_ns[p] = SaturatingAdd(total_ns[p], total_ns[n]);
-    total_events[p] = static_cast<uint32_t>(
-        std::min<uint64_t>(uint64_t{total_events[p]} + total_events[n], UINT32_MAX));
-    children_ns[p] = SaturatingAdd(children_ns[p], Duration(n));
-  }
-
-  // key_averages: one row per (name, is_user_annotation).
-  absl::flat_hash_map<uint64_t, uint32_t> row_of;
-  std::vector<uint32_t>& node_row = children_;  // child counts are no longer needed
-  for (uint32_t n : order_) {
-    if (removed_[n]) continue;
-    int64_t self_cpu = SaturatingSub(Duration(n), children_ns[n]);
-    s.self_cpu_total_ns = SaturatingAdd(s.self_cpu_total_ns, self_cpu);
-    node_row[n] = kNone;
-    if (!IsOperator(n)) continue;
-    auto [it, inserted] = row_of.try_emplace(RowKey(n), static_cast<uint32_t>(out.rows.size()));
-    if (inserted) {
-      OperatorRow row;
-      row.name = t_.names.Name(t_.ops[n].name);
-      row.user_annotation = t_.ops[n].kind == CpuOp::Kind::kUserAnnotation;
-      out.rows.push_back(std::move(row));
-    }
-    node_row[n] = it->second;
-    OperatorRow& row = out.rows[it->second];
-    ++row.calls;
-    ++s.instances;
-    row.cpu_total_ns = SaturatingAdd(row.cpu_total_ns, Duration(n));
-    row.self_cpu_ns = SaturatingAdd(row.self_cpu_ns, self_cpu);
-    row.cuda_total_ns = SaturatingAdd(row.cuda_total_ns, total_ns[n]);
-    row.self_cuda_ns = SaturatingAdd(row.self_cuda_ns, own_ns_[n]);
-    row.device_events = SaturatingAdd(row.device_events, uint64_t{total_events[n]});
-    row.device_events_self = SaturatingAdd(row.device_events_self, uint64_t{own_events_[n]});
-  }
-  total_ns = {};
-  total_events = {};
-  children_ns = {};
-
-  // key_averages().table(sort_by="cuda_time_total"); ties by CPU total, then name.
-  std::vector<uint32_t> by_rank(out.rows.size());
-  std::iota(by_rank.begin(), by_rank.end(), 0u);
-  std::sort(by_rank.begin(), by_rank.end(), [&](uint32_t a, uint32_t b) {
-    const OperatorRow &x = out.rows[a], &y = out.rows[b];
-    return std::tie(y.cuda_total_ns, y.cpu_total_ns, x.name, x.user_annotation) <
-           std::tie(x.cuda_total_ns, x.cpu_total_ns, y.name, y.user_annotation);
-  });
-  std::vector<uint32_t> rank_of(out.rows.size());
-  std::vector<OperatorRow> sorted;
-  sorted.reserve(out.rows.size());
-  for (uint32_t r = 0; r < by_rank.size(); ++r) {
-    rank_of[by_rank[r]] = r;
-    sorted.push_back(std::move(out.rows[by_rank[r]]));
-  }
-  out.rows = std::move(sorted);
-  for (uint32_t n : order_) {
-    if (!removed_[n] && node_row[n] != kNone) node_row[n] = rank_of[node_row[n]];
-  }
-  for (OperatorRow& row : out.rows) {
-    double calls = static_cast<double>(row.calls);
-    row.kernels_per_call = static_cast<double>(row.device_events) / calls;
-    row.cuda_per_call_ns = static_cast<double>(row.cuda_total_ns) / calls;
-    row.cpu_per_call_ns = static_cast<double>(row.cpu_total_ns) / calls;
-  }
-  s.distinct = out.rows.size();
-
-  // Who launched each GPU activity after step 3: the node now holding the kernels of the node it
-  // was attached to (none when step 3 replaced them, as torch does).
-  std::vector<uint32_t> holder(n_, kNone);
-  for (uint32_t n : order_) {
-    if (!removed_[n]) holder[kernels_of_[n]] = n;
-  }
-  out.launched_by.assign(t_.gpu.size(), OperatorAnalysis::kNoOperator);
-  std::vector<std::pair<uint32_t, uint32_t>> activities;  // (holder, GPU activity)
-  for (uint32_t i = 0; i < t_.gpu.size(); ++i) {
-    if (assigned_[i] == kNone) continue;
-    uint32_t h = holder[assigned_[i]];
-    if (h == kNone || !IsOperator(h)) continue;
-    out.launched_by[i] = node_row[h];
-    activities.push_back({h, i});
-  }
-  assigned_ = {};
-  std::sort(activities.begin(), activities.end());
-
-  // Kernels under the top rows: walk each thread's tree in order with the path from the root, and
-  // give each GPU activity to every top row on its path (once per enclosing call, as CUDA total
-  // counts it), so the kernels under a row add up to its CUDA total.
-  const uint32_t top = static_cast<uint32_t>(
-      std::min<size_t>(out.rows.size(), static_cast<size_t>(std::max(0, options.top_operators))));
-  if (top > 0 && options.operator_kernels > 0) {
-    std::vector<absl::flat_hash_map<uint32_t, OperatorKernel>> kernels(top);
-    std::vector<uint32_t> on_path(top, 0);
-    std::vector<uint32_t> active;  // top rows with on_path > 0
-    std::vector<uint32_t> path;
-    auto leave = [&](uint32_t n) {
-      uint32_t r = node_row[n];
-      if (IsOperator(n) && r < top && --on_path[r] == 0) {
-        active.erase(std::find(active.begin(), active.end(), r));
-      }
-    };
-    for (uint32_t n : order_) {
-      if (removed_[n]) continue;
-      uint32_t p = AliveParent(n);
-      while (!path.empty() && path.back() != p) {
-        leave(path.back());
-        path.pop_back();
-      }
-      path.push_back(n);
-      uint32_t r = node_row[n];
-      if (IsOperator(n) && r < top && on_path[r]++ == 0) active.push_back(r);
-      auto lo = std::lower_bound(activities.begin(), activities.end(), std::make_pair(n, 0u));
-      for (auto it = lo; it != activities.end() && it->first == n; ++it) {
-        const GpuActivity& a = t_.gpu[it->second];
-        for (uint32_t row : active) {
-          OperatorKernel& k = kernels[row][a.name];
-          k.count = SaturatingAdd(k.count, uint64_t{on_path[row]});
-          k.total_ns = SaturatingAdd(
-              k.total_ns,
-              static_cast<int64_t>(std::min<uint64_t>(
-                  SaturatingMul(static_cast<uint64_t>(a.dur_ns), on_path[row]), INT64_MAX)));
-        }
-      }
-    }
-    for (uint32_t r = 0; r < top; ++r) {
-      std::vector<OperatorKernel>& list = out.rows[r].kernels;
-      for (auto& [name, k] : kernels[r]) {
-        k.name = t_.names.Name(name);
-        list.push_back(std::move(k));
-      }
-      out.rows[r].distinct_kernels = list.size();
-      std::sort(list.begin(), list.end(), [](const OperatorKernel& a, const OperatorKernel& b) {
-        return std::tie(b.total_ns, b.count, a.name) < std::tie(a.total_ns, a.count, b.name);
-      });
-      if (list.size() > static_cast<size_t>(options.operator_kernels)) {
-        list.resize(options.operator_kernels);
-      }
-    }
-  }
+  GroupRowsByName(SumSubtrees(), &out);  // the totals are freed here
+  SortRowsByCudaTotal(&out);
+  ListKernelsOfTopRows(ActivitiesByLauncher(&out), options, &out);
   return out;
 }
 
