@@ -766,154 +766,171 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
 
   bool Number(JsonNumber v) {
     if (skip_ > 0) return true;
-    const std::optional<int64_t>& i = v.i;
     switch (level_) {
       case Level::kEvent:
-        switch (key_) {
-          case Field::kPid:
-            SetInt32(&ev_.pid, i);
-            break;
-          case Field::kTid:
-            SetInt32(&ev_.tid, i);
-            break;
-          case Field::kTs:
-            ev_.ts = v.d;
-            ev_.has_ts = true;
-            break;
-          case Field::kDur:
-            ev_.dur = v.d;
-            break;
-          default:
-            break;
-        }
+        EventNumber(v);
         break;
       case Level::kArgs:
-        switch (key_) {
-          case Field::kCorrelation:
-            // Negative: "none" in some exporters. Above 2^40: not a CUPTI id.
-            if (i && *i < 0) {
-              ev_.correlation = -1;
-            } else if (std::optional<int64_t> c = InRange(i, 0, kMaxCorrelation)) {
-              ev_.correlation = *c;
-            } else {
-              ev_.invalid = true;
-            }
-            break;
-          case Field::kExternalId:
-            // Kineto's link from a kernel or API call to the CPU operator that issued it. One
-            // that does not fit (negative, past 2^40, fractional) is dropped, not the event: the
-            // event is still good for everything else in the report.
-            ev_.external_id = InRange(i, 0, kMaxCorrelation).value_or(-1);
-            break;
-          case Field::kDevice:
-            // Negative: not given (the pid names the GPU row then, as in Kineto).
-            SetInt32(&ev_.device, i && *i < 0 ? std::optional<int64_t>(-1) : i, -1);
-            break;
-          case Field::kStream:
-            SetInt32(&ev_.stream, i && *i < 0 ? std::optional<int64_t>(-1) : i, -1);
-            break;
-          case Field::kRegisters:
-            SetUint32(&ev_.config.registers_per_thread, i);
-            break;
-          case Field::kSharedMemory:
-            SetUint32(&ev_.config.shared_memory_bytes, i);
-            break;
-          case Field::kBytes:
-            if (i && *i >= 0) {
-              ev_.bytes = static_cast<uint64_t>(*i);
-            } else {
-              ev_.invalid = true;
-            }
-            break;
-          case Field::kCopyKind:
-            ev_.copy_kind = CopyKindFromCupti(i.value_or(0));
-            break;
-          case Field::kSrcKind:
-            ev_.src_kind = MemoryKindFromCupti(i.value_or(0));
-            break;
-          case Field::kDstKind:
-            ev_.dst_kind = MemoryKindFromCupti(i.value_or(0));
-            break;
-          case Field::kCounter:
-            ev_.counters[counter_] = static_cast<float>(v.d);
-            break;
-          default:
-            break;
-        }
+        ArgNumber(v);
         break;
       case Level::kArgArray:
-        if (array_index_ < 3) {
-          uint32_t* dims = array_key_ == Field::kGrid ? ev_.config.grid : ev_.config.block;
-          SetUint32(&dims[array_index_], i);
-          ++array_index_;
-        }
+        ArgArrayNumber(v.i);
         return true;  // the key stays: more elements follow
-      case Level::kDevice: {
-        // A property that is not a count (negative, fractional, past 2^32) is left unset: the
-        // analysis then uses its default for that device and says so.
-        std::optional<int64_t> u = InRange(i, 0, UINT32_MAX);
-        uint32_t value = u ? static_cast<uint32_t>(*u) : 0;
-        switch (key_) {
-          case Field::kDevId:
-            if (std::optional<int64_t> id = InRange(i, 0, INT32_MAX)) {
-              dev_.id = static_cast<int32_t>(*id);
-            } else {
-              dev_invalid_ = true;
-            }
-            break;
-          case Field::kNumSms:
-            dev_.num_sms = value;
-            break;
-          case Field::kMaxThreadsPerSm:
-            dev_.max_threads_per_sm = value;
-            break;
-          case Field::kMaxThreadsPerBlock:
-            dev_.max_threads_per_block = value;
-            break;
-          case Field::kRegsPerSm:
-            dev_.regs_per_sm = value;
-            break;
-          case Field::kSmemPerSm:
-            dev_.shared_memory_per_sm = value;
-            break;
-          case Field::kMaxBlocksPerSm:
-            dev_.max_blocks_per_sm = value;
-            break;
-          case Field::kWarpSize:
-            dev_.warp_size = value;
-            break;
-          case Field::kMajor:
-            dev_.compute_major = static_cast<int32_t>(InRange(i, 0, 1000).value_or(0));
-            break;
-          case Field::kMinor:
-            dev_.compute_minor = static_cast<int32_t>(InRange(i, 0, 1000).value_or(0));
-            break;
-          default:
-            break;
-        }
+      case Level::kDevice:
+        DeviceNumber(v.i);
         break;
-      }
       case Level::kTop:
-        if (key_ == Field::kBaseTime) {
-          if (std::optional<int64_t> base = InRange(i, 0, kMaxTimeNs)) {
-            base_time_ns_ = *base;
-            has_base_time_ = true;
-            if (sink_ != nullptr && !AlignClock()) return false;
-          } else {
-            Fail(absl::StatusCode::kInvalidArgument,
-                 absl::StrCat("baseTimeNanoseconds ", v.d,
-                              " is not a Unix time in ns (expected an integer from 0 to ",
-                              kMaxTimeNs, ")"),
-                 "Fix or remove that field (profd and torch.profiler write Unix ns).");
-            return false;
-          }
-        }
+        if (key_ == Field::kBaseTime && !BaseTime(v)) return false;
         break;
       default:
         break;
     }
     key_ = Field::kNone;
     return true;
+  }
+
+  void EventNumber(JsonNumber v) {
+    switch (key_) {
+      case Field::kPid:
+        SetInt32(&ev_.pid, v.i);
+        break;
+      case Field::kTid:
+        SetInt32(&ev_.tid, v.i);
+        break;
+      case Field::kTs:
+        ev_.ts = v.d;
+        ev_.has_ts = true;
+        break;
+      case Field::kDur:
+        ev_.dur = v.d;
+        break;
+      default:
+        break;
+    }
+  }
+
+  void ArgNumber(JsonNumber v) {
+    const std::optional<int64_t>& i = v.i;
+    switch (key_) {
+      case Field::kCorrelation:
+        // Negative: "none" in some exporters. Above 2^40: not a CUPTI id.
+        if (i && *i < 0) {
+          ev_.correlation = -1;
+        } else if (std::optional<int64_t> c = InRange(i, 0, kMaxCorrelation)) {
+          ev_.correlation = *c;
+        } else {
+          ev_.invalid = true;
+        }
+        break;
+      case Field::kExternalId:
+        // Kineto's link from a kernel or API call to the CPU operator that issued it. One
+        // that does not fit (negative, past 2^40, fractional) is dropped, not the event: the
+        // event is still good for everything else in the report.
+        ev_.external_id = InRange(i, 0, kMaxCorrelation).value_or(-1);
+        break;
+      case Field::kDevice:
+        // Negative: not given (the pid names the GPU row then, as in Kineto).
+        SetInt32(&ev_.device, i && *i < 0 ? std::optional<int64_t>(-1) : i, -1);
+        break;
+      case Field::kStream:
+        SetInt32(&ev_.stream, i && *i < 0 ? std::optional<int64_t>(-1) : i, -1);
+        break;
+      case Field::kRegisters:
+        SetUint32(&ev_.config.registers_per_thread, i);
+        break;
+      case Field::kSharedMemory:
+        SetUint32(&ev_.config.shared_memory_bytes, i);
+        break;
+      case Field::kBytes:
+        if (i && *i >= 0) {
+          ev_.bytes = static_cast<uint64_t>(*i);
+        } else {
+          ev_.invalid = true;
+        }
+        break;
+      case Field::kCopyKind:
+        ev_.copy_kind = CopyKindFromCupti(i.value_or(0));
+        break;
+      case Field::kSrcKind:
+        ev_.src_kind = MemoryKindFromCupti(i.value_or(0));
+        break;
+      case Field::kDstKind:
+        ev_.dst_kind = MemoryKindFromCupti(i.value_or(0));
+        break;
+      case Field::kCounter:
+        ev_.counters[counter_] = static_cast<float>(v.d);
+        break;
+      default:
+        break;
+    }
+  }
+
+  // An element of "grid" or "block".
+  void ArgArrayNumber(const std::optional<int64_t>& i) {
+    if (array_index_ < 3) {
+      uint32_t* dims = array_key_ == Field::kGrid ? ev_.config.grid : ev_.config.block;
+      SetUint32(&dims[array_index_], i);
+      ++array_index_;
+    }
+  }
+
+  void DeviceNumber(const std::optional<int64_t>& i) {
+    // A property that is not a count (negative, fractional, past 2^32) is left unset: the
+    // analysis then uses its default for that device and says so.
+    std::optional<int64_t> u = InRange(i, 0, UINT32_MAX);
+    uint32_t value = u ? static_cast<uint32_t>(*u) : 0;
+    switch (key_) {
+      case Field::kDevId:
+        if (std::optional<int64_t> id = InRange(i, 0, INT32_MAX)) {
+          dev_.id = static_cast<int32_t>(*id);
+        } else {
+          dev_invalid_ = true;
+        }
+        break;
+      case Field::kNumSms:
+        dev_.num_sms = value;
+        break;
+      case Field::kMaxThreadsPerSm:
+        dev_.max_threads_per_sm = value;
+        break;
+      case Field::kMaxThreadsPerBlock:
+        dev_.max_threads_per_block = value;
+        break;
+      case Field::kRegsPerSm:
+        dev_.regs_per_sm = value;
+        break;
+      case Field::kSmemPerSm:
+        dev_.shared_memory_per_sm = value;
+        break;
+      case Field::kMaxBlocksPerSm:
+        dev_.max_blocks_per_sm = value;
+        break;
+      case Field::kWarpSize:
+        dev_.warp_size = value;
+        break;
+      case Field::kMajor:
+        dev_.compute_major = static_cast<int32_t>(InRange(i, 0, 1000).value_or(0));
+        break;
+      case Field::kMinor:
+        dev_.compute_minor = static_cast<int32_t>(InRange(i, 0, 1000).value_or(0));
+        break;
+      default:
+        break;
+    }
+  }
+
+  // baseTimeNanoseconds. False stops the parse (error_ says why).
+  bool BaseTime(JsonNumber v) {
+    if (std::optional<int64_t> base = InRange(v.i, 0, kMaxTimeNs)) {
+      base_time_ns_ = *base;
+      has_base_time_ = true;
+      return sink_ == nullptr || AlignClock();
+    }
+    Fail(absl::StatusCode::kInvalidArgument,
+         absl::StrCat("baseTimeNanoseconds ", v.d,
+                      " is not a Unix time in ns (expected an integer from 0 to ", kMaxTimeNs, ")"),
+         "Fix or remove that field (profd and torch.profiler write Unix ns).");
+    return false;
   }
 
   // Sink mode: events go out as they are read, so this file's clock shift onto the trace's (the
@@ -1122,29 +1139,10 @@ class TraceHandler : public rapidjson::BaseReaderHandler<rapidjson::UTF8<>, Trac
   DeviceProperties dev_;
 };
 
-absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
-                   TraceEventSink* sink, const ReadLimits& limits) {
-  if (trace->files.size() >= 0xffff) {
-    return absl::InvalidArgumentError("more than 65535 trace files in one analysis");
-  }
-  uint16_t file = static_cast<uint16_t>(trace->files.size());
-  size_t gpu_before = trace->gpu.size(), host_before = trace->host.size(),
-         ops_before = trace->ops.size(), counters_before = trace->counters.size();
-  // In place from the start: a sink's analysis looks the file up while the events come.
-  trace->files.emplace_back();
-  trace->files.back().path = label;
-  TraceHandler handler(trace, file, sink, limits);
-  rapidjson::Reader reader;
-  rapidjson::ParseResult result;
-  size_t bytes = 0;
-  absl::Status source_status;
-  {
-    PrefetchStream stream(source);
-    result = reader.Parse<rapidjson::kParseNanAndInfFlag | rapidjson::kParseTrailingCommasFlag>(
-        stream, handler);
-    bytes = stream.bytes();
-    source_status = stream.status();
-  }
+// Why a file cannot be read, in the order a reader meets the problems; OK when it can.
+absl::Status ParseOutcome(const TraceHandler& handler, const rapidjson::ParseResult& result,
+                          const absl::Status& source_status, const std::string& label,
+                          const ReadLimits& limits) {
   if (!source_status.ok()) {
     return absl::Status(source_status.code(), absl::StrCat(label, ": ", source_status.message()));
   }
@@ -1172,6 +1170,75 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
         ": no \"traceEvents\" array found in a top-level object. Expected Chrome trace-event "
         "JSON as written by profd or torch.profiler's export_chrome_trace."));
   }
+  return absl::OkStatus();
+}
+
+// The sizes of the trace's tables before a file's events were added.
+struct TableSizes {
+  size_t gpu, host, ops, counters;
+};
+
+// Moves the file's events (those after `before`) by `shift` and drops those that leave the
+// model's range; returns how many were dropped.
+uint64_t ShiftFileEvents(int64_t shift, const TableSizes& before, Trace* trace) {
+  uint64_t dropped = 0;
+  auto shifted_out = [&](auto& event) {
+    event.start_ns += shift;  // |start| <= 2^62 and |shift| <= 2^62: no overflow
+    return !TimeWithinLimits(event.start_ns, event.dur_ns);
+  };
+  auto drop = [&](auto& events, size_t first) {
+    auto it = std::remove_if(events.begin() + first, events.end(), shifted_out);
+    dropped += static_cast<uint64_t>(events.end() - it);
+    events.erase(it, events.end());
+  };
+  drop(trace->gpu, before.gpu);
+  drop(trace->host, before.host);
+  drop(trace->ops, before.ops);
+  drop(trace->counters, before.counters);
+  return dropped;
+}
+
+// The process that issued the file's CUDA calls: the one with most of them (ties: lowest pid).
+void SetHostPid(const Trace& trace, size_t host_before, InputFile* f) {
+  absl::flat_hash_map<int32_t, uint64_t> calls_per_pid;
+  for (size_t i = host_before; i < trace.host.size(); ++i) {
+    if (trace.host[i].type != HostCall::Type::kSync) ++calls_per_pid[trace.host[i].pid];
+  }
+  uint64_t best = 0;
+  for (const auto& [pid, n] : calls_per_pid) {
+    if (n > best || (n == best && pid < f->host_pid)) {
+      best = n;
+      f->host_pid = pid;
+    }
+  }
+}
+
+absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
+                   TraceEventSink* sink, const ReadLimits& limits) {
+  if (trace->files.size() >= 0xffff) {
+    return absl::InvalidArgumentError("more than 65535 trace files in one analysis");
+  }
+  uint16_t file = static_cast<uint16_t>(trace->files.size());
+  const TableSizes before = {trace->gpu.size(), trace->host.size(), trace->ops.size(),
+                             trace->counters.size()};
+  // In place from the start: a sink's analysis looks the file up while the events come.
+  trace->files.emplace_back();
+  trace->files.back().path = label;
+  TraceHandler handler(trace, file, sink, limits);
+  rapidjson::Reader reader;
+  rapidjson::ParseResult result;
+  size_t bytes = 0;
+  absl::Status source_status;
+  {
+    PrefetchStream stream(source);
+    result = reader.Parse<rapidjson::kParseNanAndInfFlag | rapidjson::kParseTrailingCommasFlag>(
+        stream, handler);
+    bytes = stream.bytes();
+    source_status = stream.status();
+  }
+  if (absl::Status s = ParseOutcome(handler, result, source_status, label, limits); !s.ok()) {
+    return s;
+  }
   uint64_t invalid = handler.invalid_events() + handler.sink_invalid();
   // Align this file's clock with the first file's (our writer stores ts relative to its base).
   // Both bases lie in [0, kMaxTimeNs], so the shift fits; a shifted event can still leave the
@@ -1186,21 +1253,7 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
       shift = handler.base_time_ns() - trace->base_time_ns;
     }
   }
-  if (shift != 0 && sink == nullptr) {
-    auto shifted_out = [&](auto& event) {
-      event.start_ns += shift;  // |start| <= 2^62 and |shift| <= 2^62: no overflow
-      return !TimeWithinLimits(event.start_ns, event.dur_ns);
-    };
-    auto drop = [&](auto& events, size_t first) {
-      auto it = std::remove_if(events.begin() + first, events.end(), shifted_out);
-      invalid += static_cast<uint64_t>(events.end() - it);
-      events.erase(it, events.end());
-    };
-    drop(trace->gpu, gpu_before);
-    drop(trace->host, host_before);
-    drop(trace->ops, ops_before);
-    drop(trace->counters, counters_before);
-  }
+  if (shift != 0 && sink == nullptr) invalid += ShiftFileEvents(shift, before, trace);
   if (handler.start_ns() <= handler.end_ns()) {
     auto clamp = [](int64_t t) {
       return std::clamp<int64_t>(t, kMinTimeNs, kMaxTimeNs + kMaxDurationNs);
@@ -1215,19 +1268,7 @@ absl::Status Parse(ChunkSource* source, const std::string& label, Trace* trace,
   // A profd trace counts what its capture counted; any other trace every event it holds.
   f.events = handler.saw_profd() ? handler.records() : handler.events();
   f.invalid_events = invalid;
-  if (sink == nullptr) {
-    absl::flat_hash_map<int32_t, uint64_t> calls_per_pid;
-    for (size_t i = host_before; i < trace->host.size(); ++i) {
-      if (trace->host[i].type != HostCall::Type::kSync) ++calls_per_pid[trace->host[i].pid];
-    }
-    uint64_t best = 0;
-    for (const auto& [pid, n] : calls_per_pid) {
-      if (n > best || (n == best && pid < f.host_pid)) {
-        best = n;
-        f.host_pid = pid;
-      }
-    }
-  }
+  if (sink == nullptr) SetHostPid(*trace, before.host, &f);
   return absl::OkStatus();
 }
 
