@@ -270,23 +270,11 @@ std::string RenderDiffText(const ReportDiff& d, const std::string& label_a,
   return out;
 }
 
-std::string DiffToJson(const ReportDiff& d, const std::string& label_a,
-                       const std::string& label_b) {
-  rapidjson::StringBuffer buffer;
-  rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buffer);
-  w.SetIndent(' ', 1);
-  w.StartObject();
-  w.Key("a");
-  w.String(label_a.c_str());
-  w.Key("b");
-  w.String(label_b.c_str());
-  // How the overview was compared; rows keep totals (divide by units_a / units_b per unit).
-  w.Key("basis");
-  w.String(d.basis.c_str());
-  w.Key("units_a");
-  w.Double(d.units_a);
-  w.Key("units_b");
-  w.Double(d.units_b);
+namespace {
+
+using DiffJsonWriter = rapidjson::PrettyWriter<rapidjson::StringBuffer>;
+
+void WriteOverview(DiffJsonWriter& w, const ReportDiff& d) {
   w.Key("overview");
   w.StartArray();
   for (const auto& m : d.overview) {
@@ -302,34 +290,38 @@ std::string DiffToJson(const ReportDiff& d, const std::string& label_a,
     w.EndObject();
   }
   w.EndArray();
-  auto rows = [&](const char* key, const std::vector<DeltaRow>& v) {
-    w.Key(key);
-    w.StartArray();
-    for (const DeltaRow& r : v) {
-      w.StartObject();
-      w.Key("name");
-      w.String(r.name.c_str());
-      w.Key("count_a");
-      w.Uint64(r.count_a);
-      w.Key("count_b");
-      w.Uint64(r.count_b);
-      w.Key("total_a_ns");
-      w.Int64(r.total_a_ns);
-      w.Key("total_b_ns");
-      w.Int64(r.total_b_ns);
-      w.Key("delta_ns");
-      w.Int64(r.delta_ns());
-      w.Key("avg_a_ns");
-      w.Double(r.avg_a_ns);
-      w.Key("avg_b_ns");
-      w.Double(r.avg_b_ns);
-      w.EndObject();
-    }
-    w.EndArray();
-  };
+}
+
+void WriteDeltaRows(DiffJsonWriter& w, const char* key, const std::vector<DeltaRow>& v) {
+  w.Key(key);
+  w.StartArray();
+  for (const DeltaRow& r : v) {
+    w.StartObject();
+    w.Key("name");
+    w.String(r.name.c_str());
+    w.Key("count_a");
+    w.Uint64(r.count_a);
+    w.Key("count_b");
+    w.Uint64(r.count_b);
+    w.Key("total_a_ns");
+    w.Int64(r.total_a_ns);
+    w.Key("total_b_ns");
+    w.Int64(r.total_b_ns);
+    w.Key("delta_ns");
+    w.Int64(r.delta_ns());
+    w.Key("avg_a_ns");
+    w.Double(r.avg_a_ns);
+    w.Key("avg_b_ns");
+    w.Double(r.avg_b_ns);
+    w.EndObject();
+  }
+  w.EndArray();
+}
+
+void WriteOperatorDeltas(DiffJsonWriter& w, const std::vector<OperatorDeltaRow>& operators) {
   w.Key("operators");
   w.StartArray();
-  for (const OperatorDeltaRow& r : d.operators) {
+  for (const OperatorDeltaRow& r : operators) {
     w.StartObject();
     w.Key("name");
     w.String(r.name.c_str());
@@ -358,9 +350,9 @@ std::string DiffToJson(const ReportDiff& d, const std::string& label_a,
     w.EndObject();
   }
   w.EndArray();
-  rows("kernels", d.kernels);
-  rows("cuda_api", d.apis);
-  rows("copies", d.copies);
+}
+
+void WriteFindingIds(DiffJsonWriter& w, const ReportDiff& d) {
   auto ids = [&](const char* key, const std::vector<std::string>& v) {
     w.Key(key);
     w.StartArray();
@@ -373,6 +365,33 @@ std::string DiffToJson(const ReportDiff& d, const std::string& label_a,
   ids("only_b", d.findings_only_b);
   ids("both", d.findings_both);
   w.EndObject();
+}
+
+}  // namespace
+
+std::string DiffToJson(const ReportDiff& d, const std::string& label_a,
+                       const std::string& label_b) {
+  rapidjson::StringBuffer buffer;
+  DiffJsonWriter w(buffer);
+  w.SetIndent(' ', 1);
+  w.StartObject();
+  w.Key("a");
+  w.String(label_a.c_str());
+  w.Key("b");
+  w.String(label_b.c_str());
+  // How the overview was compared; rows keep totals (divide by units_a / units_b per unit).
+  w.Key("basis");
+  w.String(d.basis.c_str());
+  w.Key("units_a");
+  w.Double(d.units_a);
+  w.Key("units_b");
+  w.Double(d.units_b);
+  WriteOverview(w, d);
+  WriteOperatorDeltas(w, d.operators);
+  WriteDeltaRows(w, "kernels", d.kernels);
+  WriteDeltaRows(w, "cuda_api", d.apis);
+  WriteDeltaRows(w, "copies", d.copies);
+  WriteFindingIds(w, d);
   w.EndObject();
   return EscapeJsonLineSeparators(std::string(buffer.GetString(), buffer.GetSize()) + "\n");
 }
