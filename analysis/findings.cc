@@ -350,17 +350,11 @@ void LowOccupancy(const Report& r, const std::vector<KernelRow>& kernels, const 
   out->push_back(std::move(f));
 }
 
-// What the kernels that take the time are limited by, from the hardware counters over their
-// running time (ClassifyBound's verdicts): the kernels' side of the seeds' "compute- or
-// memory-bound?" that dominant_kernels leaves to Nsight Compute.
-void KernelBound(const Report& r, const std::vector<KernelRow>& kernels, const AnalysisOptions& o,
-                 std::vector<Finding>* out) {
-  // Enough kernels to cover most of the kernel time, few enough to read.
+// The kernel_bound finding lists, most time first: enough kernels to cover most of the kernel
+// time, few enough to read.
+std::vector<const KernelRow*> KernelsToClassify(const std::vector<KernelRow>& kernels) {
   constexpr size_t kMaxKernels = 5;
   constexpr double kCoveredEnough = 0.80;
-  // A warning when most kernel time is in kernels the math pipes do not limit.
-  constexpr double kWarnNotCompute = 0.50;
-  if (r.kernel_time_ns <= 0) return;
   std::vector<const KernelRow*> listed;
   double covered = 0;
   for (const KernelRow& k : kernels) {
@@ -369,9 +363,12 @@ void KernelBound(const Report& r, const std::vector<KernelRow>& kernels, const A
     listed.push_back(&k);
     covered += k.time_ratio;
   }
-  if (listed.empty()) return;
+  return listed;
+}
 
-  // Kernel time per class among the listed kernels, most first.
+// Kernel time per class among the listed kernels, most first.
+std::vector<std::pair<std::string, double>> TimePerBound(
+    const std::vector<const KernelRow*>& listed) {
   std::vector<std::pair<std::string, double>> classes;
   for (const KernelRow* k : listed) {
     auto it = std::find_if(classes.begin(), classes.end(),
@@ -381,9 +378,78 @@ void KernelBound(const Report& r, const std::vector<KernelRow>& kernels, const A
   }
   std::stable_sort(classes.begin(), classes.end(),
                    [](const auto& a, const auto& b) { return a.second > b.second; });
+  return classes;
+}
+
+// One kernel's line: its share, the counters behind the verdict, and what to do.
+std::string BoundEvidence(const KernelRow& k) {
+  const char* verdict = k.bound == "compute"  ? "compute-bound, fine"
+                        : k.bound == "memory" ? "memory-bound: fuse it with its neighbours"
+                        : k.bound == "launch"
+                            ? "launch-bound: batch the work or capture it in a CUDA graph"
+                            : "latency-bound: more blocks/warps, fewer dependent stalls";
+  std::string covered_part;
+  if (k.stats.total_ns > 0 && k.counter_time_ns < k.stats.total_ns) {
+    covered_part =
+        absl::StrCat(", counters over ",
+                     FormatPercent(double(k.counter_time_ns) / k.stats.total_ns), " of its time");
+  }
+  return absl::StrCat(Short(k.name, 60), " (", FormatPercent(k.time_ratio), " of kernel time",
+                      covered_part, "): ", k.bound_reason, " → ", verdict);
+}
+
+// Advice per class among the listed kernels (the math pipes' when all are compute-bound), then
+// the counters' caveat.
+void AddBoundAdvice(const std::vector<const KernelRow*>& listed, Finding* f) {
+  bool memory = false, launch = false, latency = false;
+  for (const KernelRow* k : listed) {
+    memory |= k->bound == "memory";
+    launch |= k->bound == "launch";
+    latency |= k->bound == "latency";
+  }
+  if (memory) {
+    f->advice.push_back(
+        "Memory-bound kernels move more bytes than they compute on: fuse them with the kernels "
+        "before and after (torch.compile, fused optimizers, norms and activations) so the "
+        "intermediates stay on chip, and move narrower types (bf16, fp8).");
+  }
+  if (launch) {
+    f->advice.push_back(
+        "Launch-bound kernels are too short to fill the GPU: batch the work into fewer, larger "
+        "launches, or capture the step in a CUDA Graph (torch.compile(mode=\"reduce-overhead\")).");
+  }
+  if (latency) {
+    f->advice.push_back(
+        "Latency-bound kernels hold the SMs while neither the pipes nor memory are busy: give "
+        "them more blocks and warps (a larger grid, fewer registers or less shared memory per "
+        "block) and fewer dependent stalls (more independent work per thread, asynchronous "
+        "copies); Nsight Compute's warp state section names the stall.");
+  }
+  if (!memory && !launch && !latency) {
+    f->advice.push_back(
+        "The top kernels are limited by the math pipes: only less math or faster math "
+        "(bf16/fp8 tensor cores, TF32) makes them faster.");
+  }
+  f->advice.push_back(
+      "The counters are the GPU's, not the kernel's: kernels running at the same time share them, "
+      "and a kernel shorter than a sample takes the whole sample's value (docs/ANALYSIS.md, "
+      "\"Bound\").");
+}
+
+// What the kernels that take the time are limited by, from the hardware counters over their
+// running time (ClassifyBound's verdicts): the kernels' side of the seeds' "compute- or
+// memory-bound?" that dominant_kernels leaves to Nsight Compute.
+void KernelBound(const Report& r, const std::vector<KernelRow>& kernels, const AnalysisOptions& o,
+                 std::vector<Finding>* out) {
+  // A warning when most kernel time is in kernels the math pipes do not limit.
+  constexpr double kWarnNotCompute = 0.50;
+  if (r.kernel_time_ns <= 0) return;
+  const std::vector<const KernelRow*> listed = KernelsToClassify(kernels);
+  if (listed.empty()) return;
+
   double not_compute = 0;
   std::string shares;
-  for (const auto& [bound, share] : classes) {
+  for (const auto& [bound, share] : TimePerBound(listed)) {
     if (bound != "compute") not_compute += share;
     absl::StrAppend(&shares, shares.empty() ? "" : ", ", bound, " ", FormatPercent(share));
   }
@@ -403,58 +469,13 @@ void KernelBound(const Report& r, const std::vector<KernelRow>& kernels, const A
                    "; launch if median < ", FormatDuration(o.bound_launch_kernel_ns),
                    "; else latency. Warning when kernels not compute-bound take >= ",
                    FormatPercent(kWarnNotCompute), " of kernel time");
-  bool memory = false, launch = false, latency = false;
-  for (const KernelRow* k : listed) {
-    const char* verdict = k->bound == "compute"  ? "compute-bound, fine"
-                          : k->bound == "memory" ? "memory-bound: fuse it with its neighbours"
-                          : k->bound == "launch"
-                              ? "launch-bound: batch the work or capture it in a CUDA graph"
-                              : "latency-bound: more blocks/warps, fewer dependent stalls";
-    std::string covered_part;
-    if (k->stats.total_ns > 0 && k->counter_time_ns < k->stats.total_ns) {
-      covered_part = absl::StrCat(", counters over ",
-                                  FormatPercent(double(k->counter_time_ns) / k->stats.total_ns),
-                                  " of its time");
-    }
-    f.evidence.push_back(absl::StrCat(Short(k->name, 60), " (", FormatPercent(k->time_ratio),
-                                      " of kernel time", covered_part, "): ", k->bound_reason,
-                                      " → ", verdict));
-    memory |= k->bound == "memory";
-    launch |= k->bound == "launch";
-    latency |= k->bound == "latency";
-  }
+  for (const KernelRow* k : listed) f.evidence.push_back(BoundEvidence(*k));
   if (r.counter_samples > 0) {
     f.evidence.push_back(absl::StrCat("from ", FormatCount(r.counter_samples),
                                       " hardware counter samples of ",
                                       FormatDuration(r.counter_interval_ns), " each"));
   }
-  if (memory) {
-    f.advice.push_back(
-        "Memory-bound kernels move more bytes than they compute on: fuse them with the kernels "
-        "before and after (torch.compile, fused optimizers, norms and activations) so the "
-        "intermediates stay on chip, and move narrower types (bf16, fp8).");
-  }
-  if (launch) {
-    f.advice.push_back(
-        "Launch-bound kernels are too short to fill the GPU: batch the work into fewer, larger "
-        "launches, or capture the step in a CUDA Graph (torch.compile(mode=\"reduce-overhead\")).");
-  }
-  if (latency) {
-    f.advice.push_back(
-        "Latency-bound kernels hold the SMs while neither the pipes nor memory are busy: give "
-        "them more blocks and warps (a larger grid, fewer registers or less shared memory per "
-        "block) and fewer dependent stalls (more independent work per thread, asynchronous "
-        "copies); Nsight Compute's warp state section names the stall.");
-  }
-  if (!memory && !launch && !latency) {
-    f.advice.push_back(
-        "The top kernels are limited by the math pipes: only less math or faster math "
-        "(bf16/fp8 tensor cores, TF32) makes them faster.");
-  }
-  f.advice.push_back(
-      "The counters are the GPU's, not the kernel's: kernels running at the same time share them, "
-      "and a kernel shorter than a sample takes the whole sample's value (docs/ANALYSIS.md, "
-      "\"Bound\").");
+  AddBoundAdvice(listed, &f);
   out->push_back(std::move(f));
 }
 
