@@ -16,6 +16,21 @@ bool GpuRowFits(uint32_t device, uint32_t stream) {
   return device <= INT32_MAX && stream <= INT32_MAX;
 }
 
+// A kernel's launch configuration. The trace writes the dimensions as signed numbers and the
+// reader keeps them as read.
+analysis::LaunchConfig LaunchConfigOf(const v1::Kernel& k) {
+  analysis::LaunchConfig config;
+  config.grid[0] = static_cast<uint32_t>(k.grid_x());
+  config.grid[1] = static_cast<uint32_t>(k.grid_y());
+  config.grid[2] = static_cast<uint32_t>(k.grid_z());
+  config.block[0] = static_cast<uint32_t>(k.block_x());
+  config.block[1] = static_cast<uint32_t>(k.block_y());
+  config.block[2] = static_cast<uint32_t>(k.block_z());
+  config.registers_per_thread = k.registers_per_thread();
+  config.shared_memory_bytes = k.static_shared_bytes() + k.dynamic_shared_bytes();
+  return config;
+}
+
 }  // namespace
 
 using analysis::CpuOp;
@@ -88,6 +103,18 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
   Process& p = processes_[process];
   // A string id given again names something else from now on.
   for (const v1::StringDef& def : batch.strings()) p.names.erase(def.id());
+  AddDevices(batch);
+  // API calls first: the GPU work they launched finds them by correlation id.
+  AddHostCalls(process, batch, names);
+  AddGpuWork(process, batch, names);
+  AddHostOps(process, batch, names);
+  // Memory allocations are instants: counted as records, not analysed.
+  for (const v1::MemoryOp& m : batch.memory_ops()) {
+    if (PlausibleEventTime(m.timestamp_ns())) ++tables_.files[process].events;
+  }
+}
+
+void CaptureAnalysis::AddDevices(const v1::EventBatch& batch) {
   for (const v1::DeviceInfo& d : batch.devices()) {
     analysis::DeviceProperties dev;
     dev.id = static_cast<int32_t>(d.ordinal());
@@ -108,39 +135,19 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
       *it = std::move(dev);
     }
   }
-  const uint16_t file = static_cast<uint16_t>(process);
-  auto correlation = [&](uint32_t id) { return static_cast<int64_t>(id) + p.correlation_offset; };
-  int64_t start = 0, dur = 0;
-  // What every GPU record gives alike (kernels, copies, memsets), once its interval is known.
-  auto on_gpu = [&](const auto& record, GpuActivity::Type type) {
-    GpuActivity a;
-    a.start_ns = start;
-    a.dur_ns = dur;
-    a.correlation = correlation(record.correlation());
-    a.device = static_cast<int32_t>(record.device());
-    a.stream = static_cast<int32_t>(record.stream());
-    a.file = file;
-    a.type = type;
-    return a;
-  };
-  auto on_host_op = [&](uint32_t tid, CpuOp::Kind kind) {
-    CpuOp op;
-    op.start_ns = start;
-    op.dur_ns = dur;
-    op.pid = static_cast<int32_t>(p.pid);
-    op.tid = static_cast<int32_t>(tid);
-    op.file = file;
-    op.kind = kind;
-    return op;
-  };
+}
 
-  // API calls first: the GPU work they launched finds them by correlation id.
+void CaptureAnalysis::AddHostCalls(size_t process, const v1::EventBatch& batch,
+                                   const StringTable& names) {
+  Process& p = processes_[process];
+  const uint16_t file = static_cast<uint16_t>(process);
+  int64_t start = 0, dur = 0;
   for (const v1::ApiCall& a : batch.api_calls()) {
     if (!Interval(process, a.start_ns(), a.end_ns(), a.tid() > INT32_MAX, &start, &dur)) continue;
     HostCall c;
     c.start_ns = start;
     c.dur_ns = dur;
-    c.correlation = correlation(a.correlation());
+    c.correlation = p.Correlation(a.correlation());
     c.name = NameOf(p, a.name_id(), names);
     c.pid = static_cast<int32_t>(p.pid);
     c.tid = static_cast<int32_t>(a.tid());
@@ -154,7 +161,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     HostCall c;
     c.start_ns = start;
     c.dur_ns = dur;
-    c.correlation = correlation(s.correlation());
+    c.correlation = p.Correlation(s.correlation());
     c.name = tables_.names.Intern(SyncKindName(s.kind()));
     c.pid = static_cast<int32_t>(p.pid);
     c.tid = 0;
@@ -162,6 +169,25 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     c.type = HostCall::Type::kSync;
     analysis_.Add(c);
   }
+}
+
+void CaptureAnalysis::AddGpuWork(size_t process, const v1::EventBatch& batch,
+                                 const StringTable& names) {
+  Process& p = processes_[process];
+  const uint16_t file = static_cast<uint16_t>(process);
+  int64_t start = 0, dur = 0;
+  // What every GPU record gives alike (kernels, copies, memsets), once its interval is known.
+  auto on_gpu = [&](const auto& record, GpuActivity::Type type) {
+    GpuActivity a;
+    a.start_ns = start;
+    a.dur_ns = dur;
+    a.correlation = p.Correlation(record.correlation());
+    a.device = static_cast<int32_t>(record.device());
+    a.stream = static_cast<int32_t>(record.stream());
+    a.file = file;
+    a.type = type;
+    return a;
+  };
   for (const v1::Kernel& k : batch.kernels()) {
     // Dimensions are int32 on the wire and written as they came: a negative one makes the kernel
     // impossible when the trace is read, and so here.
@@ -172,17 +198,7 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     if (!Interval(process, k.start_ns(), k.end_ns(), impossible, &start, &dur)) continue;
     GpuActivity a = on_gpu(k, GpuActivity::Type::kKernel);
     a.name = NameOf(p, k.name_id(), names);
-    analysis::LaunchConfig config;
-    // The trace writes the dimensions as signed numbers and the reader keeps them as read.
-    config.grid[0] = static_cast<uint32_t>(k.grid_x());
-    config.grid[1] = static_cast<uint32_t>(k.grid_y());
-    config.grid[2] = static_cast<uint32_t>(k.grid_z());
-    config.block[0] = static_cast<uint32_t>(k.block_x());
-    config.block[1] = static_cast<uint32_t>(k.block_y());
-    config.block[2] = static_cast<uint32_t>(k.block_z());
-    config.registers_per_thread = k.registers_per_thread();
-    config.shared_memory_bytes = k.static_shared_bytes() + k.dynamic_shared_bytes();
-    a.launch_config = tables_.InternLaunchConfig(config);
+    a.launch_config = tables_.InternLaunchConfig(LaunchConfigOf(k));
     analysis_.Add(a);
   }
   for (const v1::Memcpy& m : batch.memcpys()) {
@@ -204,6 +220,23 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     a.name = tables_.names.Intern(MemsetName(m.memory_kind()));
     analysis_.Add(a);
   }
+}
+
+void CaptureAnalysis::AddHostOps(size_t process, const v1::EventBatch& batch,
+                                 const StringTable& names) {
+  const Process& p = processes_[process];
+  const uint16_t file = static_cast<uint16_t>(process);
+  int64_t start = 0, dur = 0;
+  auto on_host_op = [&](uint32_t tid, CpuOp::Kind kind) {
+    CpuOp op;
+    op.start_ns = start;
+    op.dur_ns = dur;
+    op.pid = static_cast<int32_t>(p.pid);
+    op.tid = static_cast<int32_t>(tid);
+    op.file = file;
+    op.kind = kind;
+    return op;
+  };
   for (const v1::Marker& m : batch.markers()) {
     if (!Interval(process, m.start_ns(), m.end_ns(), m.tid() > INT32_MAX, &start, &dur)) continue;
     CpuOp op = on_host_op(m.tid(), CpuOp::Kind::kUserAnnotation);
@@ -215,10 +248,6 @@ void CaptureAnalysis::AddBatch(size_t process, const v1::EventBatch& batch,
     CpuOp op = on_host_op(o.tid(), CpuOp::Kind::kOverhead);
     op.name = tables_.names.Intern(OverheadName(o.kind()));
     analysis_.Add(op);
-  }
-  // Memory allocations are instants: counted as records, not analysed.
-  for (const v1::MemoryOp& m : batch.memory_ops()) {
-    if (PlausibleEventTime(m.timestamp_ns())) ++tables_.files[process].events;
   }
 }
 

@@ -52,7 +52,13 @@ class CaptureAnalysis {
     int64_t correlation_offset = 0;
     // Agent string id -> analysis name id.
     absl::flat_hash_map<uint32_t, uint32_t> names;
+    int64_t Correlation(uint32_t id) const { return static_cast<int64_t>(id) + correlation_offset; }
   };
+  // AddBatch's parts, by kind of record, in the order the analysis needs them.
+  void AddDevices(const v1::EventBatch& batch);
+  void AddHostCalls(size_t process, const v1::EventBatch& batch, const StringTable& names);
+  void AddGpuWork(size_t process, const v1::EventBatch& batch, const StringTable& names);
+  void AddHostOps(size_t process, const v1::EventBatch& batch, const StringTable& names);
   uint32_t NameOf(Process& p, uint32_t string_id, const StringTable& names);
   // Times relative to the trace's base. False for a record the trace writer leaves out, and for
   // one a reader of the trace would find impossible (counted as invalid, as it would).
