@@ -574,110 +574,124 @@ class PerfettoReader {
                              track->kind != Kind::kSync)) {
       return;
     }
-    analysis::InputFile& file = t_->files[file_];
-    ++file.events;
+    ++t_->files[file_].events;
     const int64_t start = static_cast<int64_t>(s.start) -
                           static_cast<int64_t>(PerfettoTraceWriter::kClockOrigin) + shift_;
     const int64_t dur = end_clock > s.start ? static_cast<int64_t>(end_clock - s.start) : 0;
-    auto invalid = [&] { ++file.invalid_events; };
-    if (!analysis::TimeWithinLimits(start, dur)) return invalid();
-    const int32_t pid = static_cast<int32_t>(pid_);
+    if (!analysis::TimeWithinLimits(start, dur)) return Invalid();
     switch (track->kind) {
-      case Kind::kStream: {
-        if (track->a > INT32_MAX || track->b > INT32_MAX) return invalid();
-        GpuActivity a;
-        a.start_ns = start;
-        a.dur_ns = dur;
-        a.correlation = Correlation(s, s.terminating_flow);
-        a.device = static_cast<int32_t>(track->a);
-        a.stream = static_cast<int32_t>(track->b);
-        a.file = file_;
-        a.name = s.name;
-        a.bytes = s.bytes.value_or(0);
-        if (s.grid || s.block) {
-          int64_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
-          if (!ParseDims(s.grid.value_or(""), grid) || !ParseDims(s.block.value_or(""), block)) {
-            return invalid();
-          }
-          analysis::LaunchConfig config;
-          for (int i = 0; i < 3; ++i) {
-            // Written from the agent's int32: a negative one makes the kernel impossible.
-            if (grid[i] < 0 || block[i] < 0 || grid[i] > INT32_MAX || block[i] > INT32_MAX) {
-              return invalid();
-            }
-            config.grid[i] = static_cast<uint32_t>(grid[i]);
-            config.block[i] = static_cast<uint32_t>(block[i]);
-          }
-          if (s.shared_memory.value_or(0) > UINT32_MAX) return invalid();
-          config.registers_per_thread = static_cast<uint32_t>(s.registers.value_or(0));
-          config.shared_memory_bytes = static_cast<uint32_t>(s.shared_memory.value_or(0));
-          a.type = GpuActivity::Type::kKernel;
-          a.launch_config = t_->InternLaunchConfig(config);
-          a.bytes = 0;
-        } else if (s.copy_kind) {
-          a.type = GpuActivity::Type::kMemcpy;
-          a.copy_kind = analysis::CopyKindFromText(*s.copy_kind);
-          a.src_kind = analysis::MemoryKindFromText(s.src_kind.value_or(""));
-          a.dst_kind = analysis::MemoryKindFromText(s.dst_kind.value_or(""));
-        } else {
-          a.type = GpuActivity::Type::kMemset;
-        }
-        if (a.bytes > static_cast<uint64_t>(INT64_MAX)) return invalid();
-        t_->Cover(start, start + dur);
-        sink_->Add(a);
-        return;
-      }
-      case Kind::kThread: {
-        if (track->a > INT32_MAX) return invalid();
-        t_->Cover(start, start + dur);
-        if (s.cbid) {
-          HostCall c;
-          c.start_ns = start;
-          c.dur_ns = dur;
-          c.correlation = Correlation(s, s.flow);
-          c.name = s.name;
-          c.pid = pid;
-          c.tid = static_cast<int32_t>(track->a);
-          c.file = file_;
-          // The trace keeps no domain: runtime calls are the cuda* ones (cudaLaunchKernel),
-          // driver calls cu* (cuLaunchKernel).
-          c.type = s.text.starts_with("cuda") ? HostCall::Type::kRuntime : HostCall::Type::kDriver;
-          sink_->Add(c);
-          return;
-        }
-        CpuOp op;
-        op.start_ns = start;
-        op.dur_ns = dur;
-        op.pid = pid;
-        op.tid = static_cast<int32_t>(track->a);
-        op.file = file_;
-        if (s.text.starts_with(kOverheadNamePrefix)) {
-          op.kind = CpuOp::Kind::kOverhead;
-          op.name = s.name;
-        } else {
-          op.kind = CpuOp::Kind::kUserAnnotation;
-          op.name = t_->names.Intern(analysis::OperatorKey(s.text));
-        }
-        sink_->Add(op);
-        return;
-      }
-      case Kind::kSync: {
-        t_->Cover(start, start + dur);
-        HostCall c;
-        c.start_ns = start;
-        c.dur_ns = dur;
-        c.correlation = Correlation(s, 0);
-        c.name = s.name;
-        c.pid = pid;
-        c.tid = 0;
-        c.file = file_;
-        c.type = HostCall::Type::kSync;
-        sink_->Add(c);
-        return;
-      }
+      case Kind::kStream:
+        return EmitGpuActivity(s, *track, start, dur);
+      case Kind::kThread:
+        return EmitThreadSlice(s, *track, start, dur);
+      case Kind::kSync:
+        return EmitSync(s, start, dur);
       default:
         return;
     }
+  }
+
+  void Invalid() { ++t_->files[file_].invalid_events; }
+
+  // A kernel, copy or memset on a stream track.
+  void EmitGpuActivity(const Slice& s, const Track& track, int64_t start, int64_t dur) {
+    if (track.a > INT32_MAX || track.b > INT32_MAX) return Invalid();
+    GpuActivity a;
+    a.start_ns = start;
+    a.dur_ns = dur;
+    a.correlation = Correlation(s, s.terminating_flow);
+    a.device = static_cast<int32_t>(track.a);
+    a.stream = static_cast<int32_t>(track.b);
+    a.file = file_;
+    a.name = s.name;
+    a.bytes = s.bytes.value_or(0);
+    if (s.grid || s.block) {
+      analysis::LaunchConfig config;
+      if (!LaunchConfigOf(s, &config)) return Invalid();
+      a.type = GpuActivity::Type::kKernel;
+      a.launch_config = t_->InternLaunchConfig(config);
+      a.bytes = 0;
+    } else if (s.copy_kind) {
+      a.type = GpuActivity::Type::kMemcpy;
+      a.copy_kind = analysis::CopyKindFromText(*s.copy_kind);
+      a.src_kind = analysis::MemoryKindFromText(s.src_kind.value_or(""));
+      a.dst_kind = analysis::MemoryKindFromText(s.dst_kind.value_or(""));
+    } else {
+      a.type = GpuActivity::Type::kMemset;
+    }
+    if (a.bytes > static_cast<uint64_t>(INT64_MAX)) return Invalid();
+    t_->Cover(start, start + dur);
+    sink_->Add(a);
+  }
+
+  // A kernel slice's launch configuration; false when a reader would find it impossible.
+  static bool LaunchConfigOf(const Slice& s, analysis::LaunchConfig* config) {
+    int64_t grid[3] = {0, 0, 0}, block[3] = {0, 0, 0};
+    if (!ParseDims(s.grid.value_or(""), grid) || !ParseDims(s.block.value_or(""), block)) {
+      return false;
+    }
+    for (int i = 0; i < 3; ++i) {
+      // Written from the agent's int32: a negative one makes the kernel impossible.
+      if (grid[i] < 0 || block[i] < 0 || grid[i] > INT32_MAX || block[i] > INT32_MAX) {
+        return false;
+      }
+      config->grid[i] = static_cast<uint32_t>(grid[i]);
+      config->block[i] = static_cast<uint32_t>(block[i]);
+    }
+    if (s.shared_memory.value_or(0) > UINT32_MAX) return false;
+    config->registers_per_thread = static_cast<uint32_t>(s.registers.value_or(0));
+    config->shared_memory_bytes = static_cast<uint32_t>(s.shared_memory.value_or(0));
+    return true;
+  }
+
+  // An API call (it has a cbid), or else a user annotation or the agent's overhead.
+  void EmitThreadSlice(const Slice& s, const Track& track, int64_t start, int64_t dur) {
+    if (track.a > INT32_MAX) return Invalid();
+    t_->Cover(start, start + dur);
+    const int32_t pid = static_cast<int32_t>(pid_);
+    if (s.cbid) {
+      HostCall c;
+      c.start_ns = start;
+      c.dur_ns = dur;
+      c.correlation = Correlation(s, s.flow);
+      c.name = s.name;
+      c.pid = pid;
+      c.tid = static_cast<int32_t>(track.a);
+      c.file = file_;
+      // The trace keeps no domain: runtime calls are the cuda* ones (cudaLaunchKernel),
+      // driver calls cu* (cuLaunchKernel).
+      c.type = s.text.starts_with("cuda") ? HostCall::Type::kRuntime : HostCall::Type::kDriver;
+      sink_->Add(c);
+      return;
+    }
+    CpuOp op;
+    op.start_ns = start;
+    op.dur_ns = dur;
+    op.pid = pid;
+    op.tid = static_cast<int32_t>(track.a);
+    op.file = file_;
+    if (s.text.starts_with(kOverheadNamePrefix)) {
+      op.kind = CpuOp::Kind::kOverhead;
+      op.name = s.name;
+    } else {
+      op.kind = CpuOp::Kind::kUserAnnotation;
+      op.name = t_->names.Intern(analysis::OperatorKey(s.text));
+    }
+    sink_->Add(op);
+  }
+
+  void EmitSync(const Slice& s, int64_t start, int64_t dur) {
+    t_->Cover(start, start + dur);
+    HostCall c;
+    c.start_ns = start;
+    c.dur_ns = dur;
+    c.correlation = Correlation(s, 0);
+    c.name = s.name;
+    c.pid = static_cast<int32_t>(pid_);
+    c.tid = 0;
+    c.file = file_;
+    c.type = HostCall::Type::kSync;
+    sink_->Add(c);
   }
 
   analysis::Trace* const t_;
