@@ -672,9 +672,38 @@ void CaptureOrchestrator::Shutdown() {
 
 absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest& request,
                                                        const Admission& admission) {
+  absl::Time now = Now();
+  absl::StatusOr<std::vector<CaptureTarget>> targets = CheckRequest(request, admission, now);
+  if (!targets.ok()) return targets.status();
+  // Where the trace goes: refuse now rather than fail at the end.
+  if (absl::Status usable = CheckCaptureFolder(); !usable.ok()) return usable;
+
+  // In which format: the request was checked above.
+  const TraceFormat format = request.trace_format().empty()
+                                 ? options_.trace_format
+                                 : TraceFormatNamed(request.trace_format())->format;
+  v1::CaptureInfo info = DescribeRequest(request, admission, now);
+  uint64_t max_events = options_.max_events;
+  if (request.max_events() != 0) max_events = std::min(max_events, request.max_events());
+  std::string id = info.capture_id();
+  auto capture = std::make_shared<Capture>(this, std::move(info), *std::move(targets), max_events,
+                                           format, options_.capture_dir + "/" + id);
+  Remember(id, capture);
+  capture->Launch(request);
+  if (request.fleet_id().empty()) {
+    LogInfo(kComponent, "capture %s requested: %d ms", id, request.duration_ms());
+  } else {
+    // A node's part of a capture across nodes: its log says which, and which pods.
+    LogInfo(kComponent, "capture %s requested: %d ms, part of fleet capture %s (pods %s)", id,
+            request.duration_ms(), request.fleet_id(), absl::StrJoin(request.pods(), ", "));
+  }
+  return id;
+}
+
+absl::StatusOr<std::vector<CaptureTarget>> CaptureOrchestrator::CheckRequest(
+    const v1::CaptureRequest& request, const Admission& admission, absl::Time now) const {
   // What, for how long, when and how written (the same check profctl makes), then this
   // profd's own limit.
-  absl::Time now = Now();
   if (absl::Status bad = CheckCaptureRequest(request, now); !bad.ok()) return bad;
   if (absl::Milliseconds(request.duration_ms()) > options_.max_duration) {
     return absl::InvalidArgumentError(
@@ -694,8 +723,10 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
       return absl::FailedPreconditionError("profd serves no Kineto socket (--kineto_socket_dir)");
     }
   }
+  return targets;
+}
 
-  // Where the trace goes: refuse now rather than fail at the end.
+absl::Status CaptureOrchestrator::CheckCaptureFolder() const {
   std::error_code ec;
   std::filesystem::create_directories(options_.capture_dir, ec);
   struct statvfs fs;
@@ -712,15 +743,16 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
   if (options_.check_space) {
     if (absl::Status room = options_.check_space(); !room.ok()) return room;
   }
+  return absl::OkStatus();
+}
 
-  // When, and in which format: the request was checked above.
+v1::CaptureInfo CaptureOrchestrator::DescribeRequest(const v1::CaptureRequest& request,
+                                                     const Admission& admission,
+                                                     absl::Time now) const {
+  // When: the request was checked.
   const absl::Time start_at = request.start_at_unix_ns() != 0
                                   ? absl::FromUnixNanos(request.start_at_unix_ns())
                                   : now + absl::Milliseconds(request.delay_ms());
-  const TraceFormat format = request.trace_format().empty()
-                                 ? options_.trace_format
-                                 : TraceFormatNamed(request.trace_format())->format;
-
   v1::CaptureInfo info;
   info.set_capture_id(NewCaptureId(options_.hostname, now));
   info.set_phase(v1::CAPTURE_PHASE_PENDING);
@@ -742,35 +774,23 @@ absl::StatusOr<std::string> CaptureOrchestrator::Start(const v1::CaptureRequest&
     interval = std::max(interval, absl::Milliseconds(request.duration_ms()) / kMaxCounterSamples);
     info.mutable_gpu_metrics()->set_interval_ns(absl::ToInt64Nanoseconds(interval));
   }
-  uint64_t max_events = options_.max_events;
-  if (request.max_events() != 0) max_events = std::min(max_events, request.max_events());
-  std::string id = info.capture_id();
-  auto capture = std::make_shared<Capture>(this, std::move(info), std::move(targets), max_events,
-                                           format, options_.capture_dir + "/" + id);
-  {
-    MutexLock lock(&mutex_);
-    captures_[id] = capture;
-    order_.push_back(id);
-    // Forget the oldest finished captures (their folders stay in the store).
-    while (order_.size() > kKeepFinished) {
-      auto old = captures_.find(order_.front());
-      if (old != captures_.end() && !Terminal(old->second->Snapshot().phase())) break;
-      if (old != captures_.end()) {
-        old->second->Join();
-        captures_.erase(old);
-      }
-      order_.pop_front();
+  return info;
+}
+
+void CaptureOrchestrator::Remember(const std::string& id, std::shared_ptr<Capture> capture) {
+  MutexLock lock(&mutex_);
+  captures_[id] = std::move(capture);
+  order_.push_back(id);
+  // Forget the oldest finished captures (their folders stay in the store).
+  while (order_.size() > kKeepFinished) {
+    auto old = captures_.find(order_.front());
+    if (old != captures_.end() && !Terminal(old->second->Snapshot().phase())) break;
+    if (old != captures_.end()) {
+      old->second->Join();
+      captures_.erase(old);
     }
+    order_.pop_front();
   }
-  capture->Launch(request);
-  if (request.fleet_id().empty()) {
-    LogInfo(kComponent, "capture %s requested: %d ms", id, request.duration_ms());
-  } else {
-    // A node's part of a capture across nodes: its log says which, and which pods.
-    LogInfo(kComponent, "capture %s requested: %d ms, part of fleet capture %s (pods %s)", id,
-            request.duration_ms(), request.fleet_id(), absl::StrJoin(request.pods(), ", "));
-  }
-  return id;
 }
 
 std::shared_ptr<CaptureOrchestrator::Capture> CaptureOrchestrator::Find(

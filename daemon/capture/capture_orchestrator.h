@@ -141,6 +141,17 @@ class CaptureOrchestrator final : public AgentEventSink {
   // Finished captures remembered for GetCapture and List (recovered ones too).
   static constexpr size_t kKeepFinished = 256;
 
+  // Start's steps. The request's own checks, then its targets, resolved and admitted.
+  absl::StatusOr<std::vector<CaptureTarget>> CheckRequest(const v1::CaptureRequest& request,
+                                                          const Admission& admission,
+                                                          absl::Time now) const;
+  // The capture folder exists, with room for a trace.
+  absl::Status CheckCaptureFolder() const;
+  // The new capture's row, pending.
+  v1::CaptureInfo DescribeRequest(const v1::CaptureRequest& request, const Admission& admission,
+                                  absl::Time now) const;
+  // Keeps the capture for GetCapture and List, and forgets the oldest finished ones.
+  void Remember(const std::string& id, std::shared_ptr<Capture> capture);
   std::shared_ptr<Capture> Find(const std::string& id) const;
   std::shared_ptr<Capture> FindByConnection(ConnectionId connection) const;
   std::string RunningCaptureOf(uint32_t pid) const;
