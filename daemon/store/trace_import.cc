@@ -52,53 +52,36 @@ absl::Status Gzip(const std::string& from, const std::string& to) {
   return absl::OkStatus();
 }
 
-}  // namespace
+// Reads the upload into `trace`; a file that is no trace is refused under the name the user gave.
+absl::Status ReadImportedTrace(const ImportRequest& request, analysis::Trace* trace) {
+  absl::Status read = analysis::ReadTraceFile(request.input_path, trace);
+  if (read.ok()) return read;
+  // The reader names the file it read: the upload's copy in the spool, which means nothing to
+  // the user, who knows the file by the name they gave.
+  absl::string_view why = read.message();
+  absl::ConsumePrefix(&why, request.input_path);
+  absl::ConsumePrefix(&why, ": ");
+  return absl::InvalidArgumentError(
+      absl::StrCat(request.original_name, " is not a Chrome trace JSON (plain or .gz): ", why,
+                   why.empty() || why.back() == '.' ? "" : ".",
+                   " profctl import takes profd traces and PyTorch profiler / Kineto traces"));
+}
 
-absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) {
-  // One streaming read both checks the input and gives the bottleneck report, the same
-  // summary.json a capture gets.
-  analysis::Trace trace;
-  if (absl::Status read = analysis::ReadTraceFile(request.input_path, &trace); !read.ok()) {
-    // The reader names the file it read: the upload's copy in the spool, which means nothing to
-    // the user, who knows the file by the name they gave.
-    absl::string_view why = read.message();
-    absl::ConsumePrefix(&why, request.input_path);
-    absl::ConsumePrefix(&why, ": ");
-    return absl::InvalidArgumentError(
-        absl::StrCat(request.original_name, " is not a Chrome trace JSON (plain or .gz): ", why,
-                     why.empty() || why.back() == '.' ? "" : ".",
-                     " profctl import takes profd traces and PyTorch profiler / Kineto traces"));
-  }
-  const analysis::Report report = analysis::Analyze(trace);
-  const int64_t host_pid = trace.files.empty() ? -1 : trace.files[0].host_pid;
-
-  ImportResult result;
-  result.events = trace.files.empty() ? 0 : trace.files[0].events;
-  result.kernels = report.kernel_count;
-  result.trace_file = absl::StrCat("trace-", std::max<int64_t>(host_pid, 0), ".json.gz");
-  const std::string trace_path = absl::StrCat(request.folder, "/", result.trace_file);
-  if (IsGzip(request.input_path)) {
+// The trace as the capture's folder keeps it: gzipped.
+absl::Status StoreTraceFile(const std::string& input_path, const std::string& trace_path) {
+  if (IsGzip(input_path)) {
     std::error_code ec;
-    fs::copy_file(request.input_path, trace_path, fs::copy_options::overwrite_existing, ec);
+    fs::copy_file(input_path, trace_path, fs::copy_options::overwrite_existing, ec);
     if (ec)
       return absl::InternalError(absl::StrCat("cannot write ", trace_path, ": ", ec.message()));
-  } else if (absl::Status s = Gzip(request.input_path, trace_path); !s.ok()) {
-    return s;
+    return absl::OkStatus();
   }
-  if (absl::Status s = analysis::WriteReportJson(report, request.folder + "/summary.json");
-      !s.ok()) {
-    return s;
-  }
+  return Gzip(input_path, trace_path);
+}
 
-  const int64_t now_ns = absl::ToUnixNanos(absl::Now());
-  const int64_t started_ns =
-      trace.has_base_time && trace.base_time_ns > 0 ? trace.base_time_ns : now_ns;
-  v1::StoredTrace& described = result.described;
-  described.set_capture_id(request.capture_id);
-  described.set_hostname(request.hostname);
-  described.set_label(request.label);
-  described.set_source("import");
-  described.set_started_unix_ns(started_ns);
+// manifest.json, as a capture's, and the folder's files in result->described.
+absl::Status WriteManifest(const ImportRequest& request, int64_t host_pid, int64_t now_ns,
+                           int64_t started_ns, ImportResult* result) {
   rapidjson::StringBuffer text;
   rapidjson::Writer<rapidjson::StringBuffer> w(text);
   w.StartObject();
@@ -117,7 +100,7 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   w.Key("started_unix_ns");
   w.Int64(started_ns);
   w.Key("events");
-  w.Uint64(result.events);
+  w.Uint64(result->events);
   w.Key("processes");
   w.StartArray();
   if (host_pid >= 0) {
@@ -129,12 +112,12 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   w.EndArray();
   w.Key("files");
   w.StartArray();
-  for (const std::string& name : {result.trace_file, std::string("summary.json")}) {
+  for (const std::string& name : {result->trace_file, std::string("summary.json")}) {
     std::string path = absl::StrCat(request.folder, "/", name);
     absl::StatusOr<std::string> sha = Sha256OfFile(path);
     if (!sha.ok()) return sha.status();
     std::error_code ec;
-    v1::StoredFile* file = described.add_files();
+    v1::StoredFile* file = result->described.add_files();
     file->set_name(name);
     file->set_bytes(fs::file_size(path, ec));
     file->set_sha256(*sha);
@@ -149,9 +132,40 @@ absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) 
   }
   w.EndArray();
   w.EndObject();
-  if (absl::Status s =
-          WriteFileAtomically(absl::StrCat(request.folder, "/manifest.json"), text.GetString());
+  return WriteFileAtomically(absl::StrCat(request.folder, "/manifest.json"), text.GetString());
+}
+
+}  // namespace
+
+absl::StatusOr<ImportResult> BuildImportedCapture(const ImportRequest& request) {
+  // One streaming read both checks the input and gives the bottleneck report, the same
+  // summary.json a capture gets.
+  analysis::Trace trace;
+  if (absl::Status read = ReadImportedTrace(request, &trace); !read.ok()) return read;
+  const analysis::Report report = analysis::Analyze(trace);
+  const int64_t host_pid = trace.files.empty() ? -1 : trace.files[0].host_pid;
+
+  ImportResult result;
+  result.events = trace.files.empty() ? 0 : trace.files[0].events;
+  result.kernels = report.kernel_count;
+  result.trace_file = absl::StrCat("trace-", std::max<int64_t>(host_pid, 0), ".json.gz");
+  const std::string trace_path = absl::StrCat(request.folder, "/", result.trace_file);
+  if (absl::Status s = StoreTraceFile(request.input_path, trace_path); !s.ok()) return s;
+  if (absl::Status s = analysis::WriteReportJson(report, request.folder + "/summary.json");
       !s.ok()) {
+    return s;
+  }
+
+  const int64_t now_ns = absl::ToUnixNanos(absl::Now());
+  const int64_t started_ns =
+      trace.has_base_time && trace.base_time_ns > 0 ? trace.base_time_ns : now_ns;
+  v1::StoredTrace& described = result.described;
+  described.set_capture_id(request.capture_id);
+  described.set_hostname(request.hostname);
+  described.set_label(request.label);
+  described.set_source("import");
+  described.set_started_unix_ns(started_ns);
+  if (absl::Status s = WriteManifest(request, host_pid, now_ns, started_ns, &result); !s.ok()) {
     return s;
   }
   return result;
