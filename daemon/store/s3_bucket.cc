@@ -204,6 +204,89 @@ size_t OnBody(char* data, size_t size, size_t n, void* user) {
   return chunk.size();
 }
 
+// The request's headers: those signed, then the signature, and no others that curl would add.
+curl_slist* HeaderList(const SigV4Request& to_sign, const SigV4Signature& signature,
+                       bool has_body) {
+  curl_slist* headers = nullptr;
+  auto add_header = [&](const std::string& h) { headers = curl_slist_append(headers, h.c_str()); };
+  for (const auto& [name, value] : to_sign.headers) add_header(absl::StrCat(name, ": ", value));
+  add_header("Authorization: " + signature.authorization);
+  add_header("Expect:");  // no 100-continue round trip (and no unsigned header left to sign)
+  if (!has_body) add_header("Content-Type:");
+  return headers;
+}
+
+void SetMethod(CURL* curl, const std::string& method, bool has_body, absl::string_view body) {
+  if (method == "GET") {
+    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
+  } else if (method == "HEAD") {
+    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
+  } else {
+    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
+    if (has_body) {
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
+      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
+    }
+  }
+}
+
+// The request's deadlines (S3Options): connecting, no progress, the whole request, which the
+// `left` to the caller's deadline cuts short when it comes first (then true).
+bool SetDeadlines(CURL* curl, const S3Options& options, bool has_body, size_t body_bytes,
+                  absl::Duration left, absl::Duration stall) {
+  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
+                   Millis(std::min(options.connect_timeout, stall)));
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
+  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
+                   static_cast<long>(absl::ToInt64Seconds(absl::Ceil(stall, absl::Seconds(1)))));
+  absl::Duration total = options.request_timeout;
+  if (has_body) {
+    total = 2 * stall +
+            absl::Seconds(static_cast<double>(body_bytes) /
+                          static_cast<double>(std::max<uint64_t>(1, options.min_bytes_per_second)));
+  }
+  const bool caller_deadline_first = left < total;
+  if (caller_deadline_first) total = left;
+  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, Millis(total));
+  return caller_deadline_first;
+}
+
+// Why a transfer failed (cancelled, timed out, unreachable): the request for `uri` to `endpoint`,
+// at `host`.
+absl::Status TransferError(CURLcode rc, const char* error, bool caller_deadline_first,
+                           absl::Duration stall, const std::string& endpoint,
+                           const std::string& uri, const std::string& host, bool path_style) {
+  if (rc == CURLE_ABORTED_BY_CALLBACK) {
+    return absl::CancelledError(absl::StrCat("request for ", uri, " to ", endpoint,
+                                             " stopped: profd is stopping (an upload resumes "
+                                             "from the spool at the next start)"));
+  }
+  if (rc == CURLE_OPERATION_TIMEDOUT) {
+    std::string why = error[0] ? error : curl_easy_strerror(rc);
+    if (caller_deadline_first) {
+      return absl::DeadlineExceededError(absl::StrCat("S3 endpoint ", endpoint,
+                                                      " did not answer for ", uri,
+                                                      " before the caller's deadline (", why, ")"));
+    }
+    return absl::UnavailableError(absl::StrCat(
+        "S3 endpoint ", endpoint, " did not answer in time (", why, ") for ", uri,
+        ": it takes connections but sent nothing for ", absl::FormatDuration(stall),
+        " (--s3_timeout), or was too slow for the request's size. Check the service and "
+        "--s3_endpoint; traces wait in the spool and are retried"));
+  }
+  std::string why = error[0] ? error : curl_easy_strerror(rc);
+  std::string hint;
+  if (rc == CURLE_COULDNT_RESOLVE_HOST && !path_style) {
+    hint = absl::StrCat(" (virtual-hosted style puts the bucket in the host name, ", host,
+                        "; for MinIO, Ceph RGW or a local endpoint pass "
+                        "--s3_path_style)");
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "S3 endpoint ", endpoint, " unreachable (", why, ")", hint, " for ", uri,
+      ". Check --s3_endpoint and that the service is up; traces wait in the spool and are "
+      "retried"));
+}
+
 }  // namespace
 
 absl::StatusOr<AwsCredentials> LoadAwsCredentials() {
@@ -387,13 +470,7 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
   char error[CURL_ERROR_SIZE] = {};
   std::string url = target_url.url;
   if (!query.empty()) absl::StrAppend(&url, "?", query);
-
-  curl_slist* headers = nullptr;
-  auto add_header = [&](const std::string& h) { headers = curl_slist_append(headers, h.c_str()); };
-  for (const auto& [name, value] : to_sign.headers) add_header(absl::StrCat(name, ": ", value));
-  add_header("Authorization: " + signature.authorization);
-  add_header("Expect:");  // no 100-continue round trip (and no unsigned header left to sign)
-  if (!has_body) add_header("Content-Type:");
+  curl_slist* headers = HeaderList(to_sign, signature, has_body);
 
   curl_easy_setopt(curl, CURLOPT_URL, url.c_str());
   curl_easy_setopt(curl, CURLOPT_PATH_AS_IS, 1L);  // the path signed is the path sent
@@ -401,23 +478,9 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
   curl_easy_setopt(curl, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(curl, CURLOPT_ERRORBUFFER, error);
   curl_easy_setopt(curl, CURLOPT_NOSIGNAL, 1L);
-  // The request's deadlines (S3Options): connecting, no progress, the whole request.
   const absl::Duration stall = std::max(options_.stall_timeout, absl::Seconds(1));
-  curl_easy_setopt(curl, CURLOPT_CONNECTTIMEOUT_MS,
-                   Millis(std::min(options_.connect_timeout, stall)));
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_LIMIT, 1L);
-  curl_easy_setopt(curl, CURLOPT_LOW_SPEED_TIME,
-                   static_cast<long>(absl::ToInt64Seconds(absl::Ceil(stall, absl::Seconds(1)))));
-  absl::Duration total = options_.request_timeout;
-  if (has_body) {
-    total =
-        2 * stall +
-        absl::Seconds(static_cast<double>(body.size()) /
-                      static_cast<double>(std::max<uint64_t>(1, options_.min_bytes_per_second)));
-  }
-  const bool caller_deadline_first = deadline - sent < total;
-  if (caller_deadline_first) total = deadline - sent;
-  curl_easy_setopt(curl, CURLOPT_TIMEOUT_MS, Millis(total));
+  const bool caller_deadline_first =
+      SetDeadlines(curl, options_, has_body, body.size(), deadline - sent, stall);
   curl_easy_setopt(curl, CURLOPT_NOPROGRESS, 0L);
   curl_easy_setopt(curl, CURLOPT_XFERINFOFUNCTION, OnProgress);
   curl_easy_setopt(curl, CURLOPT_XFERINFODATA, &cancelled_);
@@ -425,17 +488,7 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
   curl_easy_setopt(curl, CURLOPT_HEADERDATA, &response.etag);
   curl_easy_setopt(curl, CURLOPT_WRITEFUNCTION, OnBody);
   curl_easy_setopt(curl, CURLOPT_WRITEDATA, &target);
-  if (method == "GET") {
-    curl_easy_setopt(curl, CURLOPT_HTTPGET, 1L);
-  } else if (method == "HEAD") {
-    curl_easy_setopt(curl, CURLOPT_NOBODY, 1L);
-  } else {
-    curl_easy_setopt(curl, CURLOPT_CUSTOMREQUEST, method.c_str());
-    if (has_body) {
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDS, body.data());
-      curl_easy_setopt(curl, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(body.size()));
-    }
-  }
+  SetMethod(curl, method, has_body, body);
 
   CURLcode rc = curl_easy_perform(curl);
   curl_easy_getinfo(curl, CURLINFO_RESPONSE_CODE, &response.status);
@@ -443,37 +496,9 @@ absl::StatusOr<S3Bucket::Response> S3Bucket::Send(const std::string& method, con
   curl_easy_cleanup(curl);
 
   if (!target.sink_status.ok()) return target.sink_status;
-  if (rc == CURLE_ABORTED_BY_CALLBACK) {
-    return absl::CancelledError(absl::StrCat("request for ", UriOf(key), " to ", endpoint_,
-                                             " stopped: profd is stopping (an upload resumes "
-                                             "from the spool at the next start)"));
-  }
-  if (rc == CURLE_OPERATION_TIMEDOUT) {
-    std::string why = error[0] ? error : curl_easy_strerror(rc);
-    if (caller_deadline_first) {
-      return absl::DeadlineExceededError(absl::StrCat("S3 endpoint ", endpoint_,
-                                                      " did not answer for ", UriOf(key),
-                                                      " before the caller's deadline (", why, ")"));
-    }
-    return absl::UnavailableError(absl::StrCat(
-        "S3 endpoint ", endpoint_, " did not answer in time (", why, ") for ", UriOf(key),
-        ": it takes connections but sent nothing for ", absl::FormatDuration(stall),
-        " (--s3_timeout), or was too slow for the request's size. Check the service and "
-        "--s3_endpoint; traces wait in the spool and are retried"));
-  }
   if (rc != CURLE_OK) {
-    std::string why = error[0] ? error : curl_easy_strerror(rc);
-    std::string hint;
-    if (rc == CURLE_COULDNT_RESOLVE_HOST && !options_.path_style) {
-      hint =
-          absl::StrCat(" (virtual-hosted style puts the bucket in the host name, ", target_url.host,
-                       "; for MinIO, Ceph RGW or a local endpoint pass "
-                       "--s3_path_style)");
-    }
-    return absl::UnavailableError(absl::StrCat(
-        "S3 endpoint ", endpoint_, " unreachable (", why, ")", hint, " for ", UriOf(key),
-        ". Check --s3_endpoint and that the service is up; traces wait in the spool and are "
-        "retried"));
+    return TransferError(rc, error, caller_deadline_first, stall, endpoint_, UriOf(key),
+                         target_url.host, options_.path_style);
   }
   return response;
 }
