@@ -54,6 +54,37 @@ constexpr KindInfo kKinds[] = {
     {wire::ActivityKind::kOverhead, CUPTI_ACTIVITY_KIND_OVERHEAD},
 };
 
+// The CUPTI activity kinds for the kinds asked for; none asked for: the default set, what the
+// seeds' workflow reads.
+std::vector<CUpti_ActivityKind> CuptiKindsFor(std::vector<wire::ActivityKind> kinds) {
+  if (kinds.empty()) {
+    kinds = {wire::ActivityKind::kKernel, wire::ActivityKind::kMemcpy, wire::ActivityKind::kMemset,
+             wire::ActivityKind::kRuntime, wire::ActivityKind::kSynchronization};
+  }
+  std::vector<CUpti_ActivityKind> wanted;
+  for (wire::ActivityKind kind : kinds) {
+    for (const KindInfo& info : kKinds) {
+      if (info.kind == kind) wanted.push_back(info.cupti);
+    }
+  }
+  return wanted;
+}
+
+// CUPTI counts the records it dropped for want of a buffer until they are read: those of the
+// time before this capture (a record completing after the previous capture stopped, another
+// profiler's session) are not this capture's, and were charged to it (one "dropped record"
+// in back-to-back captures). Read them now; the capture counts from here.
+void ForgetEarlierDrops(const CuptiLibrary& cupti, const std::string& id) {
+  if (cupti.ActivityGetNumDroppedRecords != nullptr) {
+    size_t before = 0;
+    cupti.ActivityGetNumDroppedRecords(nullptr, 0, &before);
+    if (before > 0) {
+      Log(LogLevel::kInfo, "capture %s: %zu records CUPTI dropped before it began are not its own",
+          id.c_str(), before);
+    }
+  }
+}
+
 }  // namespace
 
 void BufferPool::Allocate(size_t count, size_t bytes) {
@@ -188,11 +219,37 @@ void CuptiCapture::Run(wire::StartCapture request) {
       return finish();
     }
   }
+  StartConverter(request, cuda.devices);
 
+  // 4. A common start across processes and nodes: wait for the wall-clock time asked for.
+  if (request.start_at_realtime_ns > Now(CLOCK_REALTIME)) {
+    std::unique_lock<std::mutex> lock(stop_mutex_);
+    stop_cv_.wait_for(lock,
+                      std::chrono::nanoseconds(request.start_at_realtime_ns - Now(CLOCK_REALTIME)),
+                      [this] { return stop_requested_; });
+  }
+
+  // 5. Enable.
+  uint64_t enabled_at = 0;
+  if (!EnableTracing(cupti, broker, request, &enabled_at)) return finish();
+
+  // 6. Run for the duration, flushing completed buffers as we go so profd gets the trace
+  // while it is being made and the process never holds it all.
+  RunForDuration(cupti, request);
+
+  // 7. Disable, hand back every buffer, send what is left, let CUPTI go. Cut short, the broker
+  // already did the first two when the other profiler started.
+  EndCapture(broker, request, enabled_at);
+  finish();
+}
+
+void CuptiCapture::StartConverter(const wire::StartCapture& request,
+                                  const std::vector<wire::DeviceInfo>& devices) {
   {
     std::lock_guard<std::mutex> lock(convert_mutex_);
-    converter_ = std::make_unique<ActivityConverter>(id, &ApiName, request.max_events);
-    devices_ = cuda.devices;
+    converter_ =
+        std::make_unique<ActivityConverter>(request.capture_id, &ApiName, request.max_events);
+    devices_ = devices;
     first_batch_ = true;
     dropped_ = dropped_total_ = lost_events_ = batches_ = 0;
   }
@@ -205,51 +262,29 @@ void CuptiCapture::Run(wire::StartCapture request) {
   dropped_pending_.store(0);
   converter_thread_ = std::thread([this] { ConvertLoop(); });
   g_active.store(this);
-  // Undoes the set-up when the capture cannot start after all.
-  auto abandon = [this, &broker] {
-    g_active.store(nullptr);
-    {
-      std::lock_guard<std::mutex> lock(completed_mutex_);
-      converter_stop_ = true;
-    }
-    completed_cv_.notify_all();
-    converter_thread_.join();
-    broker.ReleaseCapture();
-    pool_.Release();
-  };
+}
 
-  // 4. A common start across processes and nodes: wait for the wall-clock time asked for.
-  if (request.start_at_realtime_ns > Now(CLOCK_REALTIME)) {
-    std::unique_lock<std::mutex> lock(stop_mutex_);
-    stop_cv_.wait_for(lock,
-                      std::chrono::nanoseconds(request.start_at_realtime_ns - Now(CLOCK_REALTIME)),
-                      [this] { return stop_requested_; });
+void CuptiCapture::StopConverter() {
+  {
+    std::lock_guard<std::mutex> lock(completed_mutex_);
+    converter_stop_ = true;
   }
+  completed_cv_.notify_all();
+  converter_thread_.join();
+}
 
-  // 5. Enable. The default set is what the seeds' workflow reads.
-  std::vector<wire::ActivityKind> kinds = request.kinds;
-  if (kinds.empty()) {
-    kinds = {wire::ActivityKind::kKernel, wire::ActivityKind::kMemcpy, wire::ActivityKind::kMemset,
-             wire::ActivityKind::kRuntime, wire::ActivityKind::kSynchronization};
-  }
-  std::vector<CUpti_ActivityKind> wanted;
-  for (wire::ActivityKind kind : kinds) {
-    for (const KindInfo& info : kKinds) {
-      if (info.kind == kind) wanted.push_back(info.cupti);
-    }
-  }
-  // CUPTI counts the records it dropped for want of a buffer until they are read: those of the
-  // time before this capture (a record completing after the previous capture stopped, another
-  // profiler's session) are not this capture's, and were charged to it (one "dropped record"
-  // in back-to-back captures). Read them now; the capture counts from here.
-  if (cupti.ActivityGetNumDroppedRecords != nullptr) {
-    size_t before = 0;
-    cupti.ActivityGetNumDroppedRecords(nullptr, 0, &before);
-    if (before > 0) {
-      Log(LogLevel::kInfo, "capture %s: %zu records CUPTI dropped before it began are not its own",
-          id.c_str(), before);
-    }
-  }
+void CuptiCapture::AbandonStart(CuptiBroker& broker) {
+  g_active.store(nullptr);
+  StopConverter();
+  broker.ReleaseCapture();
+  pool_.Release();
+}
+
+bool CuptiCapture::EnableTracing(const CuptiLibrary& cupti, CuptiBroker& broker,
+                                 const wire::StartCapture& request, uint64_t* enabled_at) {
+  const std::string& id = request.capture_id;
+  std::vector<CUpti_ActivityKind> wanted = CuptiKindsFor(request.kinds);
+  ForgetEarlierDrops(cupti, id);
   // If another profiler in the process starts tracing while this capture runs, the broker cuts
   // the capture short (after flushing its buffers to us) and OnCutShort wakes this thread.
   broker.SetCutShortListener(&CuptiCapture::OnCutShort, this);
@@ -261,32 +296,33 @@ void CuptiCapture::Run(wire::StartCapture request) {
     if (!broker.StartAgentTracing(wanted, &CuptiCapture::BufferRequested,
                                   &CuptiCapture::BufferCompleted, &enabled, &warnings, &error,
                                   &message)) {
-      abandon();
+      AbandonStart(broker);
       Fail(id, error, message);
-      return finish();
+      return false;
     }
   }
-  uint64_t enabled_at = Now(CLOCK_REALTIME);
-  clock_[0] = enabled_at;
+  *enabled_at = Now(CLOCK_REALTIME);
+  clock_[0] = *enabled_at;
   clock_[1] = Now(CLOCK_MONOTONIC);
   clock_[2] = cupti.GetTimestamp ? (cupti.GetTimestamp(&clock_[2]), clock_[2]) : 0;
 
   if (enabled.empty()) {
-    abandon();
+    AbandonStart(broker);
     Fail(id, wire::CaptureError::kCuptiFailed, "no activity kind could be enabled: " + warnings);
-    return finish();
+    return false;
   }
   wire::CaptureStatus status;
   status.capture_id = id;
   status.state = wire::CaptureState::kStarted;
-  status.enabled_realtime_ns = enabled_at;
+  status.enabled_realtime_ns = *enabled_at;
   status.message = warnings;
   Send(status);
   Log(LogLevel::kInfo, "capture %s: CUPTI enabled for %llu ms", id.c_str(),
       static_cast<unsigned long long>(request.duration_ms));
+  return true;
+}
 
-  // 6. Run for the duration, flushing completed buffers as we go so profd gets the trace
-  // while it is being made and the process never holds it all.
+void CuptiCapture::RunForDuration(const CuptiLibrary& cupti, const wire::StartCapture& request) {
   uint64_t flush_ms = request.flush_interval_ms ? request.flush_interval_ms : kDefaultFlushMs;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(request.duration_ms);
   while (true) {
@@ -302,37 +338,21 @@ void CuptiCapture::Run(wire::StartCapture request) {
     std::lock_guard<std::mutex> lock(convert_mutex_);
     if (converter_->truncated()) break;
   }
+}
 
-  // 7. Disable, hand back every buffer, send what is left, let CUPTI go. Cut short, the broker
-  // already did the first two when the other profiler started.
+void CuptiCapture::EndCapture(CuptiBroker& broker, const wire::StartCapture& request,
+                              uint64_t enabled_at) {
   CuptiBroker::StopResult stop = broker.StopAgentTracing();
   uint64_t disabled_at = std::max(
       enabled_at, stop.disabled_realtime_ns ? stop.disabled_realtime_ns : Now(CLOCK_REALTIME));
   g_active.store(nullptr);
   broker.ReleaseCapture();
-  {
-    // Every buffer is now queued; the converter drains the queue, then ends.
-    std::lock_guard<std::mutex> lock(completed_mutex_);
-    converter_stop_ = true;
-  }
-  completed_cv_.notify_all();
-  converter_thread_.join();
+  // Every buffer is now queued; the converter drains the queue, then ends.
+  StopConverter();
 
-  status = wire::CaptureStatus{};
-  {
-    std::lock_guard<std::mutex> lock(convert_mutex_);
-    if (converter_->pending_events() > 0 || dropped_ > 0 || dropped_pending_.load() > 0 ||
-        first_batch_) {
-      EmitBatch();
-    }
-    status.events = converter_->total_events() - lost_events_;
-    status.truncated = converter_->truncated();
-    status.dropped_records = dropped_total_ + lost_events_;
-    status.batches = batches_;
-    converter_.reset();
-  }
+  wire::CaptureStatus status = SendRemainingEvents();
   pool_.Release();
-  status.capture_id = id;
+  status.capture_id = request.capture_id;
   status.state = wire::CaptureState::kFinished;
   status.enabled_realtime_ns = enabled_at;
   status.disabled_realtime_ns = disabled_at;
@@ -352,10 +372,24 @@ void CuptiCapture::Run(wire::StartCapture request) {
                      (status.message.empty() ? "" : "; " + status.message);
   }
   Send(status);
-  Log(LogLevel::kInfo, "capture %s: done, %llu events, %llu dropped", id.c_str(),
+  Log(LogLevel::kInfo, "capture %s: done, %llu events, %llu dropped", request.capture_id.c_str(),
       static_cast<unsigned long long>(status.events),
       static_cast<unsigned long long>(status.dropped_records));
-  finish();
+}
+
+wire::CaptureStatus CuptiCapture::SendRemainingEvents() {
+  wire::CaptureStatus status;
+  std::lock_guard<std::mutex> lock(convert_mutex_);
+  if (converter_->pending_events() > 0 || dropped_ > 0 || dropped_pending_.load() > 0 ||
+      first_batch_) {
+    EmitBatch();
+  }
+  status.events = converter_->total_events() - lost_events_;
+  status.truncated = converter_->truncated();
+  status.dropped_records = dropped_total_ + lost_events_;
+  status.batches = batches_;
+  converter_.reset();
+  return status;
 }
 
 void CuptiCapture::OnCutShort(void* context, const std::string& by) {

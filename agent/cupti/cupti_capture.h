@@ -25,6 +25,9 @@
 
 namespace profagent {
 
+class CuptiBroker;
+struct CuptiLibrary;
+
 // Fixed set of host buffers handed to CUPTI. Acquire/Return are lock-free: CUPTI calls Acquire on
 // application threads. An exhausted pool makes CUPTI drop records, which it counts and we report.
 class BufferPool {
@@ -57,6 +60,23 @@ class CuptiCapture final : public CaptureHandler {
 
  private:
   void Run(wire::StartCapture request);
+  // Run's steps, on the capture thread. The converter thread and the buffers, for a capture
+  // CUPTI is claimed for.
+  void StartConverter(const wire::StartCapture& request,
+                      const std::vector<wire::DeviceInfo>& devices);
+  // Lets the converter drain what is queued, and waits for it to end.
+  void StopConverter();
+  // Undoes StartConverter and the claim when the capture cannot start after all.
+  void AbandonStart(CuptiBroker& broker);
+  // Enables the activities and tells profd the capture started; false (failed, abandoned) when
+  // none could be enabled.
+  bool EnableTracing(const CuptiLibrary& cupti, CuptiBroker& broker,
+                     const wire::StartCapture& request, uint64_t* enabled_at);
+  void RunForDuration(const CuptiLibrary& cupti, const wire::StartCapture& request);
+  // Disables, sends what is left and the final status, and lets CUPTI go.
+  void EndCapture(CuptiBroker& broker, const wire::StartCapture& request, uint64_t enabled_at);
+  // The converter's last batch; the status's counts.
+  wire::CaptureStatus SendRemainingEvents();
   // Fails the capture with a status to profd.
   void Fail(const std::string& capture_id, wire::CaptureError error, const std::string& message);
   void Send(const wire::CaptureStatus& status);
