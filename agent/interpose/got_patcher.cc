@@ -38,6 +38,13 @@ struct ObjectLayout {
   }
 };
 
+// What an object's dynamic section says: where its symbol, string and relocation tables are.
+struct DynamicTables {
+  uintptr_t strtab = 0, symtab = 0, rela = 0, jmprel = 0;
+  size_t strsz = 0, syment = 0, relasz = 0, relaent = 0, relacount = 0, pltrelsz = 0;
+  long pltrel = DT_RELA;
+};
+
 namespace {
 
 static_assert(sizeof(void*) == 8, "the GOT patcher reads 64-bit ELF only");
@@ -109,6 +116,54 @@ uintptr_t ObjectPointer(const ObjectLayout& layout, uintptr_t base, uintptr_t va
   if (layout.Contains(value, 1)) return value;
   if (layout.Contains(base + value, 1)) return base + value;
   return 0;
+}
+
+// Reads the dynamic section into *t; false when it does not lie in the object's readable pages.
+bool ReadDynamic(const ObjectLayout& layout, uintptr_t base, DynamicTables* t) {
+  if (!layout.Contains(layout.dynamic, layout.dynamic_size, PROT_READ)) return false;
+  const auto* dyn = reinterpret_cast<const ElfW(Dyn)*>(layout.dynamic);
+  size_t entries = layout.dynamic_size / sizeof(ElfW(Dyn));
+  for (size_t i = 0; i < entries && dyn[i].d_tag != DT_NULL; ++i) {
+    uintptr_t v = dyn[i].d_un.d_val;
+    switch (dyn[i].d_tag) {
+      case DT_STRTAB:
+        t->strtab = ObjectPointer(layout, base, v);
+        break;
+      case DT_STRSZ:
+        t->strsz = v;
+        break;
+      case DT_SYMTAB:
+        t->symtab = ObjectPointer(layout, base, v);
+        break;
+      case DT_SYMENT:
+        t->syment = v;
+        break;
+      case DT_RELA:
+        t->rela = ObjectPointer(layout, base, v);
+        break;
+      case DT_RELASZ:
+        t->relasz = v;
+        break;
+      case DT_RELAENT:
+        t->relaent = v;
+        break;
+      case DT_RELACOUNT:
+        t->relacount = v;
+        break;
+      case DT_JMPREL:
+        t->jmprel = ObjectPointer(layout, base, v);
+        break;
+      case DT_PLTRELSZ:
+        t->pltrelsz = v;
+        break;
+      case DT_PLTREL:
+        t->pltrel = static_cast<long>(v);
+        break;
+      default:
+        break;
+    }
+  }
+  return true;
 }
 
 std::vector<MappedRange> ReadMaps() {
@@ -291,14 +346,7 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
   ObjectHandle handle(object->name, object->base);
   if (!handle.ok()) return;  // unloaded meanwhile, or in another link-map namespace
   if (!layout.found || layout.dynamic == 0) return;
-  for (const void* address : never_patch_) {
-    if (layout.Contains(reinterpret_cast<uintptr_t>(address), 1)) return;
-  }
-  const size_t slash = object->name.rfind('/');
-  const char* basename = object->name.c_str() + (slash == std::string::npos ? 0 : slash + 1);
-  for (const std::string& prefix : never_patch_names_) {
-    if (std::strncmp(basename, prefix.c_str(), prefix.size()) == 0) return;
-  }
+  if (NeverPatched(*object, layout)) return;
   object->patchable = true;
   for (const MappedRange& r : layout.loads) {
     if ((r.prot & PROT_WRITE) && !(r.prot & PROT_EXEC)) {
@@ -306,114 +354,87 @@ void GotPatcher::Process(Object* object, const ObjectLayout& layout) {
     }
   }
   if (!data_hooks_.empty()) ScanDataLocked(object, true);
-  const uintptr_t base = object->base;
 
   // The dynamic section: where the symbol, string and relocation tables are.
-  uintptr_t strtab = 0, symtab = 0, rela = 0, jmprel = 0;
-  size_t strsz = 0, syment = 0, relasz = 0, relaent = 0, relacount = 0, pltrelsz = 0;
-  long pltrel = DT_RELA;
-  if (!layout.Contains(layout.dynamic, layout.dynamic_size, PROT_READ)) return;
-  const auto* dyn = reinterpret_cast<const ElfW(Dyn)*>(layout.dynamic);
-  size_t entries = layout.dynamic_size / sizeof(ElfW(Dyn));
-  for (size_t i = 0; i < entries && dyn[i].d_tag != DT_NULL; ++i) {
-    uintptr_t v = dyn[i].d_un.d_val;
-    switch (dyn[i].d_tag) {
-      case DT_STRTAB:
-        strtab = ObjectPointer(layout, base, v);
-        break;
-      case DT_STRSZ:
-        strsz = v;
-        break;
-      case DT_SYMTAB:
-        symtab = ObjectPointer(layout, base, v);
-        break;
-      case DT_SYMENT:
-        syment = v;
-        break;
-      case DT_RELA:
-        rela = ObjectPointer(layout, base, v);
-        break;
-      case DT_RELASZ:
-        relasz = v;
-        break;
-      case DT_RELAENT:
-        relaent = v;
-        break;
-      case DT_RELACOUNT:
-        relacount = v;
-        break;
-      case DT_JMPREL:
-        jmprel = ObjectPointer(layout, base, v);
-        break;
-      case DT_PLTRELSZ:
-        pltrelsz = v;
-        break;
-      case DT_PLTREL:
-        pltrel = static_cast<long>(v);
-        break;
-      default:
-        break;
-    }
-  }
-  if (strtab == 0 || symtab == 0 || strsz == 0 || !layout.Contains(strtab, strsz, PROT_READ) ||
-      (syment != 0 && syment != sizeof(ElfW(Sym)))) {
+  DynamicTables t;
+  if (!ReadDynamic(layout, object->base, &t)) return;
+  if (t.strtab == 0 || t.symtab == 0 || t.strsz == 0 ||
+      !layout.Contains(t.strtab, t.strsz, PROT_READ) ||
+      (t.syment != 0 && t.syment != sizeof(ElfW(Sym)))) {
     return;  // nothing it could import by name
   }
 
-  struct Pending {
-    void** slot;
-    size_t hook;
-  };
-  std::vector<Pending> pending;
-  auto walk = [&](uintptr_t table, size_t bytes, size_t skip) {
-    if (table == 0 || bytes == 0) return;
-    if (relaent != 0 && relaent != sizeof(ElfW(Rela))) {
-      object->problem = "unexpected relocation entry size";
-      return;
-    }
-    if (!layout.Contains(table, bytes, PROT_READ)) {
-      object->problem = "its relocation table lies outside the object";
-      return;
-    }
-    const auto* r = reinterpret_cast<const ElfW(Rela)*>(table);
-    size_t count = bytes / sizeof(ElfW(Rela));
-    for (size_t i = skip < count ? skip : count; i < count; ++i) {
-      uint32_t type = static_cast<uint32_t>(ELF64_R_TYPE(r[i].r_info));
-      if (type != kJumpSlot && type != kGlobDat && type != kAbs64) continue;
-      if (type == kAbs64 && r[i].r_addend != 0) continue;  // a pointer into a function, not to it
-      size_t index = ELF64_R_SYM(r[i].r_info);
-      if (index == 0) continue;
-      uintptr_t sym_address = symtab + index * sizeof(ElfW(Sym));
-      if (!layout.Contains(sym_address, sizeof(ElfW(Sym)), PROT_READ)) continue;
-      const auto* sym = reinterpret_cast<const ElfW(Sym)*>(sym_address);
-      if (sym->st_shndx != SHN_UNDEF || sym->st_name >= strsz) continue;  // not an import
-      const char* name = reinterpret_cast<const char*>(strtab + sym->st_name);
-      size_t room = strsz - sym->st_name;
-      if (strnlen(name, room) == room) continue;
-      for (size_t h = 0; h < hooks_.size(); ++h) {
-        if (name[0] != hooks_[h].name[0] || std::strcmp(name, hooks_[h].name) != 0) continue;
-        object->imports_hooks = true;
-        uintptr_t slot = base + r[i].r_offset;
-        if (slot % sizeof(void*) != 0 ||
-            !layout.Contains(slot, sizeof(void*), PROT_READ | PROT_WRITE)) {
-          object->problem = std::string("the slot of ") + name + " lies outside the object";
-          break;
-        }
-        pending.push_back({reinterpret_cast<void**>(slot), h});
-        break;
-      }
-    }
-  };
-  walk(rela, relasz, relacount);  // GLOB_DAT and ABS64; the leading RELATIVE ones are skipped
-  if (pltrel == DT_RELA) {
-    walk(jmprel, pltrelsz, 0);  // JUMP_SLOT
-  } else if (jmprel != 0 && pltrelsz != 0) {
+  std::vector<PendingSlot> pending;
+  // GLOB_DAT and ABS64; the leading RELATIVE ones are skipped
+  FindHookedSlots(object, layout, t, t.rela, t.relasz, t.relacount, &pending);
+  if (t.pltrel == DT_RELA) {
+    FindHookedSlots(object, layout, t, t.jmprel, t.pltrelsz, 0, &pending);  // JUMP_SLOT
+  } else if (t.jmprel != 0 && t.pltrelsz != 0) {
     object->problem = "its PLT uses REL relocations (unsupported)";
   }
   if (pending.empty()) return;
+  PatchSlots(object, layout, pending);
+}
 
+bool GotPatcher::NeverPatched(const Object& object, const ObjectLayout& layout) const {
+  for (const void* address : never_patch_) {
+    if (layout.Contains(reinterpret_cast<uintptr_t>(address), 1)) return true;
+  }
+  const size_t slash = object.name.rfind('/');
+  const char* basename = object.name.c_str() + (slash == std::string::npos ? 0 : slash + 1);
+  for (const std::string& prefix : never_patch_names_) {
+    if (std::strncmp(basename, prefix.c_str(), prefix.size()) == 0) return true;
+  }
+  return false;
+}
+
+void GotPatcher::FindHookedSlots(Object* object, const ObjectLayout& layout, const DynamicTables& t,
+                                 uintptr_t table, size_t bytes, size_t skip,
+                                 std::vector<PendingSlot>* pending) const {
+  if (table == 0 || bytes == 0) return;
+  if (t.relaent != 0 && t.relaent != sizeof(ElfW(Rela))) {
+    object->problem = "unexpected relocation entry size";
+    return;
+  }
+  if (!layout.Contains(table, bytes, PROT_READ)) {
+    object->problem = "its relocation table lies outside the object";
+    return;
+  }
+  const uintptr_t base = object->base;
+  const auto* r = reinterpret_cast<const ElfW(Rela)*>(table);
+  size_t count = bytes / sizeof(ElfW(Rela));
+  for (size_t i = skip < count ? skip : count; i < count; ++i) {
+    uint32_t type = static_cast<uint32_t>(ELF64_R_TYPE(r[i].r_info));
+    if (type != kJumpSlot && type != kGlobDat && type != kAbs64) continue;
+    if (type == kAbs64 && r[i].r_addend != 0) continue;  // a pointer into a function, not to it
+    size_t index = ELF64_R_SYM(r[i].r_info);
+    if (index == 0) continue;
+    uintptr_t sym_address = t.symtab + index * sizeof(ElfW(Sym));
+    if (!layout.Contains(sym_address, sizeof(ElfW(Sym)), PROT_READ)) continue;
+    const auto* sym = reinterpret_cast<const ElfW(Sym)*>(sym_address);
+    if (sym->st_shndx != SHN_UNDEF || sym->st_name >= t.strsz) continue;  // not an import
+    const char* name = reinterpret_cast<const char*>(t.strtab + sym->st_name);
+    size_t room = t.strsz - sym->st_name;
+    if (strnlen(name, room) == room) continue;
+    for (size_t h = 0; h < hooks_.size(); ++h) {
+      if (name[0] != hooks_[h].name[0] || std::strcmp(name, hooks_[h].name) != 0) continue;
+      object->imports_hooks = true;
+      uintptr_t slot = base + r[i].r_offset;
+      if (slot % sizeof(void*) != 0 ||
+          !layout.Contains(slot, sizeof(void*), PROT_READ | PROT_WRITE)) {
+        object->problem = std::string("the slot of ") + name + " lies outside the object";
+        break;
+      }
+      pending->push_back({reinterpret_cast<void**>(slot), h});
+      break;
+    }
+  }
+}
+
+void GotPatcher::PatchSlots(Object* object, const ObjectLayout& layout,
+                            const std::vector<PendingSlot>& pending) {
   std::vector<MappedRange> maps;
-  for (const Pending& p : pending) {
+  for (const PendingSlot& p : pending) {
     const ImportHook& hook = hooks_[p.hook];
     void* current = __atomic_load_n(p.slot, __ATOMIC_ACQUIRE);
     if (current == hook.replacement) {

@@ -22,7 +22,8 @@
 
 namespace profagent {
 
-struct ObjectLayout;  // got_patcher.cc
+struct ObjectLayout;   // got_patcher.cc
+struct DynamicTables;  // got_patcher.cc
 
 // A function pointer a library keeps in its own writable data (a static CUDA runtime's table of
 // driver entry points, filled by cuGetProcAddress before the agent could interpose the lookup).
@@ -106,8 +107,25 @@ class GotPatcher {
     std::vector<DataSlot> data_slots;
   };
 
+  // A slot found for a hook, to patch.
+  struct PendingSlot {
+    void** slot;
+    size_t hook;
+  };
+
   void ScanLocked(bool force_verify);
   void Process(Object* object, const ObjectLayout& layout);
+  // Process's steps. The object is one of never_patch or never_patch_names.
+  bool NeverPatched(const Object& object, const ObjectLayout& layout) const;
+  // Adds the slots of the hooked imports among the `bytes` of RELA relocations at `table` (the
+  // first `skip` left out) to *pending; what cannot be patched goes in object->problem.
+  void FindHookedSlots(Object* object, const ObjectLayout& layout, const DynamicTables& tables,
+                       uintptr_t table, size_t bytes, size_t skip,
+                       std::vector<PendingSlot>* pending) const;
+  // Points each slot at its replacement, unless something else than the real function or the
+  // object's own PLT stub is there (another interposer): left alone, reported.
+  void PatchSlots(Object* object, const ObjectLayout& layout,
+                  const std::vector<PendingSlot>& pending);
   void Verify(Object* object);
   void ScanDataLocked(Object* object, bool everything);
 
