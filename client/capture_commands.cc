@@ -356,189 +356,181 @@ class InterruptWatch {
   std::thread stopper_;
 };
 
-int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
-  if (!f.output.empty()) {
-    if (std::string bad = CheckOutput(f.output); !bad.empty()) {
-      std::cerr << "profctl: " << bad << "\n";
-      return kExitUsage;
-    }
-    // A file name that says the other format: refused before anything is captured.
-    const TraceFormatInfo* named = TraceFormatOfName(f.output);
-    const TraceFormatInfo* wanted = TraceFormatNamed(f.format);
-    if (named != nullptr && wanted != nullptr && named != wanted &&
-        !std::filesystem::is_directory(f.output)) {
-      std::cerr << "profctl: --output " << f.output << " names a " << named->name
-                << " trace, but --format " << f.format << " writes " << wanted->description
-                << ". Use --output " << WithSuffixOf(f.output, *wanted) << " (or --format "
-                << named->name << ")\n";
-      return kExitUsage;
-    }
+// --output: a folder that exists, and a name that does not say the other format than --format's.
+// "" when it will do, else the message.
+std::string CheckOutputFlag(const CaptureFlags& f) {
+  if (f.output.empty()) return "";
+  if (std::string bad = CheckOutput(f.output); !bad.empty()) return bad;
+  // A file name that says the other format: refused before anything is captured.
+  const TraceFormatInfo* named = TraceFormatOfName(f.output);
+  const TraceFormatInfo* wanted = TraceFormatNamed(f.format);
+  if (named != nullptr && wanted != nullptr && named != wanted &&
+      !std::filesystem::is_directory(f.output)) {
+    const std::string named_name(named->name), wanted_description(wanted->description);
+    return absl::StrCat("--output ", f.output, " names a ", named_name, " trace, but --format ",
+                        f.format, " writes ", wanted_description, ". Use --output ",
+                        WithSuffixOf(f.output, *wanted), " (or --format ", named_name, ")");
   }
-  profd::v1::CaptureRequest request;
-  for (uint32_t pid : f.pids) request.add_pids(pid);
-  request.set_all(f.all);
-  // --pod POD -n NAMESPACE (the columns of `profctl agents`, the labels of /metrics), or
-  // NAMESPACE/POD.
+  return "";
+}
+
+// What to capture: --pid, --all, --pod POD -n NAMESPACE (the columns of `profctl agents`, the
+// labels of /metrics), or NAMESPACE/POD. "" when the flags agree, else the message.
+std::string SetTargets(const CaptureFlags& f, profd::v1::CaptureRequest* request) {
+  for (uint32_t pid : f.pids) request->add_pids(pid);
+  request->set_all(f.all);
   std::string pod = f.pod, pod_namespace = f.pod_namespace;
   if (size_t slash = pod.find('/'); slash != std::string::npos) {
     if (!pod_namespace.empty() && pod_namespace != pod.substr(0, slash)) {
-      std::cerr << "profctl: --pod " << pod << " names namespace " << pod.substr(0, slash)
-                << " but -n says " << pod_namespace << "\n";
-      return kExitUsage;
+      return absl::StrCat("--pod ", pod, " names namespace ", pod.substr(0, slash), " but -n says ",
+                          pod_namespace);
     }
     pod_namespace = pod.substr(0, slash);
     pod = pod.substr(slash + 1);
   }
-  request.set_pod_name(pod);
-  request.set_pod_namespace(pod_namespace);
+  request->set_pod_name(pod);
+  request->set_pod_namespace(pod_namespace);
+  return "";
+}
+
+// When and how long: --duration (also into *duration), --delay, --start-at. "" when they parse,
+// else the message.
+std::string SetTiming(const CaptureFlags& f, profd::v1::CaptureRequest* request,
+                      absl::Duration* duration) {
   // The request carries whole milliseconds (int64): at least 1 ms; profd applies its own
   // --max_capture_duration and says so. A year keeps the sum with --delay far from overflow.
   const absl::Duration most = absl::Hours(24 * 366);
-  absl::Duration duration;
   if (std::string bad =
-          ParseDurationFlag("--duration", f.duration, absl::Milliseconds(1), most, &duration);
+          ParseDurationFlag("--duration", f.duration, absl::Milliseconds(1), most, duration);
       !bad.empty()) {
-    std::cerr << "profctl: " << bad << "\n";
-    return kExitUsage;
+    return bad;
   }
-  request.set_duration_ms(absl::ToInt64Milliseconds(duration));
+  request->set_duration_ms(absl::ToInt64Milliseconds(*duration));
   if (!f.delay.empty()) {
     absl::Duration delay;
-    // Its bound is checked with the rest of the request, below.
+    // Its bound is checked with the rest of the request, by CheckCaptureRequest.
     if (std::string bad = ParseDurationFlag("--delay", f.delay, absl::ZeroDuration(), most, &delay);
         !bad.empty()) {
-      std::cerr << "profctl: " << bad << "\n";
-      return kExitUsage;
+      return bad;
     }
-    request.set_delay_ms(absl::ToInt64Milliseconds(delay));
+    request->set_delay_ms(absl::ToInt64Milliseconds(delay));
   }
   if (!f.start_at.empty()) {
     absl::Time t;
     std::string err;
     if (!absl::ParseTime(absl::RFC3339_full, f.start_at, &t, &err)) {
-      std::cerr << "profctl: --start-at wants an RFC 3339 time such as 2026-11-29T17:00:00Z: "
-                << err << "\n";
-      return kExitUsage;
+      return absl::StrCat("--start-at wants an RFC 3339 time such as 2026-11-29T17:00:00Z: ", err);
     }
-    request.set_start_at_unix_ns(absl::ToUnixNanos(t));
+    request->set_start_at_unix_ns(absl::ToUnixNanos(t));
   }
+  return "";
+}
+
+// What to record and how: --kinds, --max-events, --label, --reason, --via, torch.profiler's
+// options, --gpu-metrics, --format. "" when they parse, else the message.
+std::string SetRecording(const CaptureFlags& f, profd::v1::CaptureRequest* request) {
   std::string kinds_error;
-  if (!ParseKinds(f.kinds, &request, &kinds_error)) {
-    std::cerr << "profctl: " << kinds_error << "\n";
-    return kExitUsage;
-  }
-  request.set_max_events(f.max_events);
-  request.set_label(f.label);
-  request.set_reason(f.reason);
+  if (!ParseKinds(f.kinds, request, &kinds_error)) return kinds_error;
+  request->set_max_events(f.max_events);
+  request->set_label(f.label);
+  request->set_reason(f.reason);
   if (f.via == "kineto") {
-    request.set_path(profd::v1::CAPTURE_PATH_KINETO);
+    request->set_path(profd::v1::CAPTURE_PATH_KINETO);
   } else if (f.via == "cupti" || f.via == "agent") {
-    request.set_path(profd::v1::CAPTURE_PATH_CUPTI);
+    request->set_path(profd::v1::CAPTURE_PATH_CUPTI);
   } else if (f.via != "auto") {
-    std::cerr << "profctl: --via wants auto, kineto or cupti, not '" << f.via << "'\n";
-    return kExitUsage;
+    return absl::StrCat("--via wants auto, kineto or cupti, not '", f.via, "'");
   }
-  request.set_record_shapes(f.record_shapes);
-  request.set_with_stack(f.with_stack);
-  request.set_profile_memory(f.profile_memory);
+  request->set_record_shapes(f.record_shapes);
+  request->set_with_stack(f.with_stack);
+  request->set_profile_memory(f.profile_memory);
   if (f.gpu_metrics) {
     absl::Duration interval;
     // CUPTI's PM sampling runs from tens of microseconds; profd widens it for long captures.
     if (std::string bad = ParseDurationFlag("--gpu-metrics-interval", f.gpu_metrics_interval,
                                             absl::Microseconds(20), absl::Seconds(1), &interval);
         !bad.empty()) {
-      std::cerr << "profctl: " << bad << "\n";
-      return kExitUsage;
+      return bad;
     }
-    request.set_gpu_metrics(true);
-    request.set_gpu_metrics_interval_ns(absl::ToInt64Nanoseconds(interval));
+    request->set_gpu_metrics(true);
+    request->set_gpu_metrics_interval_ns(absl::ToInt64Nanoseconds(interval));
   }
-  request.set_trace_format(f.format);
-  // profd's own check of the request, said before it goes.
-  if (absl::Status bad = profd::CheckCaptureRequest(request, absl::Now()); !bad.ok()) {
-    std::cerr << "profctl: " << bad.message() << "\n";
-    return kExitUsage;
-  }
-  if (f.fleet.wanted()) {
-    if (!f.output.empty()) {
-      std::cerr << "profctl: --output copies one node's traces; a capture across nodes keeps "
-                   "them in the shared store: `profctl report FLEET_ID`, `profctl list`\n";
-      return kExitUsage;
-    }
-    FleetFlags fleet = f.fleet;
-    fleet.name_space = f.pod_namespace;
-    return RunFleetCapture(g, fleet, request, f.no_progress);
-  }
-  if (f.pids.empty() && !f.all && f.pod.empty()) {
-    std::cerr << "profctl: say what to capture: --pid PID (see `profctl agents`), --pod NAME or "
-                 "--all; across nodes -l SELECTOR, --deployment NAME or --job NAME\n";
-    return kExitUsage;
-  }
+  request->set_trace_format(f.format);
+  return "";
+}
 
-  ProfdClient client(ResolveTarget(g.target), g.tls);
+// The request the flags ask for, checked in their order and then as profd will check it (said
+// before it goes). "" when it can go, else the message.
+std::string BuildCaptureRequest(const CaptureFlags& f, profd::v1::CaptureRequest* request,
+                                absl::Duration* duration) {
+  if (std::string bad = CheckOutputFlag(f); !bad.empty()) return bad;
+  if (std::string bad = SetTargets(f, request); !bad.empty()) return bad;
+  if (std::string bad = SetTiming(f, request, duration); !bad.empty()) return bad;
+  if (std::string bad = SetRecording(f, request); !bad.empty()) return bad;
+  if (absl::Status bad = profd::CheckCaptureRequest(*request, absl::Now()); !bad.ok()) {
+    return std::string(bad.message());
+  }
+  return "";
+}
+
+// What a capture's stream brought and how it ended.
+struct CaptureStreamEnd {
+  profd::v1::CaptureInfo last;  // the latest state profd sent
+  bool have_final = false;      // profd sent the capture's final state
+  bool detached = false;        // Ctrl-C left the capture to run on in profd
+  bool stop_asked = false;      // the first Ctrl-C asked profd to stop the capture
+  grpc::Status status;
+};
+
+void DrawProgressBar(const profd::v1::CaptureInfo& last,
+                     const profd::v1::CaptureProgress& progress) {
+  double total = static_cast<double>(last.duration_ms());
+  double done = std::min<double>(static_cast<double>(progress.elapsed_ms()), total);
+  int width = 30, filled = total > 0 ? static_cast<int>(width * done / total) : 0;
+  std::string bar(static_cast<size_t>(filled), '=');
+  bar.resize(static_cast<size_t>(width), ' ');
+  std::fprintf(stderr, "\r%-9s [%s] %5.1fs/%.1fs  %s events   ", PhaseName(last.phase()).c_str(),
+               bar.c_str(), done / 1000, total / 1000, FormatCount(progress.events()).c_str());
+  std::fflush(stderr);
+}
+
+// Starts the capture and follows its stream to the end, with a progress bar on a terminal and
+// Ctrl-C watched (InterruptWatch).
+CaptureStreamEnd FollowCapture(const GlobalOptions& g, const CaptureFlags& f,
+                               const profd::v1::CaptureRequest& request, absl::Duration duration,
+                               ProfdClient* client) {
+  CaptureStreamEnd end;
   grpc::ClientContext ctx;
   // The stream lasts as long as the capture: no --timeout deadline on it.
-  auto reader = client.stub().Capture(&ctx, request);
+  auto reader = client->stub().Capture(&ctx, request);
   profd::v1::CaptureProgress progress;
-  profd::v1::CaptureInfo last;
-  bool have_final = false;
   const bool tty = isatty(STDERR_FILENO) && !f.no_progress && !g.json;
   bool announced = false;
   std::optional<InterruptWatch> interrupts;
-  interrupts.emplace(g, &client, &ctx);
+  interrupts.emplace(g, client, &ctx);
   while (reader->Read(&progress)) {
-    last = progress.capture();
-    interrupts->SetCaptureId(last.capture_id());
+    end.last = progress.capture();
+    interrupts->SetCaptureId(end.last.capture_id());
     if (!announced && !g.json && !f.no_progress) {
-      std::cerr << "Capture " << last.capture_id() << " of " << last.processes_size()
+      std::cerr << "Capture " << end.last.capture_id() << " of " << end.last.processes_size()
                 << " process(es) for " << absl::FormatDuration(duration) << "\n";
       announced = true;
     }
-    if (tty) {
-      double total = static_cast<double>(last.duration_ms());
-      double done = std::min<double>(static_cast<double>(progress.elapsed_ms()), total);
-      int width = 30, filled = total > 0 ? static_cast<int>(width * done / total) : 0;
-      std::string bar(static_cast<size_t>(filled), '=');
-      bar.resize(static_cast<size_t>(width), ' ');
-      std::fprintf(stderr, "\r%-9s [%s] %5.1fs/%.1fs  %s events   ",
-                   PhaseName(last.phase()).c_str(), bar.c_str(), done / 1000, total / 1000,
-                   FormatCount(progress.events()).c_str());
-      std::fflush(stderr);
-    }
-    if (progress.final()) have_final = true;
+    if (tty) DrawProgressBar(end.last, progress);
+    if (progress.final()) end.have_final = true;
   }
   if (tty) std::fprintf(stderr, "\n");
-  const bool detached = interrupts->detached();
-  const bool stop_asked = interrupts->stop_asked();
+  end.detached = interrupts->detached();
+  end.stop_asked = interrupts->stop_asked();
   interrupts.reset();
-  grpc::Status status = reader->Finish();
-  if (detached) {
-    std::cerr << "profctl: detached"
-              << (last.capture_id().empty() ? ""
-                  : stop_asked
-                      ? "; capture " + last.capture_id() +
-                            " is stopping in profd, keeping what was captured: see `profctl "
-                            "captures`"
-                      : "; capture " + last.capture_id() + " goes on: see `profctl captures`")
-              << "\n";
-    return 130;  // as a shell reports an interrupted command
-  }
-  if (!status.ok() && !last.capture_id().empty() &&
-      (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-       status.error_code() == grpc::StatusCode::CANCELLED ||
-       status.error_code() == grpc::StatusCode::INTERNAL)) {
-    // profd was there (it answered with the capture) and went away: not "is it running?".
-    std::cerr << "profctl: profd stopped during capture " << last.capture_id() << " ("
-              << Printable(status.error_message())
-              << "); a profd that restarts repairs its trace: see `profctl captures` then\n";
-    return kExitError;
-  }
-  if (!status.ok()) return Fail(client, status);
-  if (!have_final) {
-    std::cerr << "profctl: lost the connection to profd before the capture ended; it goes on: "
-                 "see `profctl captures`\n";
-    return kExitError;
-  }
+  end.status = reader->Finish();
+  return end;
+}
+
+// A capture that ended in profd: its summary, why it failed, whether the spool took its trace,
+// and the copy to --output. Returns the exit code.
+int ReportCaptureEnd(const GlobalOptions& g, const CaptureFlags& f, const ProfdClient& client,
+                     const profd::v1::CaptureInfo& last) {
   if (g.json) {
     PrintJson(last);
   } else {
@@ -562,6 +554,62 @@ int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
     if (rc == kExitOk) rc = copy_rc;
   }
   return rc;
+}
+
+int RunCapture(const GlobalOptions& g, const CaptureFlags& f) {
+  profd::v1::CaptureRequest request;
+  absl::Duration duration;
+  if (std::string bad = BuildCaptureRequest(f, &request, &duration); !bad.empty()) {
+    std::cerr << "profctl: " << bad << "\n";
+    return kExitUsage;
+  }
+  if (f.fleet.wanted()) {
+    if (!f.output.empty()) {
+      std::cerr << "profctl: --output copies one node's traces; a capture across nodes keeps "
+                   "them in the shared store: `profctl report FLEET_ID`, `profctl list`\n";
+      return kExitUsage;
+    }
+    FleetFlags fleet = f.fleet;
+    fleet.name_space = f.pod_namespace;
+    return RunFleetCapture(g, fleet, request, f.no_progress);
+  }
+  if (f.pids.empty() && !f.all && f.pod.empty()) {
+    std::cerr << "profctl: say what to capture: --pid PID (see `profctl agents`), --pod NAME or "
+                 "--all; across nodes -l SELECTOR, --deployment NAME or --job NAME\n";
+    return kExitUsage;
+  }
+
+  ProfdClient client(ResolveTarget(g.target), g.tls);
+  const CaptureStreamEnd end = FollowCapture(g, f, request, duration, &client);
+  const profd::v1::CaptureInfo& last = end.last;
+  if (end.detached) {
+    std::cerr << "profctl: detached"
+              << (last.capture_id().empty() ? ""
+                  : end.stop_asked
+                      ? "; capture " + last.capture_id() +
+                            " is stopping in profd, keeping what was captured: see `profctl "
+                            "captures`"
+                      : "; capture " + last.capture_id() + " goes on: see `profctl captures`")
+              << "\n";
+    return 130;  // as a shell reports an interrupted command
+  }
+  if (!end.status.ok() && !last.capture_id().empty() &&
+      (end.status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+       end.status.error_code() == grpc::StatusCode::CANCELLED ||
+       end.status.error_code() == grpc::StatusCode::INTERNAL)) {
+    // profd was there (it answered with the capture) and went away: not "is it running?".
+    std::cerr << "profctl: profd stopped during capture " << last.capture_id() << " ("
+              << Printable(end.status.error_message())
+              << "); a profd that restarts repairs its trace: see `profctl captures` then\n";
+    return kExitError;
+  }
+  if (!end.status.ok()) return Fail(client, end.status);
+  if (!end.have_final) {
+    std::cerr << "profctl: lost the connection to profd before the capture ended; it goes on: "
+                 "see `profctl captures`\n";
+    return kExitError;
+  }
+  return ReportCaptureEnd(g, f, client, last);
 }
 
 int RunCaptures(const GlobalOptions& g, uint32_t limit) {
