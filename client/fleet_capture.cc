@@ -254,6 +254,150 @@ void PrintTextResult(const std::string& fleet_id, const std::vector<NodeRun>& ru
   }
 }
 
+// How long the fleet capture waits: for a node after the window's end (--node-timeout), before
+// the common start (--lead), and for each API call and connection (--timeout).
+struct FleetTimes {
+  absl::Duration node_timeout, lead, call_timeout = absl::Seconds(10);
+};
+
+// The flags that name the workload and the waits, checked before the API is asked. "" when they
+// will do, else the message.
+std::string CheckFleetFlags(const GlobalOptions& g, const FleetFlags& f,
+                            const profd::v1::CaptureRequest& request, FleetTimes* times) {
+  const int given = !f.selector.empty() + !f.deployment.empty() + !f.job.empty();
+  if (given > 1) return "-l, --deployment and --job each name a workload: give one";
+  if (request.pids_size() > 0 || request.all() || !request.pod_name().empty()) {
+    return "-l, --deployment and --job capture a workload across nodes; --pid, --pod and --all "
+           "capture on one profd (--target): give one or the other";
+  }
+  if (f.node_address.find('{') == std::string::npos) {
+    return absl::StrCat("--node-address ", f.node_address,
+                        " names no node: use {node_ip} or {node_name}, e.g. '{node_ip}:7465'");
+  }
+  for (auto [flag, text, out] :
+       {std::tuple{"--node-timeout", &f.node_timeout, &times->node_timeout},
+        std::tuple{"--lead", &f.lead, &times->lead}}) {
+    if (std::string bad = ParseDurationFlag(flag, *text, absl::ZeroDuration(), absl::Hours(1), out);
+        !bad.empty()) {
+      return bad;
+    }
+  }
+  (void)ParseDurationFlag("--timeout", g.timeout, absl::ZeroDuration(), absl::Hours(24),
+                          &times->call_timeout);
+  return "";
+}
+
+// The workload's pods, as the Kubernetes API lists them.
+struct Workload {
+  std::string name_space;
+  std::string description;  // for messages: "pods matching SELECTOR", "deployment NAME (SELECTOR)"
+  std::vector<WorkloadPod> pods;
+};
+
+// Finds the pods of -l SELECTOR, --deployment or --job. kExitOk, or the exit code after saying
+// why.
+int FindWorkload(const FleetFlags& f, const KubeAccess& access, absl::Duration call_timeout,
+                 Workload* out) {
+  out->name_space = f.name_space.empty() ? access.default_namespace : f.name_space;
+  KubernetesApi api(access, call_timeout);
+  std::string selector = f.selector;
+  out->description = absl::StrCat("pods matching ", f.selector);
+  if (selector.empty()) {
+    const std::string kind = f.deployment.empty() ? "job" : "deployment";
+    const std::string& name = f.deployment.empty() ? f.job : f.deployment;
+    absl::StatusOr<std::string> s = api.SelectorOf(kind, out->name_space, name);
+    if (!s.ok()) {
+      std::cerr << "profctl: " << Printable(std::string(s.status().message())) << "\n";
+      return s.status().code() == absl::StatusCode::kNotFound ? kExitNotFound : kExitError;
+    }
+    selector = *s;
+    out->description = absl::StrCat(kind, " ", name, " (", selector, ")");
+  }
+  absl::StatusOr<std::vector<WorkloadPod>> pods = api.ListPods(out->name_space, selector);
+  if (!pods.ok()) {
+    std::cerr << "profctl: " << Printable(std::string(pods.status().message())) << "\n";
+    return kExitError;
+  }
+  out->pods = *std::move(pods);
+  return kExitOk;
+}
+
+// The running pods by the node they run on, with the node's address and TLS name; the others go
+// to *skipped with why.
+std::map<std::string, NodeRun> PodsByNode(const GlobalOptions& g, const FleetFlags& f,
+                                          const std::vector<WorkloadPod>& pods,
+                                          std::vector<Skipped>* skipped) {
+  std::map<std::string, NodeRun> by_node;
+  for (const WorkloadPod& p : pods) {
+    const std::string pod = absl::StrCat(p.name_space, "/", p.name);
+    if (p.phase != "Running") {
+      skipped->push_back({pod, absl::StrCat("it is ", p.phase.empty() ? "in no phase" : p.phase,
+                                            ", not Running")});
+      continue;
+    }
+    const bool wants_ip = f.node_address.find("{node_ip}") != std::string::npos ||
+                          g.tls.server_name.find("{node_ip}") != std::string::npos;
+    if (p.node_name.empty() || (wants_ip && p.host_ip.empty())) {
+      skipped->push_back({pod, "the API names no node (spec.nodeName / status.hostIP) for it"});
+      continue;
+    }
+    NodeRun& run = by_node[p.node_name];
+    run.node = p.node_name;
+    run.address = ExpandNodePattern(f.node_address, p.node_name, p.host_ip);
+    run.server_name = ExpandNodePattern(g.tls.server_name, p.node_name, p.host_ip);
+    run.pods.push_back(pod);
+  }
+  return by_node;
+}
+
+// Every node's connection, at once, each until ready or failed or connect_by.
+void ConnectToNodes(const GlobalOptions& g, absl::Time connect_by, std::vector<NodeRun>* runs) {
+  std::vector<std::thread> threads;
+  threads.reserve(runs->size());
+  for (NodeRun& run : *runs) {
+    threads.emplace_back([&g, connect_by, &run] { ConnectToNode(g, connect_by, &run); });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+// Sets the request's common start (its --delay or --start-at, else now + --lead) and fleet id;
+// returns the start.
+absl::Time SetCommonStart(absl::Time now, absl::Duration lead, const std::string& fleet_id,
+                          profd::v1::CaptureRequest* request) {
+  absl::Time start_at =
+      now + (request->delay_ms() > 0 ? absl::Milliseconds(request->delay_ms()) : lead);
+  if (request->start_at_unix_ns() != 0) {
+    start_at = absl::FromUnixNanos(request->start_at_unix_ns());
+  }
+  request->set_delay_ms(0);
+  request->set_start_at_unix_ns(absl::ToUnixNanos(start_at));
+  request->set_fleet_id(fleet_id);
+  return start_at;
+}
+
+// Every node's capture, at once, each asked for its own pods.
+void CaptureOnNodes(const profd::v1::CaptureRequest& request, const std::string& bearer_token,
+                    absl::Time deadline, bool progress, std::vector<NodeRun>* runs) {
+  std::vector<std::thread> threads;
+  std::mutex progress_mu;
+  for (NodeRun& run : *runs) {
+    profd::v1::CaptureRequest r = request;
+    for (const std::string& pod : run.pods) r.add_pods(pod);
+    threads.emplace_back([r = std::move(r), &bearer_token, deadline, progress, &progress_mu, &run] {
+      CaptureOnNode(r, bearer_token, deadline, progress, &progress_mu, &run);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+int FleetExitCode(const std::vector<NodeRun>& runs) {
+  const size_t failed =
+      std::count_if(runs.begin(), runs.end(), [](const NodeRun& r) { return !r.error.empty(); });
+  if (failed == runs.size()) return kExitCaptureFailed;
+  if (failed > 0) return kExitPartial;
+  return kExitOk;
+}
+
 }  // namespace
 
 std::string ExpandNodePattern(const std::string& pattern, const std::string& node_name,
@@ -263,32 +407,11 @@ std::string ExpandNodePattern(const std::string& pattern, const std::string& nod
 
 int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::CaptureRequest request,
                     bool no_progress) {
-  const int given = !f.selector.empty() + !f.deployment.empty() + !f.job.empty();
-  if (given > 1) {
-    std::cerr << "profctl: -l, --deployment and --job each name a workload: give one\n";
+  FleetTimes times;
+  if (std::string bad = CheckFleetFlags(g, f, request, &times); !bad.empty()) {
+    std::cerr << "profctl: " << bad << "\n";
     return kExitUsage;
   }
-  if (request.pids_size() > 0 || request.all() || !request.pod_name().empty()) {
-    std::cerr << "profctl: -l, --deployment and --job capture a workload across nodes; --pid, "
-                 "--pod and --all capture on one profd (--target): give one or the other\n";
-    return kExitUsage;
-  }
-  if (f.node_address.find('{') == std::string::npos) {
-    std::cerr << "profctl: --node-address " << f.node_address
-              << " names no node: use {node_ip} or {node_name}, e.g. '{node_ip}:7465'\n";
-    return kExitUsage;
-  }
-  absl::Duration node_timeout, lead, call_timeout = absl::Seconds(10);
-  for (auto [flag, text, out] : {std::tuple{"--node-timeout", &f.node_timeout, &node_timeout},
-                                 std::tuple{"--lead", &f.lead, &lead}}) {
-    if (std::string bad = ParseDurationFlag(flag, *text, absl::ZeroDuration(), absl::Hours(1), out);
-        !bad.empty()) {
-      std::cerr << "profctl: " << bad << "\n";
-      return kExitUsage;
-    }
-  }
-  (void)ParseDurationFlag("--timeout", g.timeout, absl::ZeroDuration(), absl::Hours(24),
-                          &call_timeout);
   const bool progress = !g.json && !no_progress;
 
   // Which pods, on which nodes: the Kubernetes API.
@@ -297,52 +420,15 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
     std::cerr << "profctl: " << access.status().message() << "\n";
     return kExitError;
   }
-  const std::string name_space = f.name_space.empty() ? access->default_namespace : f.name_space;
-  KubernetesApi api(*access, call_timeout);
-  std::string selector = f.selector;
-  std::string workload = absl::StrCat("pods matching ", f.selector);
-  if (selector.empty()) {
-    const std::string kind = f.deployment.empty() ? "job" : "deployment";
-    const std::string& name = f.deployment.empty() ? f.job : f.deployment;
-    absl::StatusOr<std::string> s = api.SelectorOf(kind, name_space, name);
-    if (!s.ok()) {
-      std::cerr << "profctl: " << Printable(std::string(s.status().message())) << "\n";
-      return s.status().code() == absl::StatusCode::kNotFound ? kExitNotFound : kExitError;
-    }
-    selector = *s;
-    workload = absl::StrCat(kind, " ", name, " (", selector, ")");
-  }
-  absl::StatusOr<std::vector<WorkloadPod>> pods = api.ListPods(name_space, selector);
-  if (!pods.ok()) {
-    std::cerr << "profctl: " << Printable(std::string(pods.status().message())) << "\n";
-    return kExitError;
-  }
-  std::map<std::string, NodeRun> by_node;
+  Workload workload;
+  if (int rc = FindWorkload(f, *access, times.call_timeout, &workload); rc != kExitOk) return rc;
   std::vector<Skipped> skipped;
-  for (const WorkloadPod& p : *pods) {
-    const std::string pod = absl::StrCat(p.name_space, "/", p.name);
-    if (p.phase != "Running") {
-      skipped.push_back({pod, absl::StrCat("it is ", p.phase.empty() ? "in no phase" : p.phase,
-                                           ", not Running")});
-      continue;
-    }
-    const bool wants_ip = f.node_address.find("{node_ip}") != std::string::npos ||
-                          g.tls.server_name.find("{node_ip}") != std::string::npos;
-    if (p.node_name.empty() || (wants_ip && p.host_ip.empty())) {
-      skipped.push_back({pod, "the API names no node (spec.nodeName / status.hostIP) for it"});
-      continue;
-    }
-    NodeRun& run = by_node[p.node_name];
-    run.node = p.node_name;
-    run.address = ExpandNodePattern(f.node_address, p.node_name, p.host_ip);
-    run.server_name = ExpandNodePattern(g.tls.server_name, p.node_name, p.host_ip);
-    run.pods.push_back(pod);
-  }
+  std::map<std::string, NodeRun> by_node = PodsByNode(g, f, workload.pods, &skipped);
   if (by_node.empty()) {
-    std::cerr << "profctl: no running pod of " << Printable(workload) << " in namespace "
-              << Printable(name_space) << " (" << pods->size() << " pod(s) listed"
-              << (skipped.empty() ? "" : ", none Running on a node") << "; from "
-              << Printable(access->source) << ")\n";
+    std::cerr << "profctl: no running pod of " << Printable(workload.description)
+              << " in namespace " << Printable(workload.name_space) << " (" << workload.pods.size()
+              << " pod(s) listed" << (skipped.empty() ? "" : ", none Running on a node")
+              << "; from " << Printable(access->source) << ")\n";
     return kExitNotFound;
   }
 
@@ -353,53 +439,28 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
     runs.push_back(std::move(run));
   }
   // Every node's connection first, then one id and one instant.
-  std::vector<std::thread> threads;
-  threads.reserve(runs.size());
-  const absl::Time connect_by = absl::Now() + call_timeout;
-  for (NodeRun& run : runs) {
-    threads.emplace_back([&g, connect_by, &run] { ConnectToNode(g, connect_by, &run); });
-  }
-  for (std::thread& t : threads) t.join();
-  threads.clear();
-
+  ConnectToNodes(g, absl::Now() + times.call_timeout, &runs);
   const absl::Time now = absl::Now();
   const std::string fleet_id = profd::NewFleetId(now);
-  absl::Time start_at =
-      now + (request.delay_ms() > 0 ? absl::Milliseconds(request.delay_ms()) : lead);
-  if (request.start_at_unix_ns() != 0) start_at = absl::FromUnixNanos(request.start_at_unix_ns());
-  request.set_delay_ms(0);
-  request.set_start_at_unix_ns(absl::ToUnixNanos(start_at));
-  request.set_fleet_id(fleet_id);
+  const absl::Time start_at = SetCommonStart(now, times.lead, fleet_id, &request);
   const absl::Time deadline =
-      std::max(start_at, now) + absl::Milliseconds(request.duration_ms()) + node_timeout;
+      std::max(start_at, now) + absl::Milliseconds(request.duration_ms()) + times.node_timeout;
 
   if (progress) {
-    std::cerr << "Fleet capture " << fleet_id << " of " << Printable(workload) << " in "
-              << Printable(name_space) << ": " << pod_count << " pod(s) on " << runs.size()
+    std::cerr << "Fleet capture " << fleet_id << " of " << Printable(workload.description) << " in "
+              << Printable(workload.name_space) << ": " << pod_count << " pod(s) on " << runs.size()
               << " node(s), all starting at "
               << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", start_at, absl::UTCTimeZone()) << " for "
               << absl::FormatDuration(absl::Milliseconds(request.duration_ms())) << "\n";
   }
-  std::mutex progress_mu;
-  for (NodeRun& run : runs) {
-    profd::v1::CaptureRequest r = request;
-    for (const std::string& pod : run.pods) r.add_pods(pod);
-    threads.emplace_back([r = std::move(r), &access, deadline, progress, &progress_mu, &run] {
-      CaptureOnNode(r, access->token, deadline, progress, &progress_mu, &run);
-    });
-  }
-  for (std::thread& t : threads) t.join();
+  CaptureOnNodes(request, access->token, deadline, progress, &runs);
 
   if (g.json) {
     PrintJsonResult(fleet_id, start_at, runs, skipped);
   } else {
     PrintTextResult(fleet_id, runs, skipped);
   }
-  const size_t failed =
-      std::count_if(runs.begin(), runs.end(), [](const NodeRun& r) { return !r.error.empty(); });
-  if (failed == runs.size()) return kExitCaptureFailed;
-  if (failed > 0) return kExitPartial;
-  return kExitOk;
+  return FleetExitCode(runs);
 }
 
 }  // namespace profctl
