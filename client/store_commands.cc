@@ -391,115 +391,135 @@ int RefuseName(const std::string& id, const absl::Status& why, const std::string
   return kExitError;
 }
 
-int RunGet(const GlobalOptions& g, const GetOptions& o) {
-  ProfdClient client(ResolveTarget(g.target), g.tls);
-  grpc::ClientContext ctx;
-  profd::v1::GetTraceRequest request;
-  request.set_capture_id(o.id);
-  const std::string dir = o.out_dir.empty() ? o.id : o.out_dir;
-  // Opened when the first file arrives, not before: a capture that is not there leaves nothing.
-  // Every file is then created in it by name (OutputFolder): no name leaves it, no link in it is
-  // followed.
-  std::optional<OutputFolder> folder;
-  auto reader = StoreStub(client)->GetTrace(WithStreamDeadline(&ctx), request);
-  profd::v1::TraceChunk chunk;
-  profd::v1::StoredTrace trace;
-  struct Received {
-    profd::v1::StoredFile info;
-    std::string sha256;
-    uint64_t bytes = 0;
-  };
-  std::vector<Received> received;
-  int out = -1;
-  std::unique_ptr<profd::Sha256> hash;
-  // On any way out before the end: nothing half-written stays looking like a download.
-  auto abandon = [&](int rc) {
-    ctx.TryCancel();
-    if (out >= 0) close(out);
-    out = -1;
-    if (folder && !received.empty() && hash) folder->RemovePart(received.back().info.name());
-    return rc;
-  };
-  while (reader->Read(&chunk)) {
+// A file of the capture as it arrived: its entry, and the SHA-256 and size of what was written.
+struct ReceivedFile {
+  profd::v1::StoredFile info;
+  std::string sha256;
+  uint64_t bytes = 0;
+};
+
+// `profctl get`'s download: GetTrace's chunks written into the output folder, each file under a
+// temporary name until it is whole, hashed as it comes. On the caller's thread.
+class TraceDownload {
+ public:
+  TraceDownload(const std::string& id, const std::string& dir, grpc::ClientContext* ctx)
+      : id_(id), dir_(dir), ctx_(ctx) {}
+
+  // kExitOk to read on; else the exit code, said and the download abandoned.
+  int Take(const profd::v1::TraceChunk& chunk) {
     if (chunk.has_trace()) {
-      trace = chunk.trace();
+      trace_ = chunk.trace();
       // Every name is checked before anything is written.
-      for (const profd::v1::StoredFile& f : trace.files()) {
+      for (const profd::v1::StoredFile& f : trace_.files()) {
         if (absl::Status s = profd::ValidatePlainFileName(f.name()); !s.ok()) {
-          return abandon(RefuseName(o.id, s, dir));
+          return Abandon(RefuseName(id_, s, dir_));
         }
       }
     }
     if (chunk.has_file()) {
-      const std::string& name = chunk.file().name();
-      if (absl::Status s = profd::ValidatePlainFileName(name); !s.ok()) {
-        return abandon(RefuseName(o.id, s, dir));
-      }
-      if (std::none_of(trace.files().begin(), trace.files().end(),
-                       [&](const profd::v1::StoredFile& f) { return f.name() == name; })) {
-        std::cerr << "profctl: capture " << o.id << ": profd sent " << name
-                  << ", a file the capture does not list; refusing it\n";
-        return abandon(kExitError);
-      }
-      if (!folder) {
-        absl::StatusOr<OutputFolder> opened = OutputFolder::Open(dir, /*create=*/true);
-        if (!opened.ok()) {
-          std::cerr << "profctl: " << opened.status().message() << "\n";
-          return abandon(kExitError);
-        }
-        folder = *std::move(opened);
-      }
-      if (out >= 0) close(out);
-      absl::StatusOr<int> fd = folder->CreatePart(name);
-      if (!fd.ok()) {
-        std::cerr << "profctl: " << fd.status().message() << "\n";
-        out = -1;
-        return abandon(kExitError);
-      }
-      out = *fd;
-      received.push_back({chunk.file(), "", 0});
-      hash = std::make_unique<profd::Sha256>();
+      if (int rc = StartFile(chunk.file()); rc != kExitOk) return rc;
     }
-    if (received.empty() || !hash) continue;
-    if (absl::Status w = WriteAll(out, chunk.data(), folder->PathOf(received.back().info.name()));
-        !w.ok()) {
-      std::cerr << "profctl: " << w.message() << "\n";
-      return abandon(kExitError);
-    }
-    hash->Update(chunk.data());
-    received.back().bytes += chunk.data().size();
-    if (chunk.end_of_file()) {
-      const std::string& name = received.back().info.name();
-      if (close(out) != 0) {
-        out = -1;
-        std::cerr << "profctl: cannot write " << folder->PathOf(name) << ": "
-                  << std::strerror(errno) << "\n";
-        return abandon(kExitError);
-      }
-      out = -1;
-      received.back().sha256 = hash->HexDigest();
-      hash.reset();
-      if (absl::Status c = folder->Commit(name); !c.ok()) {
-        std::cerr << "profctl: " << c.message() << "\n";
-        return abandon(kExitError);
-      }
-    }
-  }
-  grpc::Status status = reader->Finish();
-  if (!status.ok()) {
-    // A file cut off mid-stream is not left behind looking like a download.
-    abandon(kExitError);
-    return Fail(client, status);
+    if (received_.empty() || !hash_) return kExitOk;
+    return WriteData(chunk);
   }
 
-  // Each file must match the manifest's checksum and the one the store recorded.
-  std::map<std::string, std::string> manifest =
-      folder ? ManifestChecksums(folder->ReadSmall("manifest.json"))
-             : std::map<std::string, std::string>{};
+  // On any way out before the end: nothing half-written stays looking like a download.
+  int Abandon(int rc) {
+    ctx_->TryCancel();
+    if (out_ >= 0) close(out_);
+    out_ = -1;
+    if (folder_ && !received_.empty() && hash_) folder_->RemovePart(received_.back().info.name());
+    return rc;
+  }
+
+  const profd::v1::StoredTrace& trace() const { return trace_; }
+  const std::vector<ReceivedFile>& received() const { return received_; }
+  // nullptr until the first file arrived.
+  OutputFolder* folder() { return folder_ ? &*folder_ : nullptr; }
+
+ private:
+  int StartFile(const profd::v1::StoredFile& file) {
+    const std::string& name = file.name();
+    if (absl::Status s = profd::ValidatePlainFileName(name); !s.ok()) {
+      return Abandon(RefuseName(id_, s, dir_));
+    }
+    if (std::none_of(trace_.files().begin(), trace_.files().end(),
+                     [&](const profd::v1::StoredFile& f) { return f.name() == name; })) {
+      std::cerr << "profctl: capture " << id_ << ": profd sent " << name
+                << ", a file the capture does not list; refusing it\n";
+      return Abandon(kExitError);
+    }
+    if (!folder_) {
+      absl::StatusOr<OutputFolder> opened = OutputFolder::Open(dir_, /*create=*/true);
+      if (!opened.ok()) {
+        std::cerr << "profctl: " << opened.status().message() << "\n";
+        return Abandon(kExitError);
+      }
+      folder_ = *std::move(opened);
+    }
+    if (out_ >= 0) close(out_);
+    absl::StatusOr<int> fd = folder_->CreatePart(name);
+    if (!fd.ok()) {
+      std::cerr << "profctl: " << fd.status().message() << "\n";
+      out_ = -1;
+      return Abandon(kExitError);
+    }
+    out_ = *fd;
+    received_.push_back({file, "", 0});
+    hash_ = std::make_unique<profd::Sha256>();
+    return kExitOk;
+  }
+
+  int WriteData(const profd::v1::TraceChunk& chunk) {
+    if (absl::Status w =
+            WriteAll(out_, chunk.data(), folder_->PathOf(received_.back().info.name()));
+        !w.ok()) {
+      std::cerr << "profctl: " << w.message() << "\n";
+      return Abandon(kExitError);
+    }
+    hash_->Update(chunk.data());
+    received_.back().bytes += chunk.data().size();
+    return chunk.end_of_file() ? FinishFile() : kExitOk;
+  }
+
+  int FinishFile() {
+    const std::string& name = received_.back().info.name();
+    if (close(out_) != 0) {
+      out_ = -1;
+      std::cerr << "profctl: cannot write " << folder_->PathOf(name) << ": " << std::strerror(errno)
+                << "\n";
+      return Abandon(kExitError);
+    }
+    out_ = -1;
+    received_.back().sha256 = hash_->HexDigest();
+    hash_.reset();
+    if (absl::Status c = folder_->Commit(name); !c.ok()) {
+      std::cerr << "profctl: " << c.message() << "\n";
+      return Abandon(kExitError);
+    }
+    return kExitOk;
+  }
+
+  const std::string id_;
+  const std::string dir_;
+  grpc::ClientContext* const ctx_;
+  // Opened when the first file arrives, not before: a capture that is not there leaves nothing.
+  // Every file is then created in it by name (OutputFolder): no name leaves it, no link in it is
+  // followed.
+  std::optional<OutputFolder> folder_;
+  profd::v1::StoredTrace trace_;
+  std::vector<ReceivedFile> received_;
+  int out_ = -1;                         // the file being written
+  std::unique_ptr<profd::Sha256> hash_;  // of the file being written; null between files
+};
+
+// Each file must match the manifest's checksum and the one the store recorded; one that does not
+// is said and removed. Returns how many did not.
+int RemoveMismatchedFiles(const std::string& id, const std::string& dir,
+                          const std::map<std::string, std::string>& manifest,
+                          const std::vector<ReceivedFile>& received, OutputFolder* folder) {
   int bad = 0;
-  uint64_t total = 0;
-  for (const Received& r : received) {
-    total += r.bytes;
+  for (const ReceivedFile& r : received) {
     std::vector<std::string> expected;
     if (auto it = manifest.find(r.info.name()); it != manifest.end())
       expected.push_back(it->second);
@@ -510,7 +530,7 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
                   << want << ", got " << r.sha256 << " (" << r.bytes
                   << " bytes). The copy in the store may be damaged; retry, or compare with "
                      "`profctl show "
-                  << o.id << "`. It was removed from " << dir << ".\n";
+                  << id << "`. It was removed from " << dir << ".\n";
         // No file that failed its check stays in the output folder to be mistaken for the trace.
         folder->Remove(r.info.name());
         ++bad;
@@ -518,18 +538,53 @@ int RunGet(const GlobalOptions& g, const GetOptions& o) {
       }
     }
   }
-  if (bad > 0) return kExitError;
-  if (g.json) {
-    PrintJson(trace);
-    return kExitOk;
-  }
-  std::cout << "capture " << o.id << ": " << received.size() << " files, "
+  return bad;
+}
+
+void PrintDownloaded(const std::string& id, const std::string& dir,
+                     const std::vector<ReceivedFile>& received, bool against_manifest) {
+  uint64_t total = 0;
+  for (const ReceivedFile& r : received) total += r.bytes;
+  std::cout << "capture " << id << ": " << received.size() << " files, "
             << analysis::FormatBytes(total) << " in " << dir << " (checksums verified"
-            << (manifest.empty() ? " against the store's record" : " against the manifest")
+            << (against_manifest ? " against the manifest" : " against the store's record")
             << ")\n";
-  for (const Received& r : received) {
+  for (const ReceivedFile& r : received) {
     std::cout << "  " << (fs::path(dir) / r.info.name()).string() << "\n";
   }
+}
+
+int RunGet(const GlobalOptions& g, const GetOptions& o) {
+  ProfdClient client(ResolveTarget(g.target), g.tls);
+  grpc::ClientContext ctx;
+  profd::v1::GetTraceRequest request;
+  request.set_capture_id(o.id);
+  const std::string dir = o.out_dir.empty() ? o.id : o.out_dir;
+  TraceDownload download(o.id, dir, &ctx);
+  auto reader = StoreStub(client)->GetTrace(WithStreamDeadline(&ctx), request);
+  profd::v1::TraceChunk chunk;
+  while (reader->Read(&chunk)) {
+    if (int rc = download.Take(chunk); rc != kExitOk) return rc;
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok()) {
+    // A file cut off mid-stream is not left behind looking like a download.
+    download.Abandon(kExitError);
+    return Fail(client, status);
+  }
+
+  OutputFolder* folder = download.folder();
+  const std::map<std::string, std::string> manifest =
+      folder ? ManifestChecksums(folder->ReadSmall("manifest.json"))
+             : std::map<std::string, std::string>{};
+  if (RemoveMismatchedFiles(o.id, dir, manifest, download.received(), folder) > 0) {
+    return kExitError;
+  }
+  if (g.json) {
+    PrintJson(download.trace());
+    return kExitOk;
+  }
+  PrintDownloaded(o.id, dir, download.received(), !manifest.empty());
   return kExitOk;
 }
 
