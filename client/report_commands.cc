@@ -248,31 +248,31 @@ int FetchFleetTraces(const GlobalOptions& g, ProfdClient& client, const std::str
   return fetched_captures > 0 ? kExitOk : failed_rc;
 }
 
-// Downloads the traces of a stored capture (any profctl list shows: imports, captures from
-// before a restart, other nodes', spooled ones) into a folder of `fetched`, each checked against
-// the SHA-256 the store recorded. On failure prints why and returns the exit code.
-int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::string& id,
-                      FetchedTraces* fetched, std::vector<std::string>* out) {
-  auto store = StoreStub(client);
+// What `profctl show` says of the capture, for the report to fetch its traces. kExitOk, or the
+// exit code after saying why.
+int ShowStoredCapture(const GlobalOptions& g, const ProfdClient& client,
+                      profd::v1::TraceStore::Stub* store, const std::string& id,
+                      profd::v1::ShowTraceResponse* shown) {
   profd::v1::ShowTraceRequest show_request;
   show_request.set_capture_id(id);
-  profd::v1::ShowTraceResponse shown;
   grpc::ClientContext show_ctx;
-  grpc::Status status = store->ShowTrace(WithDeadline(&show_ctx, g), show_request, &shown);
-  if (!status.ok()) {
-    if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
-      std::cerr << "profctl: " << id
-                << " is neither a trace file here, nor a capture profd has in memory or in its "
-                   "store ("
-                << status.error_message() << ")\n";
-      return kExitNotFound;
-    }
-    return Fail(client, status);
+  grpc::Status status = store->ShowTrace(WithDeadline(&show_ctx, g), show_request, shown);
+  if (status.ok()) return kExitOk;
+  if (status.error_code() == grpc::StatusCode::NOT_FOUND) {
+    std::cerr << "profctl: " << id
+              << " is neither a trace file here, nor a capture profd has in memory or in its "
+                 "store ("
+              << status.error_message() << ")\n";
+    return kExitNotFound;
   }
-  const std::map<std::string, std::string> who = TraceOwners(shown);
-  profd::v1::GetTraceRequest request;
-  request.set_capture_id(id);
-  std::map<std::string, std::string> want;  // name -> sha256 the store recorded
+  return Fail(client, status);
+}
+
+// The capture's trace files (not its manifest or summary), asked for in *request in the store's
+// order, each with the SHA-256 the store recorded in *want. kExitOk, or the exit code after
+// saying why.
+int ListTraceFiles(const std::string& id, const profd::v1::ShowTraceResponse& shown,
+                   profd::v1::GetTraceRequest* request, std::map<std::string, std::string>* want) {
   for (const profd::v1::StoredFile& f : shown.trace().files()) {
     // Names come from a store anyone with its credentials can write: one plain name each, or
     // nothing of the capture is fetched.
@@ -284,30 +284,31 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
       return kExitError;
     }
     if (!IsTraceName(f.name())) continue;
-    request.add_files(f.name());
-    want[f.name()] = f.sha256();
+    request->add_files(f.name());
+    (*want)[f.name()] = f.sha256();
   }
-  if (want.empty()) {
+  if (want->empty()) {
     std::cerr << "profctl: capture " << id << " in " << Printable(shown.trace().location())
               << " has no trace file to report on (profctl show " << id << " lists its files)\n";
     return kExitNotFound;
   }
-  std::string error;
-  const std::string dir = fetched->NewFolder(&error);
-  if (dir.empty()) {
-    std::cerr << "profctl: " << error << "\n";
-    return kExitError;
-  }
-  // Every file is created in the folder by name: none can leave it, no link in it is followed.
-  absl::StatusOr<OutputFolder> folder = OutputFolder::Open(dir, /*create=*/false);
-  if (!folder.ok()) {
-    std::cerr << "profctl: " << folder.status().message() << "\n";
-    return kExitError;
-  }
-  grpc::ClientContext ctx;
-  // Big traces from a slow store: an hour, not --timeout, as `profctl get`.
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
-  auto reader = store->GetTrace(&ctx, request);
+  return kExitOk;
+}
+
+// A stored capture's trace files on their way into a folder of FetchedTraces.
+struct TraceFetch {
+  std::string id;
+  std::string dir;
+  std::map<std::string, std::string> want;  // name -> sha256 the store recorded
+  std::map<std::string, std::string> who;   // name -> whose trace it is (TraceOwners)
+};
+
+// Writes the files GetTrace sends into `folder`, each checked against the SHA-256 the store
+// recorded; *written gets their paths in the order they came. kExitOk, or the exit code after
+// saying why (the call cancelled).
+int ReceiveTraceFiles(grpc::ClientReaderInterface<profd::v1::TraceChunk>* reader,
+                      grpc::ClientContext* ctx, const TraceFetch& fetch, OutputFolder* folder,
+                      FetchedTraces* fetched, std::vector<std::string>* written) {
   profd::v1::TraceChunk chunk;
   struct CloseFile {
     int fd = -1;
@@ -317,13 +318,12 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
   } file;
   std::unique_ptr<profd::Sha256> hash;
   std::string name;
-  std::vector<std::string> written;
   while (reader->Read(&chunk)) {
     if (chunk.has_file()) {
       name = chunk.file().name();
       // The name comes from profd: only a file asked for, by a plain name.
-      if (want.count(name) == 0) {
-        ctx.TryCancel();
+      if (fetch.want.count(name) == 0) {
+        ctx->TryCancel();
         std::cerr << "profctl: the store sent a file that was not asked for: " << Printable(name)
                   << "\n";
         return kExitError;
@@ -332,19 +332,19 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
       absl::StatusOr<int> fd = folder->Create(name, /*replace_stale=*/false);
       file.fd = fd.ok() ? *fd : -1;
       if (!fd.ok()) {
-        ctx.TryCancel();
-        std::cerr << "profctl: capture " << id << ": " << fd.status().message() << "\n";
+        ctx->TryCancel();
+        std::cerr << "profctl: capture " << fetch.id << ": " << fd.status().message() << "\n";
         return kExitError;
       }
-      written.push_back(folder->PathOf(name));
-      fetched->Name(written.back(), absl::StrCat(id, "/", name));
-      if (auto owner = who.find(name); owner != who.end()) {
-        fetched->SetWho(written.back(), owner->second);
+      written->push_back(folder->PathOf(name));
+      fetched->Name(written->back(), absl::StrCat(fetch.id, "/", name));
+      if (auto owner = fetch.who.find(name); owner != fetch.who.end()) {
+        fetched->SetWho(written->back(), owner->second);
       }
       hash = std::make_unique<profd::Sha256>();
     }
     if (!hash) continue;
-    absl::Status w = WriteAll(file.fd, chunk.data(), written.back());
+    absl::Status w = WriteAll(file.fd, chunk.data(), written->back());
     hash->Update(chunk.data());
     if (w.ok() && chunk.end_of_file()) {
       const int fd = file.fd;
@@ -352,15 +352,15 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
       if (close(fd) != 0) w = absl::InternalError(std::strerror(errno));
     }
     if (!w.ok()) {
-      ctx.TryCancel();
-      std::cerr << "profctl: cannot write " << written.back() << " (" << w.message() << "; is "
-                << dir << "'s disk full? set TMPDIR elsewhere)\n";
+      ctx->TryCancel();
+      std::cerr << "profctl: cannot write " << written->back() << " (" << w.message() << "; is "
+                << fetch.dir << "'s disk full? set TMPDIR elsewhere)\n";
       return kExitError;
     }
     if (chunk.end_of_file()) {
-      if (const std::string& sha = want[name]; !sha.empty() && sha != hash->HexDigest()) {
-        ctx.TryCancel();
-        std::cerr << "profctl: checksum mismatch for " << name << " of capture " << id
+      if (const std::string& sha = fetch.want.at(name); !sha.empty() && sha != hash->HexDigest()) {
+        ctx->TryCancel();
+        std::cerr << "profctl: checksum mismatch for " << name << " of capture " << fetch.id
                   << ": the store recorded sha256 " << sha << ", the copy received is "
                   << hash->HexDigest() << ". Retry; if it persists the stored copy is damaged.\n";
         return kExitError;
@@ -368,10 +368,48 @@ int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::st
       hash.reset();
     }
   }
-  status = reader->Finish();
+  return kExitOk;
+}
+
+// Downloads the traces of a stored capture (any profctl list shows: imports, captures from
+// before a restart, other nodes', spooled ones) into a folder of `fetched`, each checked against
+// the SHA-256 the store recorded. On failure prints why and returns the exit code.
+int FetchStoredTraces(const GlobalOptions& g, ProfdClient& client, const std::string& id,
+                      FetchedTraces* fetched, std::vector<std::string>* out) {
+  auto store = StoreStub(client);
+  profd::v1::ShowTraceResponse shown;
+  if (int rc = ShowStoredCapture(g, client, store.get(), id, &shown); rc != kExitOk) return rc;
+  TraceFetch fetch;
+  fetch.id = id;
+  fetch.who = TraceOwners(shown);
+  profd::v1::GetTraceRequest request;
+  request.set_capture_id(id);
+  if (int rc = ListTraceFiles(id, shown, &request, &fetch.want); rc != kExitOk) return rc;
+  std::string error;
+  fetch.dir = fetched->NewFolder(&error);
+  if (fetch.dir.empty()) {
+    std::cerr << "profctl: " << error << "\n";
+    return kExitError;
+  }
+  // Every file is created in the folder by name: none can leave it, no link in it is followed.
+  absl::StatusOr<OutputFolder> folder = OutputFolder::Open(fetch.dir, /*create=*/false);
+  if (!folder.ok()) {
+    std::cerr << "profctl: " << folder.status().message() << "\n";
+    return kExitError;
+  }
+  grpc::ClientContext ctx;
+  // Big traces from a slow store: an hour, not --timeout, as `profctl get`.
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::hours(1));
+  auto reader = store->GetTrace(&ctx, request);
+  std::vector<std::string> written;
+  if (int rc = ReceiveTraceFiles(reader.get(), &ctx, fetch, &*folder, fetched, &written);
+      rc != kExitOk) {
+    return rc;
+  }
+  grpc::Status status = reader->Finish();
   if (!status.ok()) return Fail(client, status);
-  if (written.size() != want.size()) {
-    std::cerr << "profctl: the store sent " << written.size() << " of the " << want.size()
+  if (written.size() != fetch.want.size()) {
+    std::cerr << "profctl: the store sent " << written.size() << " of the " << fetch.want.size()
               << " traces of capture " << id << "; retry\n";
     return kExitError;
   }
