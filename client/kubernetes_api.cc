@@ -160,8 +160,11 @@ absl::StatusOr<rapidjson::Document> ParseKubeconfig(const std::string& text,
 #endif
 }
 
-absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
-                                          const std::string& context) {
+namespace {
+
+// kubectl's order: --kubeconfig, else the first readable file of $KUBECONFIG, else
+// ~/.kube/config; "" when there is none.
+std::string KubeconfigPath(const std::string& kubeconfig) {
   std::string path = kubeconfig;
   if (path.empty()) {
     if (const char* env = std::getenv("KUBECONFIG"); env != nullptr && *env != '\0') {
@@ -179,36 +182,94 @@ absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
     std::string home_config = absl::StrCat(home != nullptr ? home : "", "/.kube/config");
     if (access(home_config.c_str(), R_OK) == 0) path = home_config;
   }
-  KubeAccess access_out;
-  if (path.empty()) {
-    // In a pod: the service account, as kubectl's in-cluster config.
-    const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
-    const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
-    if (host == nullptr || port == nullptr) {
-      return absl::FailedPreconditionError(
-          "no Kubernetes credentials: no --kubeconfig, no $KUBECONFIG, no ~/.kube/config, and "
-          "not in a pod (KUBERNETES_SERVICE_HOST is not set). Give profctl the kubeconfig "
-          "kubectl uses (--kubeconfig FILE)");
-    }
-    const std::string h = host;
-    access_out.server =
-        absl::StrCat("https://", h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", port);
-    absl::StatusOr<std::string> token =
-        ReadWholeFile(absl::StrCat(kServiceAccountDir, "/token"), "the service account token");
-    if (!token.ok()) return token.status();
-    access_out.token = std::string(absl::StripAsciiWhitespace(*token));
-    absl::StatusOr<std::string> ca =
-        ReadWholeFile(absl::StrCat(kServiceAccountDir, "/ca.crt"), "the cluster's CA");
-    if (!ca.ok()) return ca.status();
-    access_out.ca_pem = *ca;
-    absl::StatusOr<std::string> ns =
-        ReadWholeFile(absl::StrCat(kServiceAccountDir, "/namespace"), "the pod's namespace");
-    access_out.default_namespace =
-        ns.ok() ? std::string(absl::StripAsciiWhitespace(*ns)) : "default";
-    access_out.source = "the pod's service account";
-    return access_out;
-  }
+  return path;
+}
 
+// In a pod: the service account, as kubectl's in-cluster config.
+absl::StatusOr<KubeAccess> InClusterAccess() {
+  const char* host = std::getenv("KUBERNETES_SERVICE_HOST");
+  const char* port = std::getenv("KUBERNETES_SERVICE_PORT");
+  if (host == nullptr || port == nullptr) {
+    return absl::FailedPreconditionError(
+        "no Kubernetes credentials: no --kubeconfig, no $KUBECONFIG, no ~/.kube/config, and "
+        "not in a pod (KUBERNETES_SERVICE_HOST is not set). Give profctl the kubeconfig "
+        "kubectl uses (--kubeconfig FILE)");
+  }
+  KubeAccess access_out;
+  const std::string h = host;
+  access_out.server =
+      absl::StrCat("https://", h.find(':') != std::string::npos ? "[" + h + "]" : h, ":", port);
+  absl::StatusOr<std::string> token =
+      ReadWholeFile(absl::StrCat(kServiceAccountDir, "/token"), "the service account token");
+  if (!token.ok()) return token.status();
+  access_out.token = std::string(absl::StripAsciiWhitespace(*token));
+  absl::StatusOr<std::string> ca =
+      ReadWholeFile(absl::StrCat(kServiceAccountDir, "/ca.crt"), "the cluster's CA");
+  if (!ca.ok()) return ca.status();
+  access_out.ca_pem = *ca;
+  absl::StatusOr<std::string> ns =
+      ReadWholeFile(absl::StrCat(kServiceAccountDir, "/namespace"), "the pod's namespace");
+  access_out.default_namespace = ns.ok() ? std::string(absl::StripAsciiWhitespace(*ns)) : "default";
+  access_out.source = "the pod's service account";
+  return access_out;
+}
+
+// The context's cluster: its server and how to trust it.
+absl::Status SetCluster(const rapidjson::Value& config, const std::string& cluster_name,
+                        const std::string& base_dir, const std::string& where, KubeAccess* out) {
+  const rapidjson::Value* cluster = Named(config, "clusters", cluster_name, "cluster");
+  if (cluster == nullptr) {
+    return absl::NotFoundError(absl::StrCat(where, ": no cluster '", cluster_name, "'"));
+  }
+  out->server = JsonString(*cluster, "server");
+  if (out->server.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(where, ": cluster '", cluster_name, "' has no server"));
+  }
+  const std::string insecure = JsonString(*cluster, "insecure-skip-tls-verify");
+  const rapidjson::Value* insecure_bool = JsonMember(*cluster, "insecure-skip-tls-verify");
+  out->insecure_skip_tls_verify =
+      insecure == "true" ||
+      (insecure_bool != nullptr && insecure_bool->IsBool() && insecure_bool->GetBool());
+  absl::StatusOr<std::string> ca = Material(*cluster, "certificate-authority", base_dir, where);
+  if (!ca.ok()) return ca.status();
+  out->ca_pem = *ca;
+  return absl::OkStatus();
+}
+
+// The context's user: a client certificate, a token or a tokenFile (none for a user the
+// kubeconfig does not list).
+absl::Status SetUserCredentials(const rapidjson::Value& config, const std::string& user_name,
+                                const std::string& base_dir, const std::string& where,
+                                KubeAccess* out) {
+  const rapidjson::Value* user = Named(config, "users", user_name, "user");
+  if (user == nullptr) return absl::OkStatus();
+  if (JsonMember(*user, "exec") != nullptr || JsonMember(*user, "auth-provider") != nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        where, ": user '", user_name,
+        "' gets its credentials from a plugin (exec or auth-provider), which profctl does not "
+        "run. Give a kubeconfig with a token or a client certificate (e.g. a service "
+        "account's: kubectl create token NAME)"));
+  }
+  absl::StatusOr<std::string> cert = Material(*user, "client-certificate", base_dir, where);
+  if (!cert.ok()) return cert.status();
+  absl::StatusOr<std::string> key = Material(*user, "client-key", base_dir, where);
+  if (!key.ok()) return key.status();
+  out->client_cert_pem = *cert;
+  out->client_key_pem = *key;
+  out->token = JsonString(*user, "token");
+  if (out->token.empty()) {
+    if (std::string file = JsonString(*user, "tokenFile"); !file.empty()) {
+      absl::StatusOr<std::string> token = ReadWholeFile(file, where + "'s tokenFile");
+      if (!token.ok()) return token.status();
+      out->token = std::string(absl::StripAsciiWhitespace(*token));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The kubeconfig at `path`, its `context` (its current-context when "").
+absl::StatusOr<KubeAccess> KubeconfigAccess(const std::string& path, const std::string& context) {
   absl::StatusOr<std::string> text = ReadWholeFile(path, "the kubeconfig");
   if (!text.ok()) return text.status();
   absl::StatusOr<rapidjson::Document> config = ParseKubeconfig(*text, "kubeconfig " + path);
@@ -228,53 +289,30 @@ absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
         absl::StrCat("kubeconfig ", path, " has no context '", context_name, "'"));
   }
   const std::string where = absl::StrCat("kubeconfig ", path, " (context ", context_name, ")");
-  const std::string cluster_name = JsonString(*ctx, "cluster");
-  const rapidjson::Value* cluster = Named(*config, "clusters", cluster_name, "cluster");
-  if (cluster == nullptr) {
-    return absl::NotFoundError(absl::StrCat(where, ": no cluster '", cluster_name, "'"));
+  KubeAccess access_out;
+  if (absl::Status s =
+          SetCluster(*config, JsonString(*ctx, "cluster"), base_dir, where, &access_out);
+      !s.ok()) {
+    return s;
   }
-  access_out.server = JsonString(*cluster, "server");
-  if (access_out.server.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(where, ": cluster '", cluster_name, "' has no server"));
-  }
-  const std::string insecure = JsonString(*cluster, "insecure-skip-tls-verify");
-  const rapidjson::Value* insecure_bool = JsonMember(*cluster, "insecure-skip-tls-verify");
-  access_out.insecure_skip_tls_verify =
-      insecure == "true" ||
-      (insecure_bool != nullptr && insecure_bool->IsBool() && insecure_bool->GetBool());
-  absl::StatusOr<std::string> ca = Material(*cluster, "certificate-authority", base_dir, where);
-  if (!ca.ok()) return ca.status();
-  access_out.ca_pem = *ca;
-
-  const std::string user_name = JsonString(*ctx, "user");
-  if (const rapidjson::Value* user = Named(*config, "users", user_name, "user"); user != nullptr) {
-    if (JsonMember(*user, "exec") != nullptr || JsonMember(*user, "auth-provider") != nullptr) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          where, ": user '", user_name,
-          "' gets its credentials from a plugin (exec or auth-provider), which profctl does not "
-          "run. Give a kubeconfig with a token or a client certificate (e.g. a service "
-          "account's: kubectl create token NAME)"));
-    }
-    absl::StatusOr<std::string> cert = Material(*user, "client-certificate", base_dir, where);
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = Material(*user, "client-key", base_dir, where);
-    if (!key.ok()) return key.status();
-    access_out.client_cert_pem = *cert;
-    access_out.client_key_pem = *key;
-    access_out.token = JsonString(*user, "token");
-    if (access_out.token.empty()) {
-      if (std::string file = JsonString(*user, "tokenFile"); !file.empty()) {
-        absl::StatusOr<std::string> token = ReadWholeFile(file, where + "'s tokenFile");
-        if (!token.ok()) return token.status();
-        access_out.token = std::string(absl::StripAsciiWhitespace(*token));
-      }
-    }
+  if (absl::Status s =
+          SetUserCredentials(*config, JsonString(*ctx, "user"), base_dir, where, &access_out);
+      !s.ok()) {
+    return s;
   }
   access_out.default_namespace = JsonString(*ctx, "namespace");
   if (access_out.default_namespace.empty()) access_out.default_namespace = "default";
   access_out.source = where;
   return access_out;
+}
+
+}  // namespace
+
+absl::StatusOr<KubeAccess> LoadKubeAccess(const std::string& kubeconfig,
+                                          const std::string& context) {
+  const std::string path = KubeconfigPath(kubeconfig);
+  if (path.empty()) return InClusterAccess();
+  return KubeconfigAccess(path, context);
 }
 
 KubernetesApi::KubernetesApi(KubeAccess access, absl::Duration timeout)
