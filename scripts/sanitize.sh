@@ -22,11 +22,13 @@ flags+=" -fsanitize-recover=pointer-overflow -fno-omit-frame-pointer"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   # -O1 -gline-tables-only: OSS-Fuzz's flags (file:line in reports, a fast compile on a 2-core
   # machine), asserts on; clang compiles this a third faster than gcc. The tests' own code at -O0
-  # (tests/CMakeLists.txt says why); no benchmarks: nothing runs them here.
+  # (tests/CMakeLists.txt says why); the headers most files include precompiled (CMakeLists.txt);
+  # no benchmarks: nothing runs them here.
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
-    -DPROFD_TEST_COMPILE_OPTIONS=-O0 -DPROFD_FUZZ=ON -DPROFD_BUILD_BENCHES=OFF \
+    -DPROFD_TEST_COMPILE_OPTIONS=-O0 -DPROFD_PRECOMPILE_HEADERS=ON -DPROFD_FUZZ=ON \
+    -DPROFD_BUILD_BENCHES=OFF \
     -DCMAKE_C_FLAGS="$flags" -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="-fsanitize=address,undefined" \
     -DCMAKE_SHARED_LINKER_FLAGS="-fsanitize=address,undefined"
