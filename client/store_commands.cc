@@ -404,6 +404,11 @@ class TraceDownload {
  public:
   TraceDownload(const std::string& id, const std::string& dir, grpc::ClientContext* ctx)
       : id_(id), dir_(dir), ctx_(ctx) {}
+  ~TraceDownload() {
+    if (out_ >= 0) close(out_);  // a stream that ended inside a file
+  }
+  TraceDownload(const TraceDownload&) = delete;
+  TraceDownload& operator=(const TraceDownload&) = delete;
 
   // kExitOk to read on; else the exit code, said and the download abandoned.
   int Take(const profd::v1::TraceChunk& chunk) {
