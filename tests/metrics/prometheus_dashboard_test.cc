@@ -43,6 +43,7 @@ struct Expression {
   std::string promql;
   bool nvml = false;
   bool counters = false;  // a GPU hardware-counter series (CUPTI PM sampling: needs a GPU)
+  bool event = false;     // an annotation: data only when something happened (a capture)
 };
 
 // Every expression of the dashboard, with Grafana's variables as a user with "All" selected
@@ -74,6 +75,11 @@ std::vector<Expression> DashboardExpressions() {
     for (const auto& target : panel["targets"].GetArray()) {
       add(panel["title"].GetString(), target["expr"].GetString());
     }
+  }
+  for (const auto& annotation : dashboard["annotations"]["list"].GetArray()) {
+    add(absl::StrCat("annotation ", annotation["name"].GetString()),
+        annotation["expr"].GetString());
+    out.back().event = true;
   }
   // label_values(<selector>, <label>) is Grafana's; Prometheus answers the same question as
   // count by (<label>) (<selector>).
@@ -121,7 +127,7 @@ int ExpectDashboardHasData(const PrometheusServer& prometheus, bool nvml_require
         for (const Expression& e : expressions) {
           int n = prometheus.Count(e.promql);
           if (n < 0) return true;  // malformed: already a failure, stop waiting
-          if (n > 0) continue;
+          if (n > 0 || e.event) continue;
           // No GPU here: the hardware counters are never available (the test asserts it).
           if ((e.nvml && !nvml_required) || e.counters) {
             ++exempt;
@@ -263,6 +269,18 @@ TEST_F(PrometheusDashboardTest, UploadSeriesMoveWhenCapturesAreStored) {
       << "uploads " << prometheus.Value("profd_uploads_total{result=\"succeeded\"}") << ", bytes "
       << prometheus.Value("profd_trace_uploaded_bytes_total") << " (want " << bytes << ")";
   EXPECT_EQ(prometheus.Value("profd_uploads_total{result=\"failed\"}"), 0);
+  // The dashboard marks the capture: one annotation series, this node's, result succeeded.
+  int annotations = 0;
+  for (const Expression& e : DashboardExpressions()) {
+    if (!e.event) continue;
+    ++annotations;
+    EXPECT_TRUE(WaitFor([&] { return prometheus.Count(e.promql) == 1; }, absl::Seconds(15)))
+        << e.where << ": " << e.promql << " has " << prometheus.Count(e.promql) << " series";
+    EXPECT_EQ(prometheus.Count(absl::StrCat("(", e.promql, ") and on (result) ",
+                                            "profd_captures_total{result=\"succeeded\"}")),
+              1);
+  }
+  EXPECT_EQ(annotations, 1);
 }
 
 }  // namespace
