@@ -19,8 +19,8 @@ BUILD_DIR=${TSAN_BUILD_DIR:-build-tsan}
 flags="-fsanitize=thread -fno-omit-frame-pointer"
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
   # As scripts/sanitize.sh: clang (a third less compile time than gcc), -O1 -gline-tables-only
-  # (file:line in reports), the tests' own code at -O0, the
-  # headers most files include precompiled, no benchmarks.
+  # (file:line in reports), the tests' own code at -O0, the headers most files include
+  # precompiled, no benchmarks.
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -gline-tables-only" \
