@@ -199,6 +199,7 @@ void Agent::SendHeartbeat() {
     }
   }
   if (CountersFn fn = counters_fn_.load()) fn(&hb);
+  if (CaptureHandler* handler = capture_handler_.load()) handler->ReportRecorder(&hb.recorder);
   std::string message;
   wire::EncodeHeartbeat(hb, &message);
   std::lock_guard<std::mutex> lock(queue_mutex_);
@@ -268,6 +269,10 @@ void Agent::Dispatch(std::string_view frame) {
       break;
     case wire::DaemonCommand::Kind::kStopCapture:
       if (handler != nullptr) handler->OnStopCapture(command.stop_capture_id);
+      break;
+    case wire::DaemonCommand::Kind::kSetRecorder:
+      if (handler != nullptr) handler->OnSetRecorder(command.recorder);
+      HeartbeatNow();  // profd hears what the recorder does now
       break;
     case wire::DaemonCommand::Kind::kUnknown:
       break;  // a newer profd: ignore what we do not know

@@ -21,6 +21,9 @@ class CaptureHandler {
   virtual void OnDisconnected() = 0;
   // The CUPTI version for the hello message (0 when CUPTI is not loaded).
   virtual uint32_t CuptiVersion() = 0;
+  // The flight recorder (agent thread): on or off, and its state for the heartbeat.
+  virtual void OnSetRecorder(const wire::SetRecorder& settings) = 0;
+  virtual void ReportRecorder(wire::RecorderState* state) = 0;
 };
 
 }  // namespace profagent

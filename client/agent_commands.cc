@@ -55,6 +55,27 @@ std::string ViaOf(const profd::v1::AgentInfo& a) {
   return paths.empty() ? "-" : absl::StrJoin(paths, ", ");
 }
 
+// The flight recorder's line under the table, when it is on: what it holds, or why it waits.
+std::string RecorderNote(const profd::v1::AgentInfo& a) {
+  const profd::v1::RecorderState& r = a.recorder();
+  if (!r.on()) return "";
+  std::string note = "flight recorder on (" + std::to_string(r.seconds()) + " s, at most " +
+                     analysis::FormatBytes(static_cast<double>(r.max_bytes())) +
+                     (r.duty_on_ms() ? ", duty-cycled " + std::to_string(r.duty_on_ms()) + " ms/" +
+                                           std::to_string(r.duty_period_ms()) + " ms"
+                                     : "") +
+                     ")";
+  if (r.paused()) return note + ": " + r.detail();
+  if (r.covered_since_realtime_ns() > 0) {
+    note += ": holds since " + Ago(static_cast<int64_t>(r.covered_since_realtime_ns())) + ", " +
+            analysis::FormatBytes(static_cast<double>(r.bytes()));
+  }
+  if (r.evicted_records() > 0) {
+    note += ", " + analysis::FormatCount(r.evicted_records()) + " older records let go";
+  }
+  return note;
+}
+
 int RunAgents(const GlobalOptions& g) {
   ProfdClient client(ResolveTarget(g.target), g.tls);
   grpc::ClientContext ctx;
@@ -111,6 +132,7 @@ int RunAgents(const GlobalOptions& g) {
       notes.push_back(pid + s.other_tracer() +
                       " is tracing CUDA activity: captures are refused until it stops");
     }
+    if (std::string recorder = RecorderNote(a); !recorder.empty()) notes.push_back(pid + recorder);
   }
   std::cout << table.Render("");
   // The notes quote what each agent reported (the tool holding CUPTI, libraries it saw).

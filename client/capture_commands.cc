@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -28,6 +29,7 @@
 #include "common/printable.h"
 #include "daemon/capture/capture_request.h"
 #include "daemon/trace/trace_format.h"
+#include "profd/v1/capture_limits.h"
 
 namespace profctl {
 
@@ -42,6 +44,7 @@ struct CaptureFlags {
   std::string duration = "5s";
   std::string delay;
   std::string start_at;
+  std::string before;  // the flight recorder's seconds before the request
   std::string kinds;
   uint64_t max_events = 0;
   std::string output;
@@ -142,6 +145,15 @@ void PrintSummary(const profd::v1::CaptureInfo& info) {
       std::cout << (p.path() == profd::v1::CAPTURE_PATH_KINETO ? ", through Kineto, taken "
                                                                : ", CUPTI on ")
                 << FormatDuration(static_cast<double>(p.start_latency_ns())) << " after the start";
+    }
+    // --before: the flight recorder's part, from before the request.
+    if (p.recorded_from_unix_ns() > 0) {
+      std::cout << ", from "
+                << FormatDuration(
+                       static_cast<double>(info.requested_unix_ns() - p.recorded_from_unix_ns()))
+                << " before the request (flight recorder)";
+    } else if (info.before_ms() > 0 && !p.message().empty()) {
+      std::cout << ", nothing from before the request: " << Printable(p.message());
     }
     if (p.dropped_records() > 0)
       std::cout << ", " << FormatCount(p.dropped_records()) << " DROPPED";
@@ -393,8 +405,8 @@ std::string SetTargets(const CaptureFlags& f, profd::v1::CaptureRequest* request
   return "";
 }
 
-// When and how long: --duration (also into *duration), --delay, --start-at. "" when they parse,
-// else the message.
+// When and how long: --duration (also into *duration), --delay, --start-at, --before. "" when
+// they parse, else the message.
 std::string SetTiming(const CaptureFlags& f, profd::v1::CaptureRequest* request,
                       absl::Duration* duration) {
   // The request carries whole milliseconds (int64): at least 1 ms; profd applies its own
@@ -422,6 +434,15 @@ std::string SetTiming(const CaptureFlags& f, profd::v1::CaptureRequest* request,
       return absl::StrCat("--start-at wants an RFC 3339 time such as 2026-11-29T17:00:00Z: ", err);
     }
     request->set_start_at_unix_ns(absl::ToUnixNanos(t));
+  }
+  if (!f.before.empty()) {
+    absl::Duration before;
+    // Its bound is checked with the rest of the request, by CheckCaptureRequest.
+    if (std::string bad = ParseDurationFlag("--before", f.before, absl::ZeroDuration(), most, &before);
+        !bad.empty()) {
+      return bad;
+    }
+    request->set_before_ms(absl::ToInt64Milliseconds(before));
   }
   return "";
 }
@@ -676,6 +697,83 @@ int RunCancel(const GlobalOptions& g, const std::string& id) {
   return kExitOk;
 }
 
+struct RecorderFlags {
+  std::string state;  // on | off
+  CaptureFlags targets;
+  std::string span = "10s";
+  uint64_t max_mib = 64;
+  std::string duty;  // "100ms/1s": duty-cycled
+};
+
+// --duty ON/PERIOD ("100ms/1s") into the request; "" when it parses, else the message.
+std::string SetDuty(const std::string& duty, profd::v1::SetRecorderRequest* request) {
+  if (duty.empty()) return "";
+  const size_t slash = duty.find('/');
+  absl::Duration on, period;
+  std::string bad = slash == std::string::npos
+                        ? "--duty wants ON/PERIOD, e.g. 100ms/1s (100 ms of every second)"
+                        : ParseDurationFlag("--duty", duty.substr(0, slash), absl::Milliseconds(1),
+                                            absl::Minutes(1), &on);
+  if (bad.empty()) {
+    bad = ParseDurationFlag("--duty", duty.substr(slash + 1), absl::Milliseconds(2),
+                            absl::Minutes(1), &period);
+  }
+  if (bad.empty() && on >= period) bad = "--duty " + duty + ": ON must be shorter than PERIOD";
+  if (!bad.empty()) return bad;
+  request->set_duty_on_ms(absl::ToInt64Milliseconds(on));
+  request->set_duty_period_ms(absl::ToInt64Milliseconds(period));
+  return "";
+}
+
+int RunRecorder(const GlobalOptions& g, const RecorderFlags& f) {
+  profd::v1::CaptureRequest which;
+  absl::Duration span;
+  std::string bad = SetTargets(f.targets, &which);
+  if (bad.empty() && which.pids().empty() && !which.all() && which.pod_name().empty()) {
+    bad = "say which processes: --pid, --pod or --all";
+  }
+  if (bad.empty()) {
+    bad = ParseDurationFlag("--span", f.span, absl::Seconds(1), absl::Milliseconds(profd::v1::kMaxBeforeMs),
+                            &span);
+  }
+  if (bad.empty() && (f.max_mib < 8 || f.max_mib > 4096)) {
+    bad = "--max-mib " + std::to_string(f.max_mib) + " is outside 8..4096";
+  }
+  profd::v1::SetRecorderRequest request;
+  if (bad.empty()) bad = SetDuty(f.duty, &request);
+  if (!bad.empty()) {
+    std::cerr << "profctl: " << bad << "\n";
+    return kExitUsage;
+  }
+  *request.mutable_pids() = which.pids();
+  request.set_all(which.all());
+  request.set_pod_name(which.pod_name());
+  request.set_pod_namespace(which.pod_namespace());
+  request.set_on(f.state == "on");
+  request.set_seconds(absl::ToInt64Seconds(span));
+  request.set_max_bytes(f.max_mib << 20);
+  ProfdClient client(ResolveTarget(g.target), g.tls);
+  grpc::ClientContext ctx;
+  profd::v1::SetRecorderResponse response;
+  grpc::Status status = client.stub().SetRecorder(WithDeadline(&ctx, g), request, &response);
+  if (!status.ok()) return Fail(client, status);
+  if (g.json) {
+    PrintJson(response);
+    return kExitOk;
+  }
+  std::vector<std::string> pids;
+  for (uint32_t pid : response.pids()) pids.push_back(std::to_string(pid));
+  std::cout << "Flight recorder " << f.state << " for pid " << absl::StrJoin(pids, ", ");
+  if (request.on()) {
+    std::cout << ": the last " << absl::FormatDuration(span) << ", at most " << f.max_mib
+              << " MiB per process" << (f.duty.empty() ? "" : ", duty-cycled " + f.duty)
+              << ". `profctl capture --before " << absl::FormatDuration(span)
+              << "` begins that far back; `profctl agents` shows what each holds";
+  }
+  std::cout << "\n";
+  return kExitOk;
+}
+
 }  // namespace
 
 bool CaptureIsOver(const profd::v1::CaptureInfo& info) {
@@ -719,6 +817,9 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   capture->add_option("--delay", f->delay, "Start this long after the request (e.g. 2s)");
   capture->add_option("--start-at", f->start_at,
                       "Start at this wall-clock time (RFC 3339), for a common start across nodes");
+  capture->add_option("--before", f->before,
+                      "Begin this long before the request (e.g. 10s) with what each process's "
+                      "flight recorder kept (profctl recorder on)");
   capture->add_option("--kinds", f->kinds,
                       "Activities, comma-separated (default kernel,memcpy,memset,runtime,sync; "
                       "also driver,nvtx,memory,overhead)");
@@ -769,6 +870,23 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
       app.add_subcommand("cancel", "Stop a running capture early (keeps its events)");
   cancel->add_option("id", *id, "Capture id")->required();
   cancel->callback([&g, rc, id] { *rc = RunCancel(g, *id); });
+
+  auto r = std::make_shared<RecorderFlags>();
+  CLI::App* recorder = app.add_subcommand(
+      "recorder", "Turn a process's GPU flight recorder on or off (capture --before reads it)");
+  recorder->add_option("state", r->state, "on or off")
+      ->required()
+      ->check(CLI::IsMember({"on", "off"}));
+  recorder->add_option("--pid", r->targets.pids, "Process (repeat for several)");
+  recorder->add_flag("--all", r->targets.all, "Every process with an agent on this node");
+  recorder->add_option("--pod", r->targets.pod, "Every process of this pod: POD or NAMESPACE/POD");
+  recorder->add_option("-n,--namespace", r->targets.pod_namespace, "Namespace of --pod");
+  recorder->add_option("--span", r->span, "How much to keep (default 10s)");
+  recorder->add_option("--max-mib", r->max_mib, "Memory bound per process (default 64)");
+  recorder->add_option("--duty", r->duty,
+                       "Record ON of every PERIOD (e.g. 100ms/1s): a sample of the time at a "
+                       "fraction of the cost");
+  recorder->callback([&g, rc, r] { *rc = RunRecorder(g, *r); });
 }
 
 }  // namespace profctl

@@ -38,7 +38,7 @@ int Fail(const ProfdClient& client, const grpc::Status& status);
 // Each sets *rc from the subcommand's callback.
 void AddAgentCommands(CLI::App& app, const GlobalOptions& g, int* rc);  // agents, status
 void AddCaptureCommands(CLI::App& app, const GlobalOptions& g,
-                        int* rc);  // capture, captures, cancel
+                        int* rc);  // capture, captures, cancel, recorder
 void AddReportCommands(CLI::App& app, const GlobalOptions& g, int* rc);  // report, diff
 
 bool CaptureIsOver(const profd::v1::CaptureInfo& info);

@@ -89,9 +89,43 @@ uint32_t ActivityConverter::InternApi(CUpti_CallbackDomain domain, uint32_t cbid
   return id;
 }
 
+namespace {
+
+// When the record's activity began (0: a kind without a start time).
+uint64_t StartOf(const CUpti_Activity* record) {
+  switch (record->kind) {
+    case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
+    case CUPTI_ACTIVITY_KIND_KERNEL:
+      return reinterpret_cast<const CUpti_ActivityKernel10*>(record)->start;
+    case CUPTI_ACTIVITY_KIND_MEMCPY:
+      return reinterpret_cast<const CUpti_ActivityMemcpy6*>(record)->start;
+    case CUPTI_ACTIVITY_KIND_MEMSET:
+      return reinterpret_cast<const CUpti_ActivityMemset4*>(record)->start;
+    case CUPTI_ACTIVITY_KIND_RUNTIME:
+    case CUPTI_ACTIVITY_KIND_DRIVER:
+      return reinterpret_cast<const CUpti_ActivityAPI*>(record)->start;
+    case CUPTI_ACTIVITY_KIND_SYNCHRONIZATION:
+      return reinterpret_cast<const CUpti_ActivitySynchronization2*>(record)->start;
+    case CUPTI_ACTIVITY_KIND_MEMORY2:
+      return reinterpret_cast<const CUpti_ActivityMemory4*>(record)->timestamp;
+    case CUPTI_ACTIVITY_KIND_OVERHEAD:
+      return reinterpret_cast<const CUpti_ActivityOverhead3*>(record)->start;
+    case CUPTI_ACTIVITY_KIND_MARKER:
+      return reinterpret_cast<const CUpti_ActivityMarker2*>(record)->timestamp;
+    default:
+      return 0;
+  }
+}
+
+}  // namespace
+
 void ActivityConverter::Add(const CUpti_Activity* record) {
   if (max_events_ != 0 && total_events_ >= max_events_) {
     truncated_ = true;
+    return;
+  }
+  if (skip_before_ns_ != 0 && StartOf(record) < skip_before_ns_) {
+    ++skipped_;
     return;
   }
   size_t before = pending_events_;

@@ -31,6 +31,11 @@ class ActivityConverter {
   // Past max_events nothing more is added and truncated() turns true.
   void Add(const CUpti_Activity* record);
 
+  // Records that began before ns are left out (skipped() counts them): the flight recorder's
+  // ring holds some from before the window a capture asked for.
+  void SkipBefore(uint64_t ns) { skip_before_ns_ = ns; }
+  uint64_t skipped() const { return skipped_; }
+
   size_t pending_events() const { return pending_events_; }
   size_t pending_bytes() const { return body_.size(); }
   // Time to TakeBatch: at batch_bytes, or at half the events profd accepts in one batch, so
@@ -76,6 +81,8 @@ class ActivityConverter {
   size_t pending_events_ = 0;
   uint64_t total_events_ = 0;
   bool truncated_ = false;
+  uint64_t skip_before_ns_ = 0;
+  uint64_t skipped_ = 0;
 
   uint32_t next_string_id_ = 1;
   std::unordered_map<const char*, uint32_t> by_pointer_;

@@ -87,43 +87,6 @@ void ForgetEarlierDrops(const CuptiLibrary& cupti, const std::string& id) {
 
 }  // namespace
 
-void BufferPool::Allocate(size_t count, size_t bytes) {
-  Release();
-  slots_ = std::make_unique<Slot[]>(count);
-  count_ = count;
-  bytes_ = bytes;
-  // Untouched pages cost no memory until CUPTI writes to them.
-  for (size_t i = 0; i < count; ++i) {
-    slots_[i].data = static_cast<uint8_t*>(std::aligned_alloc(8, bytes));
-  }
-}
-
-void BufferPool::Release() {
-  for (size_t i = 0; i < count_; ++i) std::free(slots_[i].data);
-  slots_.reset();
-  count_ = 0;
-}
-
-uint8_t* BufferPool::Acquire() {
-  for (size_t i = 0; i < count_; ++i) {
-    bool expected = false;
-    if (slots_[i].data &&
-        slots_[i].in_use.compare_exchange_strong(expected, true, std::memory_order_acquire)) {
-      return slots_[i].data;
-    }
-  }
-  return nullptr;
-}
-
-void BufferPool::Return(uint8_t* buffer) {
-  for (size_t i = 0; i < count_; ++i) {
-    if (slots_[i].data == buffer) {
-      slots_[i].in_use.store(false, std::memory_order_release);
-      return;
-    }
-  }
-}
-
 uint32_t CuptiCapture::CuptiVersion() {
   // Never load CUPTI just to report its version: an idle agent keeps CUPTI out of the process.
   return cupti_version_.load();
@@ -187,7 +150,11 @@ void CuptiCapture::OnDisconnected() { OnStopCapture(""); }
 void CuptiCapture::Run(wire::StartCapture request) {
   pthread_setname_np(pthread_self(), "profagent-cap");
   const std::string& id = request.capture_id;
-  auto finish = [this] { running_.store(false); };
+  // The flight recorder lets CUPTI go for the capture and records again once it is over.
+  auto finish = [this] {
+    recorder_.Resume();
+    running_.store(false);
+  };
 
   // 1. A process that never initialized CUDA has nothing to capture: say so before touching CUPTI.
   CudaDriverView cuda = QueryCudaDevices();
@@ -206,7 +173,21 @@ void CuptiCapture::Run(wire::StartCapture request) {
     return finish();
   }
   cupti_version_.store(cupti.version);
-  // 3. Claim CUPTI through the broker, which shares it with the process's other CUPTI clients.
+  // 3. With the flight recorder on, it records until the start asked for, then hands over what
+  // it holds from before_ms before the request.
+  wire::RecorderState recorder;
+  recorder_.Report(&recorder);
+  if (recorder.on) WaitForStart(request);
+  uint64_t asked_from = UINT64_MAX;
+  if (request.before_ms > 0) {
+    uint64_t requested = request.requested_realtime_ns ? request.requested_realtime_ns
+                                                       : Now(CLOCK_REALTIME);
+    uint64_t before_ns = request.before_ms * 1000000ull;
+    asked_from = requested > before_ns ? requested - before_ns : 1;
+  }
+  recorded_ = recorder_.Suspend(asked_from);
+  if (request.before_ms == 0) recorded_ = {};
+  // 4. Claim CUPTI through the broker, which shares it with the process's other CUPTI clients.
   // If torch.profiler (Kineto) is tracing now, enabling activities would steal its records:
   // refused. If a tool took CUPTI before the agent could share it (Nsight Systems,
   // compute-sanitizer), refused as well.
@@ -216,39 +197,46 @@ void CuptiCapture::Run(wire::StartCapture request) {
     std::string message;
     if (!broker.ClaimForCapture(&error, &message)) {
       Fail(id, error, message);
+      recorded_ = {};
       return finish();
     }
   }
-  StartConverter(request, cuda.devices);
+  StartConverter(request, cuda.devices, recorded_.chunks.empty() ? 0 : recorded_.from_ns);
 
-  // 4. A common start across processes and nodes: wait for the wall-clock time asked for.
-  if (request.start_at_realtime_ns > Now(CLOCK_REALTIME)) {
-    std::unique_lock<std::mutex> lock(stop_mutex_);
-    stop_cv_.wait_for(lock,
-                      std::chrono::nanoseconds(request.start_at_realtime_ns - Now(CLOCK_REALTIME)),
-                      [this] { return stop_requested_; });
-  }
+  // 5. A common start across processes and nodes: wait for the wall-clock time asked for.
+  if (!recorder.on) WaitForStart(request);
 
-  // 5. Enable.
+  // 6. Enable.
   uint64_t enabled_at = 0;
   if (!EnableTracing(cupti, broker, request, &enabled_at)) return finish();
+  QueueRecorded();
 
-  // 6. Run for the duration, flushing completed buffers as we go so profd gets the trace
+  // 7. Run for the duration, flushing completed buffers as we go so profd gets the trace
   // while it is being made and the process never holds it all.
   RunForDuration(cupti, request);
 
-  // 7. Disable, hand back every buffer, send what is left, let CUPTI go. Cut short, the broker
+  // 8. Disable, hand back every buffer, send what is left, let CUPTI go. Cut short, the broker
   // already did the first two when the other profiler started.
   EndCapture(broker, request, enabled_at);
   finish();
 }
 
+void CuptiCapture::WaitForStart(const wire::StartCapture& request) {
+  if (request.start_at_realtime_ns <= Now(CLOCK_REALTIME)) return;
+  std::unique_lock<std::mutex> lock(stop_mutex_);
+  stop_cv_.wait_for(lock,
+                    std::chrono::nanoseconds(request.start_at_realtime_ns - Now(CLOCK_REALTIME)),
+                    [this] { return stop_requested_; });
+}
+
 void CuptiCapture::StartConverter(const wire::StartCapture& request,
-                                  const std::vector<wire::DeviceInfo>& devices) {
+                                  const std::vector<wire::DeviceInfo>& devices,
+                                  uint64_t skip_before_ns) {
   {
     std::lock_guard<std::mutex> lock(convert_mutex_);
     converter_ =
         std::make_unique<ActivityConverter>(request.capture_id, &ApiName, request.max_events);
+    converter_->SkipBefore(skip_before_ns);
     devices_ = devices;
     first_batch_ = true;
     dropped_ = dropped_total_ = lost_events_ = batches_ = 0;
@@ -264,6 +252,19 @@ void CuptiCapture::StartConverter(const wire::StartCapture& request,
   g_active.store(this);
 }
 
+void CuptiCapture::QueueRecorded() {
+  if (recorded_.chunks.empty()) return;
+  {
+    std::lock_guard<std::mutex> lock(completed_mutex_);
+    for (const auto& chunk : recorded_.chunks) {
+      // CUPTI's record walk only reads the buffer.
+      auto* bytes = reinterpret_cast<uint8_t*>(const_cast<char*>(chunk->records.data()));
+      completed_.push_back({bytes, chunk->records.size(), /*pooled=*/false});
+    }
+  }
+  completed_cv_.notify_one();
+}
+
 void CuptiCapture::StopConverter() {
   {
     std::lock_guard<std::mutex> lock(completed_mutex_);
@@ -271,6 +272,7 @@ void CuptiCapture::StopConverter() {
   }
   completed_cv_.notify_all();
   converter_thread_.join();
+  recorded_ = {};
 }
 
 void CuptiCapture::AbandonStart(CuptiBroker& broker) {
@@ -316,6 +318,14 @@ bool CuptiCapture::EnableTracing(const CuptiLibrary& cupti, CuptiBroker& broker,
   status.state = wire::CaptureState::kStarted;
   status.enabled_realtime_ns = *enabled_at;
   status.message = warnings;
+  if (request.before_ms > 0) {
+    if (!recorded_.chunks.empty()) status.recorded_from_realtime_ns = recorded_.from_ns;
+    std::string recorder = recorded_.note.empty()
+                               ? "the flight recorder is off in this process (profctl recorder "
+                                 "on): nothing from before the request"
+                               : recorded_.note;
+    status.message = status.message.empty() ? recorder : status.message + "; " + recorder;
+  }
   Send(status);
   Log(LogLevel::kInfo, "capture %s: CUPTI enabled for %llu ms", id.c_str(),
       static_cast<unsigned long long>(request.duration_ms));
@@ -428,7 +438,7 @@ void CuptiCapture::BufferCompleted(CUcontext context, uint32_t stream_id, uint8_
   }
   {
     std::lock_guard<std::mutex> lock(self->completed_mutex_);
-    self->completed_.push_back({buffer, valid_size});
+    self->completed_.push_back({buffer, valid_size, /*pooled=*/true});
   }
   self->completed_cv_.notify_one();
 }
@@ -454,12 +464,43 @@ void CuptiCapture::ConvertLoop() {
         }
         if (converter_->pending_events() > 0) EmitBatch();
       }
-      pool_.Return(c.buffer);
+      if (c.pooled) pool_.Return(c.buffer);
     }
     work.clear();
   }
 }
 
-CaptureHandler* CreateCaptureHandler(Agent* agent) { return new CuptiCapture(agent); }
+namespace {
+
+uint64_t EnvNumber(const char* name) {
+  const char* text = std::getenv(name);
+  return text ? std::strtoull(text, nullptr, 10) : 0;
+}
+
+// PROFD_AGENT_RECORDER=on starts the flight recorder with the process; _SECONDS, _MAX_MIB and
+// _DUTY_MS ("ON/PERIOD", e.g. 100/1000) set it as profctl recorder on does.
+wire::SetRecorder RecorderFromEnvironment() {
+  wire::SetRecorder settings;
+  const char* on = std::getenv("PROFD_AGENT_RECORDER");
+  settings.on = on != nullptr && std::string(on) == "on";
+  settings.seconds = EnvNumber("PROFD_AGENT_RECORDER_SECONDS");
+  settings.max_bytes = EnvNumber("PROFD_AGENT_RECORDER_MAX_MIB") << 20;
+  if (const char* duty = std::getenv("PROFD_AGENT_RECORDER_DUTY_MS")) {
+    char* end = nullptr;
+    settings.duty_on_ms = std::strtoull(duty, &end, 10);
+    settings.duty_period_ms = *end == '/' ? std::strtoull(end + 1, nullptr, 10) : 0;
+  }
+  return settings;
+}
+
+}  // namespace
+
+CaptureHandler* CreateCaptureHandler(Agent* agent) {
+  auto* capture = new CuptiCapture(agent);
+  if (wire::SetRecorder settings = RecorderFromEnvironment(); settings.on) {
+    capture->OnSetRecorder(settings);
+  }
+  return capture;
+}
 
 }  // namespace profagent

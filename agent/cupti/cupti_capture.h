@@ -22,32 +22,13 @@
 #include "agent/agent.h"
 #include "agent/capture_handler.h"
 #include "agent/cupti/activity_converter.h"
+#include "agent/cupti/buffer_pool.h"
+#include "agent/cupti/flight_recorder.h"
 
 namespace profagent {
 
 class CuptiBroker;
 struct CuptiLibrary;
-
-// Fixed set of host buffers handed to CUPTI. Acquire/Return are lock-free: CUPTI calls Acquire on
-// application threads. An exhausted pool makes CUPTI drop records, which it counts and we report.
-class BufferPool {
- public:
-  ~BufferPool() { Release(); }
-  void Allocate(size_t count, size_t bytes);
-  void Release();  // only when CUPTI holds none of them (after a forced flush)
-  uint8_t* Acquire();
-  void Return(uint8_t* buffer);
-  size_t buffer_bytes() const { return bytes_; }
-
- private:
-  struct Slot {
-    uint8_t* data = nullptr;
-    std::atomic<bool> in_use{false};
-  };
-  std::unique_ptr<Slot[]> slots_;
-  size_t count_ = 0;
-  size_t bytes_ = 0;
-};
 
 class CuptiCapture final : public CaptureHandler {
  public:
@@ -57,13 +38,19 @@ class CuptiCapture final : public CaptureHandler {
   void OnStopCapture(const std::string& capture_id) override;
   void OnDisconnected() override;
   uint32_t CuptiVersion() override;
+  void OnSetRecorder(const wire::SetRecorder& settings) override { recorder_.Set(settings); }
+  void ReportRecorder(wire::RecorderState* state) override { recorder_.Report(state); }
 
  private:
   void Run(wire::StartCapture request);
+  // Waits for the wall-clock start asked for (a common start across processes and nodes).
+  void WaitForStart(const wire::StartCapture& request);
   // Run's steps, on the capture thread. The converter thread and the buffers, for a capture
   // CUPTI is claimed for.
   void StartConverter(const wire::StartCapture& request,
-                      const std::vector<wire::DeviceInfo>& devices);
+                      const std::vector<wire::DeviceInfo>& devices, uint64_t skip_before_ns);
+  // Queues the flight recorder's chunks for the converter, after the live ones CUPTI completed.
+  void QueueRecorded();
   // Lets the converter drain what is queued, and waits for it to end.
   void StopConverter();
   // Undoes StartConverter and the claim when the capture cannot start after all.
@@ -99,10 +86,14 @@ class CuptiCapture final : public CaptureHandler {
   bool stop_requested_ = false;  // guarded by stop_mutex_
   std::string current_id_;       // guarded by stop_mutex_
 
+  FlightRecorder recorder_;
+  FlightRecorder::Handoff recorded_;  // the capture thread's, until the converter has ended
+
   BufferPool pool_;
   struct Completed {
     uint8_t* buffer;
     size_t valid_size;
+    bool pooled;  // false: a chunk of the flight recorder's
   };
   std::mutex completed_mutex_;
   std::condition_variable completed_cv_;

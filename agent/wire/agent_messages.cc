@@ -72,6 +72,9 @@ bool DecodeStartCapture(std::string_view data, StartCapture* s) {
       case 7:
         s->requested_realtime_ns = r.varint();
         break;
+      case 8:
+        s->before_ms = r.varint();
+        break;
       default:
         break;
     }
@@ -133,6 +136,21 @@ void EncodeHeartbeat(const Heartbeat& hb, std::string* out) {
   if (hb.has_cupti_sharing) WriteCuptiSharing(w, 5, hb.cupti_sharing);
   w.Varint(6, static_cast<uint32_t>(hb.launch_counting));
   w.Varint(7, hb.counters_paused ? 1 : 0);
+  if (hb.recorder.on || !hb.recorder.detail.empty()) {
+    const RecorderState& rec = hb.recorder;
+    size_t nested = w.BeginNested(8);
+    w.Bool(1, rec.on);
+    w.Varint(2, rec.seconds);
+    w.Varint(3, rec.max_bytes);
+    w.Varint(4, rec.bytes);
+    w.Varint(5, rec.covered_since_realtime_ns);
+    w.Varint(6, rec.evicted_records);
+    w.Bool(7, rec.paused);
+    w.String(8, rec.detail);
+    w.Varint(9, rec.duty_on_ms);
+    w.Varint(10, rec.duty_period_ms);
+    w.EndNested(nested);
+  }
   w.EndNested(at);
 }
 
@@ -150,6 +168,7 @@ void EncodeCaptureStatus(const CaptureStatus& s, std::string* out) {
   w.Varint(8, s.dropped_records);
   w.Varint(9, s.batches);
   w.Bool(10, s.truncated);
+  w.Varint(11, s.recorded_from_realtime_ns);
   w.EndNested(at);
 }
 
@@ -176,6 +195,17 @@ bool DecodeDaemonMessage(std::string_view data, DaemonCommand* out) {
         out->kind = DaemonCommand::Kind::kStopCapture;
         while (body.Next()) {
           if (body.field() == 1) out->stop_capture_id = std::string(body.bytes());
+        }
+        if (!body.ok()) return false;
+        break;
+      case 4:  // SetRecorder
+        out->kind = DaemonCommand::Kind::kSetRecorder;
+        while (body.Next()) {
+          if (body.field() == 1) out->recorder.on = body.varint() != 0;
+          if (body.field() == 2) out->recorder.seconds = body.varint();
+          if (body.field() == 3) out->recorder.max_bytes = body.varint();
+          if (body.field() == 4) out->recorder.duty_on_ms = body.varint();
+          if (body.field() == 5) out->recorder.duty_period_ms = body.varint();
         }
         if (!body.ok()) return false;
         break;

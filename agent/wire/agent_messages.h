@@ -80,6 +80,20 @@ struct CuptiSharing {
 // Mirrors profd.v1.LaunchCounting.
 enum class LaunchCounting : uint32_t { kOff = 0, kEntryPoints = 1, kCupti = 2 };
 
+// Mirrors profd.v1.RecorderState.
+struct RecorderState {
+  bool on = false;
+  uint64_t seconds = 0;
+  uint64_t max_bytes = 0;
+  uint64_t bytes = 0;
+  uint64_t covered_since_realtime_ns = 0;
+  uint64_t evicted_records = 0;
+  bool paused = false;
+  std::string detail;
+  uint64_t duty_on_ms = 0;
+  uint64_t duty_period_ms = 0;
+};
+
 struct Heartbeat {
   uint64_t realtime_ns = 0;
   std::vector<DeviceCounters> devices;
@@ -89,6 +103,7 @@ struct Heartbeat {
   CuptiSharing cupti_sharing;
   LaunchCounting launch_counting = LaunchCounting::kOff;
   bool counters_paused = false;
+  RecorderState recorder;
 };
 
 // Mirrors profd.v1.CaptureState / CaptureError.
@@ -115,6 +130,7 @@ struct CaptureStatus {
   uint64_t dropped_records = 0;
   uint64_t batches = 0;
   bool truncated = false;
+  uint64_t recorded_from_realtime_ns = 0;
 };
 
 // Each writes one whole AgentMessage into *out (cleared first).
@@ -147,10 +163,19 @@ struct StartCapture {
   uint64_t max_events = 0;
   uint64_t flush_interval_ms = 0;
   uint64_t requested_realtime_ns = 0;
+  uint64_t before_ms = 0;
+};
+
+struct SetRecorder {
+  bool on = false;
+  uint64_t seconds = 0;    // 0: the default
+  uint64_t max_bytes = 0;  // 0: the default
+  uint64_t duty_on_ms = 0;  // 0: all the time
+  uint64_t duty_period_ms = 0;
 };
 
 struct DaemonCommand {
-  enum class Kind { kUnknown, kHelloAck, kStartCapture, kStopCapture };
+  enum class Kind { kUnknown, kHelloAck, kStartCapture, kStopCapture, kSetRecorder };
   Kind kind = Kind::kUnknown;
   // kHelloAck
   std::string daemon_version;
@@ -159,6 +184,8 @@ struct DaemonCommand {
   StartCapture start;
   // kStopCapture
   std::string stop_capture_id;
+  // kSetRecorder
+  SetRecorder recorder;
 };
 
 // False when the bytes are not a well-formed DaemonMessage.

@@ -293,6 +293,11 @@ absl::Status CheckHeartbeat(const v1::Heartbeat& heartbeat, const AgentMessageLi
     }
     seen.set(device);
   }
+  if (absl::Status s = CheckText("heartbeat.recorder.detail", heartbeat.recorder().detail(),
+                                 limits.max_status_message_bytes);
+      !s.ok()) {
+    return s;
+  }
   return CheckDevices("heartbeat.device_infos", heartbeat.device_infos(), limits);
 }
 
@@ -312,7 +317,8 @@ absl::Status CheckCaptureStatus(const v1::CaptureStatus& status, const AgentMess
   constexpr uint64_t kMaxRealtimeNs = uint64_t{1} << 62;
   for (const auto& [name, value] :
        {std::pair{"enabled_realtime_ns", status.enabled_realtime_ns()},
-        std::pair{"disabled_realtime_ns", status.disabled_realtime_ns()}}) {
+        std::pair{"disabled_realtime_ns", status.disabled_realtime_ns()},
+        std::pair{"recorded_from_realtime_ns", status.recorded_from_realtime_ns()}}) {
     if (value >= kMaxRealtimeNs) {
       return AgentViolationError(AgentViolation::kInvalidField,
                                  absl::StrCat("capture_status.", name, " is ", value,

@@ -110,6 +110,7 @@ void AgentRegistry::Heartbeat(ConnectionId connection, const v1::Heartbeat& hear
   info.set_launch_sample_every(heartbeat.launch_sample_every());
   info.set_launch_counting(heartbeat.launch_counting());
   info.set_counters_paused(heartbeat.counters_paused());
+  *info.mutable_recorder() = heartbeat.recorder();
   if (heartbeat.has_cupti_sharing()) *info.mutable_cupti_sharing() = heartbeat.cupti_sharing();
 }
 

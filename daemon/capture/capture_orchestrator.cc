@@ -43,8 +43,11 @@ constexpr char kShutdownMessage[] =
 
 // The base of a capture's trace times: whole milliseconds before the request, so every event
 // comes after it and ts stays small.
+// The traces' time zero: the request's millisecond, or the start of the time before it asked for
+// (--before), so that no event of the capture has a negative time.
 int64_t BaseTimeNs(const v1::CaptureInfo& info) {
-  return static_cast<int64_t>(info.requested_unix_ns() / 1000000 * 1000000);
+  const int64_t from = info.requested_unix_ns() - info.before_ms() * 1000000;
+  return std::max<int64_t>(0, from) / 1000000 * 1000000;
 }
 
 }  // namespace
@@ -158,6 +161,7 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       if (info_.start_at_unix_ns() > now) start->set_start_at_realtime_ns(info_.start_at_unix_ns());
       start->set_max_events(max_events_);
       start->set_requested_realtime_ns(info_.requested_unix_ns());
+      start->set_before_ms(info_.before_ms());
       owner_->registry_->SetCapturing(t.connection, info_.capture_id());
       if (!owner_->agents_->Send(t.connection, message)) {
         Push(Item{Item::kGone, t.connection, {}, {}});
@@ -764,6 +768,7 @@ v1::CaptureInfo CaptureOrchestrator::DescribeRequest(const v1::CaptureRequest& r
   info.set_fleet_id(request.fleet_id());
   info.set_requested_by(admission.requested_by);
   info.set_reason(request.reason());
+  info.set_before_ms(request.before_ms());
   info.set_hostname(options_.hostname);
   for (int kind : request.kinds()) info.add_kinds(static_cast<v1::ActivityKind>(kind));
   if (request.gpu_metrics()) {

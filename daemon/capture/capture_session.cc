@@ -57,6 +57,9 @@ bool CaptureSession::ApplyStatus(size_t i, const v1::CaptureStatus& s,
   if (s.disabled_realtime_ns()) {
     p.set_disabled_unix_ns(static_cast<int64_t>(s.disabled_realtime_ns()));
   }
+  if (s.recorded_from_realtime_ns()) {
+    p.set_recorded_from_unix_ns(static_cast<int64_t>(s.recorded_from_realtime_ns()));
+  }
   if (s.state() == v1::CAPTURE_STATE_FINISHED) {
     p.set_dropped_records(std::max<uint64_t>(s.dropped_records(), dropped_from_batches));
     p.set_truncated(p.truncated() || s.truncated());  // profd may have cut it (max_events)

@@ -14,13 +14,26 @@
 
 namespace profd {
 ProfdService::ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
-                           const AgentChannelServer* channel, CaptureOrchestrator* captures,
+                           AgentChannelServer* channel, CaptureOrchestrator* captures,
                            const CaptureTargets* targets)
     : identity_(identity),
       registry_(registry),
       channel_(channel),
       captures_(captures),
       targets_(targets) {}
+
+// One line per capture (or flight recorder change) asked for (--kubernetes_authorization): who,
+// from where, which processes and pods, why, and what came of it, as JSON after "audit]".
+struct AuditRecord {
+  std::string event = "capture";  // or "recorder on", "recorder off"
+  std::string user;
+  std::vector<std::string> groups;
+  std::string peer;
+  std::vector<uint32_t> pids;
+  std::set<std::string> pods;
+  std::string result;  // "started" or why not
+  std::string capture_id;
+};
 
 namespace {
 
@@ -37,19 +50,7 @@ std::string BearerToken(const grpc::ServerContext& context) {
   return "";
 }
 
-// One line per capture asked for (--kubernetes_authorization): who, from where, which processes
-// and pods, why, and what came of it, as JSON after "audit]".
-struct AuditRecord {
-  std::string user;
-  std::vector<std::string> groups;
-  std::string peer;
-  std::vector<uint32_t> pids;
-  std::set<std::string> pods;
-  std::string result;  // "started" or why not
-  std::string capture_id;
-};
-
-void WriteAudit(const AuditRecord& a, const v1::CaptureRequest& request) {
+void WriteAudit(const AuditRecord& a, const std::string& reason, const std::string& fleet_id) {
   rapidjson::StringBuffer buffer;
   rapidjson::Writer<rapidjson::StringBuffer> w(buffer);
   auto field = [&](const char* key, const std::string& value) {
@@ -57,7 +58,7 @@ void WriteAudit(const AuditRecord& a, const v1::CaptureRequest& request) {
     w.String(value.c_str(), static_cast<rapidjson::SizeType>(value.size()));
   };
   w.StartObject();
-  field("event", "capture");
+  field("event", a.event);
   field("user", a.user);
   w.Key("groups");
   w.StartArray();
@@ -74,8 +75,8 @@ void WriteAudit(const AuditRecord& a, const v1::CaptureRequest& request) {
   for (const std::string& p : a.pods)
     w.String(p.c_str(), static_cast<rapidjson::SizeType>(p.size()));
   w.EndArray();
-  field("reason", request.reason());
-  field("fleet_id", request.fleet_id());
+  field("reason", reason);
+  field("fleet_id", fleet_id);
   field("result", a.result);
   field("capture_id", a.capture_id);
   w.EndObject();
@@ -182,57 +183,110 @@ grpc::Status ProfdService::Capture(grpc::ServerContext* context, const v1::Captu
   return grpc::Status::OK;
 }
 
+absl::Status ProfdService::Authenticate(const grpc::ServerContext& context, AuditRecord* audit,
+                                        std::optional<KubernetesCaller>* caller) const {
+  audit->peer = context.peer();
+  // The control socket is local and guarded by its file mode (--access_group): its callers are
+  // root or the group's members, whom no Kubernetes identity describes.
+  if (absl::StartsWith(audit->peer, "unix")) {
+    audit->user = "(control socket)";
+    return absl::OkStatus();
+  }
+  const std::string token = BearerToken(context);
+  absl::StatusOr<KubernetesCaller> who =
+      token.empty() ? absl::UnauthenticatedError(
+                          "this profd lets Kubernetes users capture (--kubernetes_authorization) "
+                          "and the request carries no bearer token: profctl sends the one of "
+                          "your kubeconfig's user when it captures by workload (-n/-l, "
+                          "--deployment, --job)")
+                    : authorizer_->Authenticate(token);
+  if (!who.ok()) return who.status();
+  audit->user = who->user;
+  audit->groups = who->groups;
+  *caller = *std::move(who);
+  return absl::OkStatus();
+}
+
+absl::Status ProfdService::Authorize(const std::optional<KubernetesCaller>& caller,
+                                     const std::vector<CaptureTarget>& targets,
+                                     AuditRecord* audit) const {
+  std::set<std::string> namespaces;
+  for (const CaptureTarget& t : targets) {
+    audit->pids.push_back(t.info.pid());
+    if (!t.info.pod_name().empty()) {
+      audit->pods.insert(absl::StrCat(t.info.pod_namespace(), "/", t.info.pod_name()));
+    }
+    namespaces.insert(t.info.pod_name().empty() ? "" : t.info.pod_namespace());
+  }
+  if (!caller) return absl::OkStatus();  // the control socket
+  for (const std::string& ns : namespaces) {
+    if (absl::Status allowed = authorizer_->Authorize(*caller, ns); !allowed.ok()) {
+      return allowed;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ProfdService::Admit(const grpc::ServerContext& context,
                                                 const v1::CaptureRequest& request) {
   if (authorizer_ == nullptr) return captures_->Start(request);
   AuditRecord audit;
-  audit.peer = context.peer();
-  CaptureOrchestrator::Admission admission;
   std::optional<KubernetesCaller> caller;
-  absl::Status refused;
-  // The control socket is local and guarded by its file mode (--access_group): its callers are
-  // root or the group's members, whom no Kubernetes identity describes.
-  if (!absl::StartsWith(audit.peer, "unix")) {
-    const std::string token = BearerToken(context);
-    absl::StatusOr<KubernetesCaller> who =
-        token.empty() ? absl::UnauthenticatedError(
-                            "this profd lets Kubernetes users capture (--kubernetes_authorization) "
-                            "and the request carries no bearer token: profctl sends the one of "
-                            "your kubeconfig's user when it captures by workload (-n/-l, "
-                            "--deployment, --job)")
-                      : authorizer_->Authenticate(token);
-    if (!who.ok()) refused = who.status();
-    if (who.ok()) {
-      caller = *std::move(who);
-      audit.user = caller->user;
-      audit.groups = caller->groups;
-      admission.requested_by = caller->user;
-    }
-  } else {
-    audit.user = "(control socket)";
-  }
-  admission.check = [&](const std::vector<CaptureTarget>& targets) -> absl::Status {
-    std::set<std::string> namespaces;
-    for (const CaptureTarget& t : targets) {
-      audit.pids.push_back(t.info.pid());
-      if (!t.info.pod_name().empty()) {
-        audit.pods.insert(absl::StrCat(t.info.pod_namespace(), "/", t.info.pod_name()));
-      }
-      namespaces.insert(t.info.pod_name().empty() ? "" : t.info.pod_namespace());
-    }
-    if (!caller) return absl::OkStatus();  // the control socket
-    for (const std::string& ns : namespaces) {
-      if (absl::Status allowed = authorizer_->Authorize(*caller, ns); !allowed.ok()) {
-        return allowed;
-      }
-    }
-    return absl::OkStatus();
+  absl::Status refused = Authenticate(context, &audit, &caller);
+  CaptureOrchestrator::Admission admission;
+  if (caller) admission.requested_by = caller->user;
+  admission.check = [&](const std::vector<CaptureTarget>& targets) {
+    return Authorize(caller, targets, &audit);
   };
   absl::StatusOr<std::string> id = refused.ok() ? captures_->Start(request, admission) : refused;
   audit.result = id.ok() ? "started" : std::string(id.status().message());
   if (id.ok()) audit.capture_id = *id;
-  WriteAudit(audit, request);
+  WriteAudit(audit, request.reason(), request.fleet_id());
   return id;
+}
+
+grpc::Status ProfdService::SetRecorder(grpc::ServerContext* context,
+                                       const v1::SetRecorderRequest* request,
+                                       v1::SetRecorderResponse* response) {
+  // The processes, named as a capture names them; only agents have a flight recorder.
+  v1::CaptureRequest which;
+  *which.mutable_pids() = request->pids();
+  which.set_all(request->all());
+  which.set_pod_name(request->pod_name());
+  which.set_pod_namespace(request->pod_namespace());
+  which.set_path(v1::CAPTURE_PATH_CUPTI);
+  absl::StatusOr<std::vector<CaptureTarget>> targets =
+      targets_->Resolve(which, [](uint32_t) { return std::string(); });
+  if (!targets.ok()) return ToGrpcStatus(targets.status());
+  AuditRecord audit;
+  audit.event = request->on() ? "recorder on" : "recorder off";
+  std::optional<KubernetesCaller> caller;
+  absl::Status allowed = authorizer_ ? Authenticate(*context, &audit, &caller) : absl::OkStatus();
+  if (allowed.ok() && authorizer_) allowed = Authorize(caller, *targets, &audit);
+  if (!allowed.ok()) {
+    audit.result = std::string(allowed.message());
+    WriteAudit(audit, "", "");
+    return ToGrpcStatus(allowed);
+  }
+  v1::DaemonMessage message;
+  v1::SetRecorder* set = message.mutable_set_recorder();
+  set->set_on(request->on());
+  set->set_seconds(request->seconds());
+  set->set_max_bytes(request->max_bytes());
+  set->set_duty_on_ms(request->duty_on_ms());
+  set->set_duty_period_ms(request->duty_period_ms());
+  for (const CaptureTarget& t : *targets) {
+    if (t.connection != 0 && channel_->Send(t.connection, message)) {
+      response->add_pids(t.info.pid());
+    }
+  }
+  if (authorizer_) {
+    audit.result = "sent";
+    WriteAudit(audit, "", "");
+  }
+  LogInfo("recorder", "flight recorder %s for %d process(es)", request->on() ? "on" : "off",
+          response->pids_size());
+  return grpc::Status::OK;
 }
 
 grpc::Status ProfdService::GetCapture(grpc::ServerContext*, const v1::GetCaptureRequest* request,

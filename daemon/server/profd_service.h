@@ -2,6 +2,7 @@
 // or hands work to the component that owns it and never does slow work itself.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include "profd/v1/profd.grpc.pb.h"
 
 namespace profd {
+
+struct AuditRecord;
 
 // Facts about this profd run, fixed at start-up.
 struct DaemonIdentity {
@@ -30,7 +33,7 @@ struct DaemonIdentity {
 class ProfdService final : public v1::Profd::Service {
  public:
   ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
-               const AgentChannelServer* channel, CaptureOrchestrator* captures,
+               AgentChannelServer* channel, CaptureOrchestrator* captures,
                const CaptureTargets* targets);
 
   // Set before serving; null leaves nvml_available false in GetStatus.
@@ -55,15 +58,25 @@ class ProfdService final : public v1::Profd::Service {
                             v1::ListCapturesResponse* response) override;
   grpc::Status CancelCapture(grpc::ServerContext* context, const v1::CancelCaptureRequest* request,
                              v1::CaptureInfo* response) override;
+  // Tells the agents of the processes named to turn their flight recorder on or off.
+  grpc::Status SetRecorder(grpc::ServerContext* context, const v1::SetRecorderRequest* request,
+                           v1::SetRecorderResponse* response) override;
 
  private:
+  // With set_authorizer: who the caller is (the control socket's callers are trusted), and
+  // whether they may reach every namespace of the targets; both fill the audit line.
+  absl::Status Authenticate(const grpc::ServerContext& context, AuditRecord* audit,
+                            std::optional<KubernetesCaller>* caller) const;
+  absl::Status Authorize(const std::optional<KubernetesCaller>& caller,
+                         const std::vector<CaptureTarget>& targets,
+                         AuditRecord* audit) const;
   // Starts the capture if the caller may (set_authorizer), with its audit line.
   absl::StatusOr<std::string> Admit(const grpc::ServerContext& context,
                                     const v1::CaptureRequest& request);
 
   const DaemonIdentity* const identity_;
   AgentRegistry* const registry_;
-  const AgentChannelServer* const channel_;
+  AgentChannelServer* const channel_;
   CaptureOrchestrator* const captures_;
   const CaptureTargets* const targets_;
   const GpuSampler* gpus_ = nullptr;

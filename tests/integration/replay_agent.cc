@@ -12,6 +12,8 @@
 // --launch-until=FILE: the heartbeats count kernel launches on CUDA device 0, 1000 more in each,
 // until FILE exists, then no more (a process that stops launching: the launch-rate alert's case).
 // --stretch=F: every kernel runs F times as long (a slower rank of a job: the straggler).
+// Its flight recorder (profctl recorder on) holds the recording, as if it had run since the
+// recorder was turned on: a capture asked to begin before its request replays it once more there.
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -88,6 +90,22 @@ class ReplayHandler final : public profagent::CaptureHandler {
   }
   void OnDisconnected() override { OnStopCapture(""); }
   uint32_t CuptiVersion() override { return 0; }
+  void OnSetRecorder(const profagent::wire::SetRecorder& settings) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    recorder_ = settings;
+    recorder_.seconds = settings.seconds ? settings.seconds : 10;
+    recorder_.max_bytes = settings.max_bytes ? settings.max_bytes : 64ull << 20;
+    recorder_on_since_ = settings.on ? NowNs() : 0;
+  }
+  void ReportRecorder(profagent::wire::RecorderState* state) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    state->on = recorder_.on;
+    state->seconds = recorder_.seconds;
+    state->max_bytes = recorder_.max_bytes;
+    state->duty_on_ms = recorder_.duty_on_ms;
+    state->duty_period_ms = recorder_.duty_period_ms;
+    state->covered_since_realtime_ns = recorder_.on ? CoveredSinceLocked(NowNs()) : 0;
+  }
 
  private:
   void SendStatus(const profagent::wire::CaptureStatus& s) {
@@ -107,6 +125,8 @@ class ReplayHandler final : public profagent::CaptureHandler {
     status.capture_id = request.capture_id;
     status.state = profagent::wire::CaptureState::kStarted;
     status.enabled_realtime_ns = NowNs();
+    uint64_t recorded_from = RecordedFrom(request, status.enabled_realtime_ns);
+    status.recorded_from_realtime_ns = recorded_from;
     SendStatus(status);
     if (g_die_after_start) {
       usleep(100000);
@@ -122,10 +142,16 @@ class ReplayHandler final : public profagent::CaptureHandler {
     const int64_t shift =
         static_cast<int64_t>(status.enabled_realtime_ns + 1000000) - static_cast<int64_t>(first);
     const int64_t round = static_cast<int64_t>(last - first) + 1000000;
+    // What the flight recorder held: the recording once, from where its coverage starts.
+    std::vector<int64_t> shifts;
+    if (recorded_from != 0) {
+      shifts.push_back(static_cast<int64_t>(recorded_from + 1000000) - static_cast<int64_t>(first));
+    }
+    for (int r = 0; r < g_repeat; ++r) shifts.push_back(shift + r * round);
     uint64_t events = 0;
-    for (int r = 0; r < g_repeat; ++r) {
+    for (int64_t by : shifts) {
       for (profd::v1::EventBatch b : g_batches) {
-        Shift(b, shift + r * round);
+        Shift(b, by);
         b.set_capture_id(request.capture_id);
         events += b.kernels_size() + b.memcpys_size() + b.memsets_size() + b.api_calls_size() +
                   b.syncs_size();
@@ -146,12 +172,28 @@ class ReplayHandler final : public profagent::CaptureHandler {
     running_ = false;
   }
 
+  // The recorder holds the last `seconds` of the time since it was turned on.
+  uint64_t CoveredSinceLocked(uint64_t now) const {
+    uint64_t span = recorder_.seconds * 1000000000ull;
+    return std::max<uint64_t>(recorder_on_since_, now > span ? now - span : 0);
+  }
+
+  // Where the recorder's part of this capture starts (0: none).
+  uint64_t RecordedFrom(const profagent::wire::StartCapture& request, uint64_t now) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!recorder_.on || request.before_ms == 0) return 0;
+    uint64_t requested = request.requested_realtime_ns ? request.requested_realtime_ns : now;
+    return std::max<uint64_t>(requested - request.before_ms * 1000000ull, CoveredSinceLocked(now));
+  }
+
   profagent::Agent* const agent_;
   std::thread thread_;
   std::atomic<bool> running_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  profagent::wire::SetRecorder recorder_;  // guarded by mu_
+  uint64_t recorder_on_since_ = 0;         // guarded by mu_
 };
 
 // Agent thread, at each heartbeat.

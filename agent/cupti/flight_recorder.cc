@@ -1,0 +1,289 @@
+#include "agent/cupti/flight_recorder.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "agent/cuda_devices.h"
+#include "agent/cupti/cupti_broker.h"
+#include "agent/cupti/cupti_library.h"
+#include "agent/log.h"
+
+namespace profagent {
+namespace {
+
+std::atomic<FlightRecorder*> g_recorder{nullptr};
+
+constexpr size_t kPoolBuffers = 4;
+
+uint64_t RealtimeNs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// CUPTI's buffers: a sixteenth of the bound each (1 to 8 MiB), four of them; the ring has the rest.
+size_t BufferBytes(uint64_t max_bytes) {
+  return static_cast<size_t>(std::clamp<uint64_t>(max_bytes / 16, 1u << 20, 8u << 20));
+}
+
+std::string Seconds(uint64_t ns) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.1f s", static_cast<double>(ns) / 1e9);
+  return text;
+}
+
+}  // namespace
+
+FlightRecorder::~FlightRecorder() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    quit_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+void FlightRecorder::Set(const wire::SetRecorder& asked) {
+  wire::SetRecorder settings = asked;
+  if (settings.seconds == 0) settings.seconds = kDefaultSeconds;
+  if (settings.max_bytes == 0) settings.max_bytes = kDefaultMaxBytes;
+  // Below two buffers' worth there would be no ring left.
+  settings.max_bytes = std::max<uint64_t>(settings.max_bytes, 8u << 20);
+  if (settings.duty_on_ms >= settings.duty_period_ms) settings.duty_on_ms = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    settings_ = settings;
+    ring_.Configure(settings.max_bytes - kPoolBuffers * BufferBytes(settings.max_bytes),
+                    settings.seconds * 1000000000ull);
+    if (settings.on && !thread_.joinable()) thread_ = std::thread([this] { Run(); });
+  }
+  cv_.notify_all();
+  Log(LogLevel::kInfo, "flight recorder %s (%llu s, at most %llu MiB%s)",
+      settings.on ? "on" : "off", static_cast<unsigned long long>(settings.seconds),
+      static_cast<unsigned long long>(settings.max_bytes >> 20),
+      settings.duty_on_ms ? ", duty-cycled" : "");
+}
+
+void FlightRecorder::Report(wire::RecorderState* state) {
+  std::lock_guard<std::mutex> lock(mu_);
+  state->on = settings_.on;
+  state->seconds = settings_.seconds;
+  state->max_bytes = settings_.max_bytes;
+  state->duty_on_ms = settings_.duty_on_ms;
+  state->duty_period_ms = settings_.duty_period_ms;
+  state->bytes = ring_.bytes() + (recording_ ? kPoolBuffers * pool_.buffer_bytes() : 0);
+  state->covered_since_realtime_ns = ring_.chunks() > 0 ? ring_.covered_since_ns() : 0;
+  state->evicted_records = ring_.dropped_records() + cupti_dropped_.load();
+  state->paused = settings_.on && !detail_.empty();
+  state->detail = detail_;
+}
+
+FlightRecorder::Handoff FlightRecorder::Suspend(uint64_t from_ns) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Handoff handoff;
+  if (!settings_.on) return handoff;
+  suspend_requested_ = true;
+  cv_.notify_all();
+  cv_.wait_for(lock, std::chrono::seconds(1), [this] { return !recording_; });
+  detail_ = "a capture of this process is running";
+  if (ring_.chunks() == 0) {
+    handoff.note = "the flight recorder held nothing from before the request";
+    return handoff;
+  }
+  uint64_t covered = ring_.covered_since_ns();
+  handoff.from_ns = std::max(from_ns, covered);
+  handoff.chunks = ring_.Since(handoff.from_ns);
+  handoff.note = "the flight recorder's part starts at its ring's oldest record";
+  if (covered > from_ns) {
+    handoff.note = "the flight recorder held only the last " + Seconds(RealtimeNs() - covered);
+  }
+  if (settings_.duty_on_ms) {
+    handoff.note += "; it was duty-cycled (" + std::to_string(settings_.duty_on_ms) +
+                    " ms of every " + std::to_string(settings_.duty_period_ms) +
+                    " ms), so that part is a sample of the time";
+  }
+  return handoff;
+}
+
+void FlightRecorder::Resume() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    suspend_requested_ = false;
+    detail_.clear();
+  }
+  cv_.notify_all();
+}
+
+void FlightRecorder::Run() {
+  pthread_setname_np(pthread_self(), "profagent-rec");
+  CuptiBroker& broker = CuptiBroker::Get();
+  std::unique_lock<std::mutex> lock(mu_);
+  bool fresh = true;  // the next session starts a new coverage (not a duty window's next)
+  while (!quit_) {
+    cv_.wait(lock, [this] { return quit_ || (settings_.on && !suspend_requested_); });
+    if (quit_) break;
+    lock.unlock();
+    bool recorded = Record(broker, fresh);
+    lock.lock();
+    fresh = true;
+    if (!settings_.on) {
+      ring_.Restart(0);  // off: the ring's memory goes
+      detail_.clear();
+      continue;
+    }
+    if (suspend_requested_) continue;  // a capture takes the ring; Resume starts anew
+    auto stop = [this] { return quit_ || !settings_.on || suspend_requested_; };
+    if (!recorded || cut_short_) {
+      cv_.wait_for(lock, std::chrono::seconds(1), stop);  // try again in a second
+    } else if (settings_.duty_on_ms) {
+      fresh = false;
+      cv_.wait_for(lock, std::chrono::milliseconds(settings_.duty_period_ms - settings_.duty_on_ms),
+                   stop);
+    }
+  }
+}
+
+bool FlightRecorder::Record(CuptiBroker& broker, bool fresh) {
+  auto not_recording = [this](std::string why) {
+    std::lock_guard<std::mutex> lock(mu_);
+    detail_ = std::move(why);
+    return false;
+  };
+  CudaDriverView cuda = QueryCudaDevices();
+  if (!cuda.initialized || cuda.devices.empty()) {
+    return not_recording("waiting for the process to use a CUDA device");
+  }
+  const CuptiLibrary& cupti = LoadCupti();
+  if (!cupti.loaded) return not_recording("cannot load CUPTI: " + cupti.error);
+  wire::CaptureError error = wire::CaptureError::kNone;
+  std::string message;
+  if (!broker.ClaimForCapture(&error, &message)) return not_recording("paused: " + message);
+
+  wire::SetRecorder settings;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    settings = settings_;
+    cut_short_ = false;
+  }
+  pool_.Allocate(kPoolBuffers, BufferBytes(settings.max_bytes));
+  g_recorder.store(this);
+  broker.SetCutShortListener(&FlightRecorder::OnCutShort, this);
+  std::vector<CUpti_ActivityKind> enabled;
+  std::string warnings;
+  if (!broker.StartAgentTracing({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
+                                 CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MARKER},
+                                &FlightRecorder::BufferRequested, &FlightRecorder::BufferCompleted,
+                                &enabled, &warnings, &error, &message) ||
+      enabled.empty()) {
+    g_recorder.store(nullptr);
+    broker.ReleaseCapture();
+    pool_.Release();
+    return not_recording("cannot trace: " + message + warnings);
+  }
+  uint64_t started = RealtimeNs();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fresh) ring_.Restart(started);
+    recording_ = true;
+    detail_.clear();
+  }
+  RecordUntilStopped(cupti, settings);
+
+  // Cut short, the broker already disabled our kinds and flushed our buffers to us.
+  CuptiBroker::StopResult stop = broker.StopAgentTracing();
+  g_recorder.store(nullptr);
+  broker.ReleaseCapture();
+  DrainCompleted();
+  pool_.Release();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording_ = false;
+    if (stop.cut_short) {
+      cut_short_ = true;
+      detail_ = "paused while " + stop.by + " traces CUDA activity in this process";
+    }
+  }
+  cv_.notify_all();
+  return true;
+}
+
+void FlightRecorder::RecordUntilStopped(const CuptiLibrary& cupti,
+                                        const wire::SetRecorder& settings) {
+  auto window_end = std::chrono::steady_clock::time_point::max();
+  if (settings.duty_on_ms) {
+    window_end = std::chrono::steady_clock::now() + std::chrono::milliseconds(settings.duty_on_ms);
+  }
+  while (true) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      auto wake = std::min(window_end, std::chrono::steady_clock::now() +
+                                           std::chrono::milliseconds(kFlushMs));
+      cv_.wait_until(lock, wake, [this] { return ShouldStopLocked() || cut_short_; });
+      if (ShouldStopLocked() || cut_short_) return;
+    }
+    if (std::chrono::steady_clock::now() >= window_end) return;
+    // No lock of ours is held: CUPTI calls BufferCompleted under its own lock.
+    cupti.ActivityFlushAll(0);
+    DrainCompleted();
+    std::lock_guard<std::mutex> lock(mu_);
+    ring_.DropExpired(RealtimeNs());
+  }
+}
+
+void FlightRecorder::DrainCompleted() {
+  std::vector<Completed> work;
+  {
+    std::lock_guard<std::mutex> lock(completed_mu_);
+    work.swap(completed_);
+  }
+  const CuptiLibrary& cupti = LoadCupti();
+  for (const Completed& c : work) {
+    RecorderRing::Chunk chunk;
+    chunk.completed_ns = c.completed_ns;
+    CUpti_Activity* record = nullptr;
+    while (cupti.ActivityGetNextRecord(c.buffer, c.valid_size, &record) == CUPTI_SUCCESS) {
+      ++chunk.records_count;
+    }
+    if (chunk.records_count > 0) {
+      chunk.records.assign(reinterpret_cast<const char*>(c.buffer), c.valid_size);
+    }
+    pool_.Return(c.buffer);
+    if (chunk.records_count == 0) continue;
+    std::lock_guard<std::mutex> lock(mu_);
+    ring_.Add(std::move(chunk));
+  }
+}
+
+void FlightRecorder::OnCutShort(void* context, const std::string& by) {
+  auto* self = static_cast<FlightRecorder*>(context);
+  {
+    std::lock_guard<std::mutex> lock(self->mu_);
+    self->cut_short_ = true;
+  }
+  self->cv_.notify_all();
+}
+
+void FlightRecorder::BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records) {
+  FlightRecorder* self = g_recorder.load();
+  *max_records = 0;
+  *buffer = self ? self->pool_.Acquire() : nullptr;
+  *size = *buffer ? self->pool_.buffer_bytes() : 0;
+}
+
+void FlightRecorder::BufferCompleted(CUcontext context, uint32_t stream_id, uint8_t* buffer,
+                                     size_t size, size_t valid_size) {
+  FlightRecorder* self = g_recorder.load();
+  if (self == nullptr) return;
+  size_t dropped = 0;
+  if (LoadCupti().ActivityGetNumDroppedRecords(context, stream_id, &dropped) == CUPTI_SUCCESS) {
+    self->cupti_dropped_.fetch_add(dropped);
+  }
+  std::lock_guard<std::mutex> lock(self->completed_mu_);
+  self->completed_.push_back({buffer, valid_size, RealtimeNs()});
+}
+
+}  // namespace profagent
