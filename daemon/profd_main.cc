@@ -134,6 +134,10 @@ ABSL_FLAG(std::string, alert_target_labels, "",
           "labels of profd's own series (pid, pod, namespace, gpu, and hostname for the node)");
 ABSL_FLAG(absl::Duration, alert_capture_duration, absl::Seconds(5),
           "Capture length for alerts without the annotation profd_capture_duration");
+ABSL_FLAG(absl::Duration, alert_capture_before, absl::Seconds(10),
+          "An alert's capture begins this long before the alert fired (its startsAt), with what "
+          "each process's flight recorder kept (profctl recorder on); without the annotation "
+          "profd_capture_before. 0s: at the notification");
 ABSL_FLAG(absl::Duration, alert_cooldown, absl::Minutes(10),
           "After an alert group started a capture, its alerts start none for this long");
 ABSL_FLAG(uint32_t, alert_max_captures_per_hour, 12,
@@ -508,6 +512,7 @@ absl::Status AlertCaptureFlags(Config* config) {
   config->alerts.capture.labels = *std::move(labels);
   config->alerts.capture.node = config->hostname;
   config->alerts.capture.default_duration = absl::GetFlag(FLAGS_alert_capture_duration);
+  config->alerts.capture.default_before = absl::GetFlag(FLAGS_alert_capture_before);
   config->alerts.policy.cooldown = absl::GetFlag(FLAGS_alert_cooldown);
   config->alerts.policy.max_per_hour = absl::GetFlag(FLAGS_alert_max_captures_per_hour);
   config->alerts.policy.max_concurrent = absl::GetFlag(FLAGS_alert_max_concurrent_captures);

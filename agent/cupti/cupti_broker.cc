@@ -1045,6 +1045,11 @@ void CuptiBroker::SetCutShortListener(CutShortFn fn, void* context) {
   cut_short_context_ = context;
 }
 
+std::string CuptiBroker::OtherTracer() {
+  std::lock_guard<std::mutex> lock(activity_mutex_);
+  return OtherTracingLocked() ? OtherTracerLocked() : "";
+}
+
 bool CuptiBroker::ClaimForCapture(wire::CaptureError* error, std::string* message) {
   Interpose();  // a library loaded since the last heartbeat
   std::string holder;

@@ -78,6 +78,10 @@ class CuptiBroker {
   // starts or stops tracing: what Report() says changed, and profd decides on it.
   void SetTracingListener(void (*fn)()) { tracing_listener_.store(fn); }
 
+  // Who traces CUDA activity in the process besides the agent ("" when nobody does). Any thread
+  // but CUPTI's callbacks.
+  std::string OtherTracer();
+
   // --- The agent's activity tracing (a capture). Capture thread.
   // Takes CUPTI for a capture: holds a real subscriber for its duration (which also finds a tool
   // that took CUPTI directly) and checks no other client is tracing. *message is for profctl.

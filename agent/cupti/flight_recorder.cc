@@ -75,7 +75,8 @@ void FlightRecorder::Report(wire::RecorderState* state) {
   state->max_bytes = settings_.max_bytes;
   state->duty_on_ms = settings_.duty_on_ms;
   state->duty_period_ms = settings_.duty_period_ms;
-  state->bytes = ring_.bytes() + (recording_ ? kPoolBuffers * pool_.buffer_bytes() : 0);
+  state->bytes =
+      ring_.bytes() + (recording_ ? kPoolBuffers * BufferBytes(settings_.max_bytes) : 0);
   state->covered_since_realtime_ns = ring_.chunks() > 0 ? ring_.covered_since_ns() : 0;
   state->evicted_records = ring_.dropped_records() + cupti_dropped_.load();
   state->paused = settings_.on && !detail_.empty();
@@ -88,7 +89,7 @@ FlightRecorder::Handoff FlightRecorder::Suspend(uint64_t from_ns) {
   if (!settings_.on) return handoff;
   suspend_requested_ = true;
   cv_.notify_all();
-  cv_.wait_for(lock, std::chrono::seconds(1), [this] { return !recording_; });
+  cv_.wait_for(lock, std::chrono::seconds(1), [this] { return !in_session_; });
   detail_ = "a capture of this process is running";
   if (ring_.chunks() == 0) {
     handoff.note = "the flight recorder held nothing from before the request";
@@ -126,9 +127,12 @@ void FlightRecorder::Run() {
   while (!quit_) {
     cv_.wait(lock, [this] { return quit_ || (settings_.on && !suspend_requested_); });
     if (quit_) break;
+    in_session_ = true;
     lock.unlock();
     bool recorded = Record(broker, fresh);
     lock.lock();
+    in_session_ = false;
+    cv_.notify_all();
     fresh = true;
     if (!settings_.on) {
       ring_.Restart(0);  // off: the ring's memory goes
@@ -159,15 +163,25 @@ bool FlightRecorder::Record(CuptiBroker& broker, bool fresh) {
   }
   const CuptiLibrary& cupti = LoadCupti();
   if (!cupti.loaded) return not_recording("cannot load CUPTI: " + cupti.error);
+  // The process's own profiler first: no claim while it traces.
+  if (std::string tracer = broker.OtherTracer(); !tracer.empty()) {
+    return not_recording("paused while " + tracer + " traces CUDA activity in this process");
+  }
   wire::CaptureError error = wire::CaptureError::kNone;
   std::string message;
   if (!broker.ClaimForCapture(&error, &message)) return not_recording("paused: " + message);
 
   wire::SetRecorder settings;
+  bool stopped = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    stopped = ShouldStopLocked();  // a capture or off came while claiming
     settings = settings_;
     cut_short_ = false;
+  }
+  if (stopped) {
+    broker.ReleaseCapture();
+    return false;
   }
   pool_.Allocate(kPoolBuffers, BufferBytes(settings.max_bytes));
   g_recorder.store(this);

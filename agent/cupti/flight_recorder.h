@@ -84,8 +84,8 @@ class FlightRecorder {
   wire::SetRecorder settings_;     // guarded by mu_
   bool quit_ = false;              // guarded by mu_
   bool suspend_requested_ = false; // guarded by mu_: a capture wants CUPTI
-  bool suspended_ = false;         // guarded by mu_: the recorder's thread let CUPTI go for it
-  bool recording_ = false;         // guarded by mu_
+  bool in_session_ = false;        // guarded by mu_: Record runs (claiming, tracing, letting go)
+  bool recording_ = false;         // guarded by mu_: CUPTI traces for the recorder
   bool cut_short_ = false;         // guarded by mu_
   std::string detail_;             // guarded by mu_
   RecorderRing ring_;              // guarded by mu_

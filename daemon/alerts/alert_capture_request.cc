@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "profd/v1/capture_limits.h"
 
 namespace profd::alerts {
 namespace {
@@ -58,6 +59,22 @@ absl::Status ApplyAnnotations(const AlertmanagerAlert& alert, const AlertCapture
     }
   }
   request->set_label(annotation(kLabelAnnotation));
+  // The seconds before the alert fired: Alertmanager notifies after its group_wait, so the
+  // capture reaches back to startsAt and this much before it.
+  absl::Duration before = context.default_before;
+  if (std::string text = annotation(kBeforeAnnotation); !text.empty()) {
+    if (!absl::ParseDuration(text, &before) || before < absl::ZeroDuration()) {
+      return BadAnnotation(kBeforeAnnotation, text, "a duration such as 10s, or 0s");
+    }
+  }
+  if (before > absl::ZeroDuration()) {
+    absl::Duration since_fired = context.now - alert.starts_at;
+    if (since_fired < absl::ZeroDuration() || alert.starts_at == absl::InfinitePast()) {
+      since_fired = absl::ZeroDuration();
+    }
+    before = std::min(before + since_fired, absl::Milliseconds(v1::kMaxBeforeMs));
+    request->set_before_ms(absl::ToInt64Milliseconds(before));
+  }
   return absl::OkStatus();
 }
 

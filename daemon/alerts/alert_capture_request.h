@@ -38,11 +38,16 @@ inline constexpr char kGpuMetricsAnnotation[] = "profd_capture_gpu_metrics";
 inline constexpr char kFormatAnnotation[] = "profd_capture_format";
 inline constexpr char kViaAnnotation[] = "profd_capture_via";
 inline constexpr char kLabelAnnotation[] = "profd_capture_label";
+inline constexpr char kBeforeAnnotation[] = "profd_capture_before";
 
 struct AlertCaptureContext {
   AlertTargetLabels labels;
   std::string node;  // this profd's node name (NODE_NAME, else the host name)
   absl::Duration default_duration = absl::Seconds(5);  // without profd_capture_duration
+  // How long before the alert fired (its startsAt) the capture begins, with what each process's
+  // flight recorder kept; without profd_capture_before. 0: not before the request.
+  absl::Duration default_before = absl::Seconds(10);
+  absl::Time now = absl::Now();  // when the notification came
   // The pids of the processes on GPU `gpu` (the `gpu` label of /metrics), of the pod when
   // pod is not empty (namespace too when not empty).
   std::function<std::vector<uint32_t>(uint32_t gpu, const std::string& pod_namespace,

@@ -160,7 +160,9 @@ AlertWebhook::Outcome AlertWebhook::Consider(const AlertmanagerNotification& not
     Record(notification, alert, outcome, nullptr);
     return outcome;
   }
-  absl::StatusOr<v1::CaptureRequest> request = CaptureRequestForAlert(alert, options_.capture);
+  AlertCaptureContext context = options_.capture;
+  context.now = absl::Now();
+  absl::StatusOr<v1::CaptureRequest> request = CaptureRequestForAlert(alert, context);
   if (!request.ok()) {
     outcome.why = std::string(request.status().message());
     Record(notification, alert, outcome, nullptr);

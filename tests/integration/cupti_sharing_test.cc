@@ -216,6 +216,81 @@ TEST_F(CuptiSharingTest, ACaptureIsNotChargedWithRecordsDroppedBeforeIt) {
       << HostLog();
 }
 
+// The flight recorder is a CUPTI session that never holds CUPTI against anyone: torch.profiler's
+// session pauses it (Kineto gets CUPTI as without the agent), a capture suspends it and it records
+// again after each; `profctl agents` says which.
+TEST_F(CuptiSharingTest, TheFlightRecorderStepsAsideForTorchProfilerAndForCaptures) {
+  auto host = StartHost();
+  const pid_t pid = host->pid();
+  const std::string p = std::to_string(pid);
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)))
+      << HostOut() << HostLog();
+  ASSERT_TRUE(WaitFor([&] { return FindAgent(Agents(), pid) != nullptr; }, absl::Seconds(5)));
+  auto recorder = [&](const std::function<bool(const rapidjson::Value&)>& check) {
+    rapidjson::Document doc = Agents();
+    const rapidjson::Value* a = FindAgent(doc, pid);
+    return a != nullptr && a->HasMember("recorder") && check((*a)["recorder"]);
+  };
+  auto recording = [&] {
+    return recorder([](const rapidjson::Value& r) {
+      return r["on"].GetBool() && !r["paused"].GetBool() &&
+             std::stoull(r["covered_since_realtime_ns"].GetString()) > 0;
+    });
+  };
+  auto paused_for = [&](const std::string& why) {
+    return recorder([&](const rapidjson::Value& r) {
+      return r["paused"].GetBool() &&
+             std::string(r["detail"].GetString()).find(why) != std::string::npos;
+    });
+  };
+  ASSERT_EQ(profd_->Profctl({"recorder", "on", "--pid", p}).exit_code, 0);
+  ASSERT_TRUE(WaitFor(recording, absl::Seconds(5))) << profd_->log() << HostLog();
+
+  // torch.profiler starts: the recorder lets CUPTI go before Kineto's session begins.
+  host->Signal(SIGUSR1);
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("fakekineto_start_session -> 0") != std::string::npos; },
+              absl::Seconds(5)))
+      << HostOut() << HostLog();
+  EXPECT_TRUE(WaitFor([&] { return paused_for("libfake_kineto.so traces CUDA activity"); },
+                      absl::Seconds(5)))
+      << profd_->ProfctlJson({"agents"})["agents"][0]["recorder"]["detail"].GetString();
+  RunResult table = profd_->Profctl({"agents"});
+  EXPECT_NE(table.out.find("flight recorder on (10 s, at most 64.0 MiB): paused while"),
+            std::string::npos)
+      << table.out;
+  // It ends: the recorder records again.
+  host->Signal(SIGUSR2);
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("fakekineto_stop_session -> 0") != std::string::npos; },
+              absl::Seconds(5)));
+  EXPECT_TRUE(WaitFor(recording, absl::Seconds(5))) << HostLog();
+
+  // A capture asked to begin before the request takes CUPTI from the recorder and gives it back.
+  rapidjson::Document c =
+      profd_->ProfctlJson({"capture", "--pid", p, "--duration", "300ms", "--before", "5s"});
+  EXPECT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log() << HostLog();
+  EXPECT_TRUE(WaitFor(recording, absl::Seconds(5))) << HostLog();
+
+  ASSERT_EQ(profd_->Profctl({"recorder", "off", "--pid", p}).exit_code, 0);
+  EXPECT_TRUE(WaitFor([&] { return recorder([](const rapidjson::Value& r) {
+                        return !r["on"].GetBool();
+                      }); },
+                      absl::Seconds(5)));
+  // Kineto still gets CUPTI after all of it.
+  host->Signal(SIGUSR1);
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        std::string out = HostOut();
+        size_t first = out.find("fakekineto_start_session -> 0");
+        return first != std::string::npos &&
+               out.find("fakekineto_start_session -> 0", first + 1) != std::string::npos;
+      },
+      absl::Seconds(5)))
+      << HostOut();
+}
+
 TEST_F(CuptiSharingTest, SharingOffIsSaidLoudly) {
   std::vector<std::string> argv = {BuildPath("tests/integration/agent_host"),
                                    BuildPath("agent/libprofagent.so"),

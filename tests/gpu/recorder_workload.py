@@ -1,0 +1,217 @@
+"""The flight recorder on the GPU host (profctl and profd's socket from the environment, as the
+other GPU scripts have them; the agent injected with CUDA_INJECTION64_PATH).
+
+  cost --windows W --steps N
+      GPT-2 small fp16, batch 8x128, windows of N steps interleaved in this one process: off, rec
+      (the recorder on), off, rec_duty (on, 100 ms of every second); `profctl recorder on|off`
+      for this process between windows, outside the timing. Prints "window ..." lines for
+      tests/bench/overhead_report.py and "# recorder ..." lines with what the agent held.
+  alert --port P --token-file F --seconds S
+      A bf16 GEMM loop that marks every 100 ms with an NVTX range "mark <unix ms>" and counts the
+      GEMMs it launches in each wall-clock second. With the recorder on (20 s), after S seconds it
+      sends profd's alert listener the notification Alertmanager would (payload version 4, an
+      alert naming this pid, startsAt now), waits for the capture the alert starts, and checks its
+      trace: it must begin 10 s before startsAt and hold, for each of those seconds, the GEMMs
+      this process launched then and its NVTX marks. Prints one JSON line; exit 0 if it holds.
+"""
+import argparse
+import gzip
+import json
+import os
+import subprocess
+import sys
+import time
+import urllib.request
+
+
+def profctl(*args):
+    return subprocess.run(["profctl", *args], capture_output=True, text=True, timeout=120)
+
+
+def recorder(state, *extra):
+    r = profctl("recorder", state, "--pid", str(os.getpid()), *extra)
+    if r.returncode != 0:
+        sys.exit("recorder %s: %s" % (state, r.stderr))
+
+
+def recorder_state():
+    agents = json.loads(profctl("--json", "agents").stdout)["agents"]
+    for a in agents:
+        if a["pid"] == os.getpid():
+            return a.get("recorder", {})
+    return {}
+
+
+def wait_recording(timeout=10):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        r = recorder_state()
+        if r.get("on") and not r.get("paused") and int(r.get("covered_since_realtime_ns", 0)):
+            return r
+        time.sleep(0.1)
+    sys.exit("the recorder did not start: %s" % recorder_state())
+
+
+def cost(args):
+    import torch
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda().half().eval()
+    ids = torch.randint(0, 50257, (8, 128), device="cuda")
+    with torch.no_grad():
+        for _ in range(20):
+            model(ids)
+    torch.cuda.synchronize()
+    mix = ["off", "rec", "off", "rec_duty"]
+    for w in range(args.windows):
+        cond = mix[w % len(mix)]
+        if cond == "rec":
+            recorder("on")
+        elif cond == "rec_duty":
+            recorder("on", "--duty", "100ms/1s")
+        if cond != "off":
+            wait_recording()
+        start = time.time_ns()
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(args.steps):
+                model(ids)
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1000 / args.steps
+        end = time.time_ns()
+        if cond != "off":
+            r = recorder_state()
+            print("# recorder %s bytes %s evicted %s" % (cond, r.get("bytes"),
+                                                          r.get("evicted_records")), flush=True)
+            recorder("off")
+        print("window %d %d %d %.4f %s" % (w, start, end, ms, cond), flush=True)
+
+
+def nvtx_through_cupti():
+    """NVTX reaches CUPTI when NVTX_INJECTION64_PATH names it: the libcupti already in this
+    process (PyTorch's or the agent's), so that there is one CUPTI."""
+    for line in open("/proc/self/maps"):
+        if "libcupti" in line:
+            os.environ["NVTX_INJECTION64_PATH"] = line.split()[-1]
+            return line.split()[-1]
+    return ""
+
+
+def notify(port, token, alertname, starts_at_ns):
+    starts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(starts_at_ns / 1e9)) + ".%03dZ" % (
+        starts_at_ns // 1000000 % 1000)
+    alert = {"status": "firing", "labels": {"alertname": alertname, "pid": str(os.getpid())},
+             "annotations": {"profd_capture_duration": "2s"}, "startsAt": starts,
+             "endsAt": "0001-01-01T00:00:00Z", "generatorURL": "http://prometheus/graph",
+             "fingerprint": "%016x" % starts_at_ns}
+    body = {"version": "4", "groupKey": "{}:{alertname=\"%s\"}" % alertname, "truncatedAlerts": 0,
+            "status": "firing", "receiver": "profd", "groupLabels": {"alertname": alertname},
+            "commonLabels": alert["labels"], "commonAnnotations": alert["annotations"],
+            "externalURL": "http://alertmanager", "alerts": [alert]}
+    req = urllib.request.Request("http://127.0.0.1:%d/alerts" % port,
+                                 data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": "Bearer " + token})
+    with urllib.request.urlopen(req, timeout=30) as r:
+        return r.status, r.read().decode()
+
+
+def alert(args):
+    import torch
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.bfloat16)
+    for _ in range(20):
+        a @ b
+    torch.cuda.synchronize()
+    recorder("on", "--span", "20s")
+    wait_recording()
+    cupti = nvtx_through_cupti()
+    launched = {}  # wall-clock second -> GEMMs launched
+    marks = []
+    begin = time.time()
+    next_mark = 0.0
+    while time.time() - begin < args.seconds:
+        now = time.time()
+        if now >= next_mark:
+            if marks:
+                torch.cuda.nvtx.range_pop()
+            marks.append(int(now * 1000))
+            torch.cuda.nvtx.range_push("mark %d" % marks[-1])
+            next_mark = now + 0.1
+        for _ in range(10):
+            a @ b
+        torch.cuda.synchronize()
+        sec = int(time.time())
+        launched[sec] = launched.get(sec, 0) + 10
+    torch.cuda.nvtx.range_pop()
+    held = recorder_state()
+    fired = time.time_ns()
+    status, answer = notify(args.port, open(args.token_file).read().strip(), "GpuRecorderCheck",
+                            fired)
+    # The capture the alert started: it runs 2 s while this process goes on.
+    end = time.time() + 2.5
+    while time.time() < end:
+        a @ b
+    torch.cuda.synchronize()
+    capture = None
+    for _ in range(300):
+        listed = json.loads(profctl("--json", "captures", "--limit", "1").stdout).get("captures", [])
+        if listed and listed[0].get("alert", {}).get("name") == "GpuRecorderCheck" and \
+                listed[0]["phase"] in ("CAPTURE_PHASE_DONE", "CAPTURE_PHASE_FAILED"):
+            capture = listed[0]
+            break
+        time.sleep(0.1)
+    result = {"webhook": status, "answer": answer, "recorder": held, "nvtx_injection": cupti}
+    if capture is None:
+        result["error"] = "no capture finished"
+        print(json.dumps(result))
+        sys.exit(1)
+    p = capture["processes"][0]
+    result.update(capture_id=capture["capture_id"], phase=capture["phase"],
+                  before_ms=int(capture.get("before_ms", 0)),
+                  recorded_from_s_before_fired=(fired - int(p.get("recorded_from_unix_ns", 0))) / 1e9,
+                  message=p.get("message", ""))
+    trace = json.load(gzip.open(capture["files"][0]["path"]))
+    base = trace["baseTimeNanoseconds"]
+    kernels, ranges = {}, set()
+    first = None
+    for e in trace["traceEvents"]:
+        if e.get("ph") != "X":
+            continue
+        t = base + e["ts"] * 1000
+        if e.get("cat") == "kernel":
+            first = t if first is None else min(first, t)
+            sec = int(t // 1e9)
+            kernels[sec] = kernels.get(sec, 0) + 1
+        elif e.get("cat") == "user_annotation" and e["name"].startswith("mark "):
+            ranges.add(int(e["name"].split()[1]))
+    fired_s = fired // 1000000000
+    rows = []
+    for sec in range(fired_s - 9, fired_s):  # whole seconds among the 10 before it fired
+        rows.append({"second": sec - fired_s, "launched": launched.get(sec, 0),
+                     "in_trace": kernels.get(sec, 0),
+                     "marks": sum(1 for m in marks if m // 1000 == sec),
+                     "marks_in_trace": sum(1 for m in ranges if m // 1000 == sec)})
+    result["seconds"] = rows
+    result["first_kernel_s_before_fired"] = (fired - first) / 1e9 if first else 0
+    kernels_ok = all(r["launched"] > 0 and abs(r["in_trace"] - r["launched"]) <= 0.02 *
+                     r["launched"] + 10 for r in rows)
+    marks_ok = all(r["marks_in_trace"] == r["marks"] for r in rows)
+    result["kernels_ok"] = kernels_ok
+    result["marks_ok"] = marks_ok
+    result["ok"] = capture["phase"] == "CAPTURE_PHASE_DONE" and kernels_ok and marks_ok and \
+        result["first_kernel_s_before_fired"] >= 9.5
+    print(json.dumps(result))
+    sys.exit(0 if result["ok"] else 1)
+
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["cost", "alert"])
+    p.add_argument("--windows", type=int, default=24)
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--port", type=int, default=19478)
+    p.add_argument("--token-file", default="")
+    p.add_argument("--seconds", type=float, default=15)
+    a = p.parse_args()
+    {"cost": cost, "alert": alert}[a.mode](a)

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The flight recorder on the GPU host, from the repository root:
+#   tests/gpu/run_gpu_recorder.sh DIST OUT [WINDOWS]
+# 1. An alert-triggered capture of a bf16 GEMM loop that marks time with NVTX ranges: profd's
+#    alert listener gets the notification Alertmanager sends; the capture must begin 10 s before
+#    the alert fired, with every GEMM and NVTX mark of those seconds (recorder_workload.py alert).
+# 2. What the recorder costs GPT-2 fp16 b8, on all the time and duty-cycled (100 ms of every
+#    second), in windows of 200 steps interleaved in one process, and what it holds.
+# Results: OUT/summary.txt, OUT/alert.json, OUT/cost.txt.
+set -u
+DIST=$(cd "$1" && pwd); OUT=$2; WINDOWS=${3:-24}
+mkdir -p "$OUT"
+source tests/gpu/gpu_lib.sh
+PORT=${PROFD_RECORDER_ALERT_PORT:-19478}
+TOKEN=$(mktemp); echo "recorder-check-$RANDOM$RANDOM" > "$TOKEN"
+start_profd recorder --metrics_address=none --alert_address=127.0.0.1:$PORT \
+  --alert_token_file="$TOKEN"
+say "# flight recorder, $(date -u +%FT%TZ), commit ${PROFD_GATE_COMMIT:-unknown}"
+
+CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so python3 tests/gpu/recorder_workload.py alert \
+  --port "$PORT" --token-file "$TOKEN" --seconds 15 > "$OUT/alert.json" 2> "$OUT/alert.err"
+rc=$?
+say "alert-triggered capture, 10 s before the alert: $([ $rc -eq 0 ] && echo PASS || echo FAIL) $(cat "$OUT/alert.json")"
+
+CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so python3 tests/gpu/recorder_workload.py cost \
+  --windows "$WINDOWS" --steps 200 > "$OUT/cost.txt" 2> "$OUT/cost.err"
+say "GPT-2 with the recorder (ms/step per condition, overhead over off): $(python3 tests/bench/overhead_report.py "$OUT/cost.txt")"
+grep '^# recorder' "$OUT/cost.txt" | sort | uniq -c | sort -rn | head -4 | tee -a "$OUT/summary.txt"
+tail -20 "$RT/profd.log" > "$OUT/profd.log.tail"
+kill $PROFD_PID 2>/dev/null
+rm -f "$TOKEN"
