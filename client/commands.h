@@ -46,5 +46,7 @@ bool CaptureIsOver(const profd::v1::CaptureInfo& info);
 std::string PhaseName(profd::v1::CapturePhase phase);
 // list, show, get, import, spool (client/store_commands.cc)
 void AddStoreCommands(CLI::App& app, const GlobalOptions& g, int* rc);
+// gateway (client/gateway_commands.cc)
+void AddGatewayCommand(CLI::App& app, const GlobalOptions& g, int* rc);
 
 }  // namespace profctl

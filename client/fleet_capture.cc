@@ -28,21 +28,6 @@ namespace {
 using profd::Printable;
 namespace analysis = profd::analysis;
 
-// One node of the fleet capture and what became of it. Written by its own thread until joined;
-// the progress lines it prints go through the shared mutex.
-struct NodeRun {
-  std::string node, address, server_name;
-  std::vector<std::string> pods;        // namespace/name
-  std::unique_ptr<ProfdClient> client;  // connected before the start instant is chosen
-  profd::v1::CaptureInfo last;          // the latest state profd sent
-  bool finished = false;                // profd sent the capture's final state
-  std::string error;                    // why this node has no (whole) capture; "" when it has
-};
-
-struct Skipped {
-  std::string pod, why;
-};
-
 // A node's phase; before its profd has answered, "connecting".
 std::string PhaseWord(profd::v1::CapturePhase phase) {
   return phase == profd::v1::CAPTURE_PHASE_UNSPECIFIED ? "connecting" : PhaseName(phase);
@@ -58,7 +43,7 @@ uint64_t EventsOf(const profd::v1::CaptureInfo& info) {
 // the start instant is chosen once every node can be asked at once, so that the time the
 // handshakes take (1,000 of them, docs/FLEET.md) does not eat into the lead. A node that failed
 // is asked anyway, and its call says why.
-void ConnectToNode(const GlobalOptions& g, absl::Time deadline, NodeRun* run) {
+void ConnectToNode(const GlobalOptions& g, absl::Time deadline, FleetNode* run) {
   TlsOptions tls = g.tls;
   tls.server_name = run->server_name;
   run->client = std::make_unique<ProfdClient>(run->address, tls);
@@ -70,11 +55,11 @@ void ConnectToNode(const GlobalOptions& g, absl::Time deadline, NodeRun* run) {
   }
 }
 
-// Runs one node's capture to its end, or to the deadline. progress_mu guards stderr. The
-// kubeconfig's bearer token goes along: a profd that authorizes captures with Kubernetes
-// (--kubernetes_authorization) checks it is the user's and what they may capture.
+// Runs one node's capture to its end, or to the deadline; `progress` hears of each change (its
+// caller serializes it). The bearer token goes along: a profd that authorizes captures with
+// Kubernetes (--kubernetes_authorization) checks it is the user's and what they may capture.
 void CaptureOnNode(const profd::v1::CaptureRequest& request, const std::string& bearer_token,
-                   absl::Time deadline, bool progress, std::mutex* progress_mu, NodeRun* run) {
+                   absl::Time deadline, const FleetCapture::Progress& progress, FleetNode* run) {
   ProfdClient& client = *run->client;
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(deadline));
@@ -84,17 +69,11 @@ void CaptureOnNode(const profd::v1::CaptureRequest& request, const std::string& 
   profd::v1::CapturePhase shown = profd::v1::CAPTURE_PHASE_UNSPECIFIED;
   while (reader->Read(&message)) {
     run->last = message.capture();
+    run->events = message.events();
     if (message.final()) run->finished = true;
-    if (progress && run->last.phase() != shown) {
+    if (run->last.phase() != shown) {
       shown = run->last.phase();
-      std::lock_guard<std::mutex> lock(*progress_mu);
-      std::cerr << "  " << Printable(run->node) << " (" << run->address << "): " << PhaseWord(shown)
-                << ", capture " << run->last.capture_id() << ", " << run->last.processes_size()
-                << " process(es)"
-                << (message.events() > 0
-                        ? absl::StrCat(", ", analysis::FormatCount(message.events()), " events")
-                        : "")
-                << "\n";
+      progress(*run);
     }
   }
   const grpc::Status status = reader->Finish();
@@ -119,33 +98,30 @@ void CaptureOnNode(const profd::v1::CaptureRequest& request, const std::string& 
   } else if (run->last.phase() == profd::v1::CAPTURE_PHASE_FAILED) {
     run->error = absl::StrCat("capture ", id, " failed: ", run->last.message());
   }
-  if (progress && !run->error.empty()) {
-    std::lock_guard<std::mutex> lock(*progress_mu);
-    std::cerr << "  " << Printable(run->node) << " (" << run->address
-              << "): FAILED: " << Printable(run->error) << "\n";
-  }
+  if (!run->error.empty()) progress(*run);
 }
 
-// The pods the node was asked for that no captured process belongs to.
-std::vector<std::string> PodsWithoutAgent(const NodeRun& run) {
-  std::set<std::string> seen;
-  for (const auto& p : run.last.processes()) {
-    seen.insert(absl::StrCat(p.pod_namespace(), "/", p.pod_name()));
+// profctl capture's progress lines on stderr: a node's phase as it changes, or why it failed.
+void PrintProgress(const FleetNode& run) {
+  if (!run.error.empty()) {
+    std::cerr << "  " << Printable(run.node) << " (" << run.address
+              << "): FAILED: " << Printable(run.error) << "\n";
+    return;
   }
-  std::vector<std::string> out;
-  if (!run.finished) return out;
-  for (const std::string& pod : run.pods) {
-    if (!seen.count(pod)) out.push_back(pod);
-  }
-  return out;
+  std::cerr << "  " << Printable(run.node) << " (" << run.address
+            << "): " << PhaseWord(run.last.phase()) << ", capture " << run.last.capture_id() << ", "
+            << run.last.processes_size() << " process(es)"
+            << (run.events > 0 ? absl::StrCat(", ", analysis::FormatCount(run.events), " events")
+                               : "")
+            << "\n";
 }
 
 // First and last time a process of the fleet started capturing (CUPTI enabled, or the config
 // taken through Kineto): the start skew across nodes.
-bool StartSpread(const std::vector<NodeRun>& runs, int64_t* first, int64_t* last) {
+bool StartSpread(const std::vector<FleetNode>& runs, int64_t* first, int64_t* last) {
   *first = INT64_MAX;
   *last = 0;
-  for (const NodeRun& r : runs) {
+  for (const FleetNode& r : runs) {
     for (const auto& p : r.last.processes()) {
       if (p.enabled_unix_ns() <= 0) continue;
       *first = std::min(*first, p.enabled_unix_ns());
@@ -156,7 +132,7 @@ bool StartSpread(const std::vector<NodeRun>& runs, int64_t* first, int64_t* last
 }
 
 void PrintJsonResult(const std::string& fleet_id, absl::Time start_at,
-                     const std::vector<NodeRun>& runs, const std::vector<Skipped>& skipped) {
+                     const std::vector<FleetNode>& runs, const std::vector<SkippedPod>& skipped) {
   rapidjson::StringBuffer buffer;
   rapidjson::PrettyWriter<rapidjson::StringBuffer> w(buffer);
   w.SetIndent(' ', 1);
@@ -172,7 +148,7 @@ void PrintJsonResult(const std::string& fleet_id, absl::Time start_at,
   }
   w.Key("nodes");
   w.StartArray();
-  for (const NodeRun& r : runs) {
+  for (const FleetNode& r : runs) {
     w.StartObject();
     w.Key("node");
     w.String(r.node.c_str());
@@ -194,14 +170,14 @@ void PrintJsonResult(const std::string& fleet_id, absl::Time start_at,
     w.String(r.error.c_str());
     w.Key("pods_without_agent");
     w.StartArray();
-    for (const std::string& p : PodsWithoutAgent(r)) w.String(p.c_str());
+    for (const std::string& p : r.PodsWithoutAgent()) w.String(p.c_str());
     w.EndArray();
     w.EndObject();
   }
   w.EndArray();
   w.Key("skipped_pods");
   w.StartArray();
-  for (const Skipped& s : skipped) {
+  for (const SkippedPod& s : skipped) {
     w.StartObject();
     w.Key("pod");
     w.String(s.pod.c_str());
@@ -215,11 +191,11 @@ void PrintJsonResult(const std::string& fleet_id, absl::Time start_at,
             << "\n";
 }
 
-void PrintTextResult(const std::string& fleet_id, const std::vector<NodeRun>& runs,
-                     const std::vector<Skipped>& skipped) {
+void PrintTextResult(const std::string& fleet_id, const std::vector<FleetNode>& runs,
+                     const std::vector<SkippedPod>& skipped) {
   analysis::TextTable table({"NODE", "ADDRESS", "PODS", "STATE", "EVENTS>", "CAPTURE"}, 60);
   size_t ok = 0;
-  for (const NodeRun& r : runs) {
+  for (const FleetNode& r : runs) {
     ok += r.error.empty();
     table.AddRow({r.node, r.address, absl::StrJoin(r.pods, ","),
                   r.error.empty() ? PhaseWord(r.last.phase()) : "FAILED",
@@ -234,18 +210,18 @@ void PrintTextResult(const std::string& fleet_id, const std::vector<NodeRun>& ru
     std::cout << "Started within " << analysis::FormatDuration(static_cast<double>(last - first))
               << " of each other (first to last process, by each node's clock)\n";
   }
-  for (const NodeRun& r : runs) {
+  for (const FleetNode& r : runs) {
     if (!r.error.empty()) {
       std::cout << "FAILED " << Printable(r.node) << " (" << r.address
                 << "): " << Printable(r.error) << "\n";
     }
-    if (std::vector<std::string> missing = PodsWithoutAgent(r); !missing.empty()) {
+    if (std::vector<std::string> missing = r.PodsWithoutAgent(); !missing.empty()) {
       std::cout << "No agent on " << Printable(r.node) << " in " << absl::StrJoin(missing, ", ")
                 << " (pods without the agent injected: deploy/kubernetes/"
                    "inference-pod-snippet.yaml)\n";
     }
   }
-  for (const Skipped& s : skipped) {
+  for (const SkippedPod& s : skipped) {
     std::cout << "Skipped pod " << Printable(s.pod) << ": " << Printable(s.why) << "\n";
   }
   if (ok > 0) {
@@ -254,36 +230,15 @@ void PrintTextResult(const std::string& fleet_id, const std::vector<NodeRun>& ru
   }
 }
 
-// How long the fleet capture waits: for a node after the window's end (--node-timeout), before
-// the common start (--lead), and for each API call and connection (--timeout).
-struct FleetTimes {
-  absl::Duration node_timeout, lead, call_timeout = absl::Seconds(10);
-};
-
-// The flags that name the workload and the waits, checked before the API is asked. "" when they
-// will do, else the message.
-std::string CheckFleetFlags(const GlobalOptions& g, const FleetFlags& f,
-                            const profd::v1::CaptureRequest& request, FleetTimes* times) {
+// The flags that name the workload, checked before the API is asked. "" when they will do, else
+// the message.
+std::string CheckWorkloadFlags(const FleetFlags& f, const profd::v1::CaptureRequest& request) {
   const int given = !f.selector.empty() + !f.deployment.empty() + !f.job.empty();
   if (given > 1) return "-l, --deployment and --job each name a workload: give one";
   if (request.pids_size() > 0 || request.all() || !request.pod_name().empty()) {
     return "-l, --deployment and --job capture a workload across nodes; --pid, --pod and --all "
            "capture on one profd (--target): give one or the other";
   }
-  if (f.node_address.find('{') == std::string::npos) {
-    return absl::StrCat("--node-address ", f.node_address,
-                        " names no node: use {node_ip} or {node_name}, e.g. '{node_ip}:7465'");
-  }
-  for (auto [flag, text, out] :
-       {std::tuple{"--node-timeout", &f.node_timeout, &times->node_timeout},
-        std::tuple{"--lead", &f.lead, &times->lead}}) {
-    if (std::string bad = ParseDurationFlag(flag, *text, absl::ZeroDuration(), absl::Hours(1), out);
-        !bad.empty()) {
-      return bad;
-    }
-  }
-  (void)ParseDurationFlag("--timeout", g.timeout, absl::ZeroDuration(), absl::Hours(24),
-                          &times->call_timeout);
   return "";
 }
 
@@ -322,82 +277,6 @@ int FindWorkload(const FleetFlags& f, const KubeAccess& access, absl::Duration c
   return kExitOk;
 }
 
-// The running pods by the node they run on, with the node's address and TLS name; the others go
-// to *skipped with why.
-std::map<std::string, NodeRun> PodsByNode(const GlobalOptions& g, const FleetFlags& f,
-                                          const std::vector<WorkloadPod>& pods,
-                                          std::vector<Skipped>* skipped) {
-  std::map<std::string, NodeRun> by_node;
-  for (const WorkloadPod& p : pods) {
-    const std::string pod = absl::StrCat(p.name_space, "/", p.name);
-    if (p.phase != "Running") {
-      skipped->push_back({pod, absl::StrCat("it is ", p.phase.empty() ? "in no phase" : p.phase,
-                                            ", not Running")});
-      continue;
-    }
-    const bool wants_ip = f.node_address.find("{node_ip}") != std::string::npos ||
-                          g.tls.server_name.find("{node_ip}") != std::string::npos;
-    if (p.node_name.empty() || (wants_ip && p.host_ip.empty())) {
-      skipped->push_back({pod, "the API names no node (spec.nodeName / status.hostIP) for it"});
-      continue;
-    }
-    NodeRun& run = by_node[p.node_name];
-    run.node = p.node_name;
-    run.address = ExpandNodePattern(f.node_address, p.node_name, p.host_ip);
-    run.server_name = ExpandNodePattern(g.tls.server_name, p.node_name, p.host_ip);
-    run.pods.push_back(pod);
-  }
-  return by_node;
-}
-
-// Every node's connection, at once, each until ready or failed or connect_by.
-void ConnectToNodes(const GlobalOptions& g, absl::Time connect_by, std::vector<NodeRun>* runs) {
-  std::vector<std::thread> threads;
-  threads.reserve(runs->size());
-  for (NodeRun& run : *runs) {
-    threads.emplace_back([&g, connect_by, &run] { ConnectToNode(g, connect_by, &run); });
-  }
-  for (std::thread& t : threads) t.join();
-}
-
-// Sets the request's common start (its --delay or --start-at, else now + --lead) and fleet id;
-// returns the start.
-absl::Time SetCommonStart(absl::Time now, absl::Duration lead, const std::string& fleet_id,
-                          profd::v1::CaptureRequest* request) {
-  absl::Time start_at =
-      now + (request->delay_ms() > 0 ? absl::Milliseconds(request->delay_ms()) : lead);
-  if (request->start_at_unix_ns() != 0) {
-    start_at = absl::FromUnixNanos(request->start_at_unix_ns());
-  }
-  request->set_delay_ms(0);
-  request->set_start_at_unix_ns(absl::ToUnixNanos(start_at));
-  request->set_fleet_id(fleet_id);
-  return start_at;
-}
-
-// Every node's capture, at once, each asked for its own pods.
-void CaptureOnNodes(const profd::v1::CaptureRequest& request, const std::string& bearer_token,
-                    absl::Time deadline, bool progress, std::vector<NodeRun>* runs) {
-  std::vector<std::thread> threads;
-  std::mutex progress_mu;
-  for (NodeRun& run : *runs) {
-    profd::v1::CaptureRequest r = request;
-    for (const std::string& pod : run.pods) r.add_pods(pod);
-    threads.emplace_back([r = std::move(r), &bearer_token, deadline, progress, &progress_mu, &run] {
-      CaptureOnNode(r, bearer_token, deadline, progress, &progress_mu, &run);
-    });
-  }
-  for (std::thread& t : threads) t.join();
-}
-
-int FleetExitCode(const std::vector<NodeRun>& runs) {
-  const size_t failed =
-      std::count_if(runs.begin(), runs.end(), [](const NodeRun& r) { return !r.error.empty(); });
-  if (failed == runs.size()) return kExitCaptureFailed;
-  if (failed > 0) return kExitPartial;
-  return kExitOk;
-}
-
 }  // namespace
 
 std::string ExpandNodePattern(const std::string& pattern, const std::string& node_name,
@@ -405,10 +284,132 @@ std::string ExpandNodePattern(const std::string& pattern, const std::string& nod
   return absl::StrReplaceAll(pattern, {{"{node_ip}", node_ip}, {"{node_name}", node_name}});
 }
 
+std::string ParseFleetTimes(const GlobalOptions& g, const FleetFlags& f, FleetTimes* times) {
+  if (f.node_address.find('{') == std::string::npos) {
+    return absl::StrCat("--node-address ", f.node_address,
+                        " names no node: use {node_ip} or {node_name}, e.g. '{node_ip}:7465'");
+  }
+  for (auto [flag, text, out] :
+       {std::tuple{"--node-timeout", &f.node_timeout, &times->node_timeout},
+        std::tuple{"--lead", &f.lead, &times->lead}}) {
+    if (std::string bad = ParseDurationFlag(flag, *text, absl::ZeroDuration(), absl::Hours(1), out);
+        !bad.empty()) {
+      return bad;
+    }
+  }
+  (void)ParseDurationFlag("--timeout", g.timeout, absl::ZeroDuration(), absl::Hours(24),
+                          &times->call_timeout);
+  return "";
+}
+
+std::vector<std::string> FleetNode::PodsWithoutAgent() const {
+  std::vector<std::string> out;
+  if (!finished) return out;
+  std::set<std::string> seen;
+  for (const auto& p : last.processes()) {
+    seen.insert(absl::StrCat(p.pod_namespace(), "/", p.pod_name()));
+  }
+  for (const std::string& pod : pods) {
+    if (!seen.count(pod)) out.push_back(pod);
+  }
+  return out;
+}
+
+std::vector<FleetNode> NodesOfPods(const GlobalOptions& g, const std::string& node_address,
+                                   const std::vector<WorkloadPod>& pods,
+                                   std::vector<SkippedPod>* skipped) {
+  std::map<std::string, FleetNode> by_node;
+  const bool wants_ip = node_address.find("{node_ip}") != std::string::npos ||
+                        g.tls.server_name.find("{node_ip}") != std::string::npos;
+  for (const WorkloadPod& p : pods) {
+    const std::string pod = absl::StrCat(p.name_space, "/", p.name);
+    if (p.phase != "Running") {
+      skipped->push_back({pod, absl::StrCat("it is ", p.phase.empty() ? "in no phase" : p.phase,
+                                            ", not Running")});
+      continue;
+    }
+    if (p.node_name.empty() || (wants_ip && p.host_ip.empty())) {
+      skipped->push_back({pod, "the API names no node (spec.nodeName / status.hostIP) for it"});
+      continue;
+    }
+    FleetNode& run = by_node[p.node_name];
+    run.node = p.node_name;
+    run.address = ExpandNodePattern(node_address, p.node_name, p.host_ip);
+    run.server_name = ExpandNodePattern(g.tls.server_name, p.node_name, p.host_ip);
+    run.pods.push_back(pod);
+  }
+  std::vector<FleetNode> nodes;
+  for (auto& [name, run] : by_node) nodes.push_back(std::move(run));
+  return nodes;
+}
+
+FleetCapture::FleetCapture(const GlobalOptions& g, const FleetTimes& times,
+                           std::vector<FleetNode> nodes)
+    : g_(g), times_(times), nodes_(std::move(nodes)) {}
+
+void FleetCapture::Prepare(profd::v1::CaptureRequest* request) {
+  // Every node's connection first, at once, then one id and one instant.
+  const absl::Time connect_by = absl::Now() + times_.call_timeout;
+  std::vector<std::thread> threads;
+  threads.reserve(nodes_.size());
+  for (FleetNode& run : nodes_) {
+    threads.emplace_back([this, connect_by, &run] { ConnectToNode(g_, connect_by, &run); });
+  }
+  for (std::thread& t : threads) t.join();
+  const absl::Time now = absl::Now();
+  if (fleet_id_.empty()) fleet_id_ = profd::NewFleetId(now);
+  start_at_ =
+      now + (request->delay_ms() > 0 ? absl::Milliseconds(request->delay_ms()) : times_.lead);
+  if (request->start_at_unix_ns() != 0) {
+    start_at_ = absl::FromUnixNanos(request->start_at_unix_ns());
+  }
+  request->set_delay_ms(0);
+  request->set_start_at_unix_ns(absl::ToUnixNanos(start_at_));
+  request->set_fleet_id(fleet_id_);
+  deadline_ =
+      std::max(start_at_, now) + absl::Milliseconds(request->duration_ms()) + times_.node_timeout;
+}
+
+void FleetCapture::Run(const profd::v1::CaptureRequest& request, const std::string& bearer_token,
+                       const Progress& progress) {
+  std::mutex progress_mu;
+  const Progress serialized = [&](const FleetNode& node) {
+    std::lock_guard<std::mutex> lock(progress_mu);
+    if (progress) progress(node);
+  };
+  std::vector<std::thread> threads;
+  threads.reserve(nodes_.size());
+  for (FleetNode& run : nodes_) {
+    profd::v1::CaptureRequest r = request;
+    for (const std::string& pod : run.pods) r.add_pods(pod);
+    threads.emplace_back([this, r = std::move(r), &bearer_token, &serialized, &run] {
+      CaptureOnNode(r, bearer_token, deadline_, serialized, &run);
+    });
+  }
+  for (std::thread& t : threads) t.join();
+}
+
+bool FleetCapture::StartSkew(int64_t* skew_ns) const {
+  int64_t first = 0, last = 0;
+  if (!StartSpread(nodes_, &first, &last)) return false;
+  *skew_ns = last - first;
+  return true;
+}
+
+int FleetCapture::ExitCode() const {
+  const size_t failed = std::count_if(nodes_.begin(), nodes_.end(),
+                                      [](const FleetNode& r) { return !r.error.empty(); });
+  if (failed == nodes_.size()) return kExitCaptureFailed;
+  if (failed > 0) return kExitPartial;
+  return kExitOk;
+}
+
 int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::CaptureRequest request,
                     bool no_progress) {
   FleetTimes times;
-  if (std::string bad = CheckFleetFlags(g, f, request, &times); !bad.empty()) {
+  std::string bad = CheckWorkloadFlags(f, request);
+  if (bad.empty()) bad = ParseFleetTimes(g, f, &times);
+  if (!bad.empty()) {
     std::cerr << "profctl: " << bad << "\n";
     return kExitUsage;
   }
@@ -422,45 +423,35 @@ int RunFleetCapture(const GlobalOptions& g, const FleetFlags& f, profd::v1::Capt
   }
   Workload workload;
   if (int rc = FindWorkload(f, *access, times.call_timeout, &workload); rc != kExitOk) return rc;
-  std::vector<Skipped> skipped;
-  std::map<std::string, NodeRun> by_node = PodsByNode(g, f, workload.pods, &skipped);
-  if (by_node.empty()) {
+  std::vector<SkippedPod> skipped;
+  std::vector<FleetNode> nodes = NodesOfPods(g, f.node_address, workload.pods, &skipped);
+  if (nodes.empty()) {
     std::cerr << "profctl: no running pod of " << Printable(workload.description)
               << " in namespace " << Printable(workload.name_space) << " (" << workload.pods.size()
               << " pod(s) listed" << (skipped.empty() ? "" : ", none Running on a node")
               << "; from " << Printable(access->source) << ")\n";
     return kExitNotFound;
   }
-
-  std::vector<NodeRun> runs;
   size_t pod_count = 0;
-  for (auto& [name, run] : by_node) {
-    pod_count += run.pods.size();
-    runs.push_back(std::move(run));
-  }
-  // Every node's connection first, then one id and one instant.
-  ConnectToNodes(g, absl::Now() + times.call_timeout, &runs);
-  const absl::Time now = absl::Now();
-  const std::string fleet_id = profd::NewFleetId(now);
-  const absl::Time start_at = SetCommonStart(now, times.lead, fleet_id, &request);
-  const absl::Time deadline =
-      std::max(start_at, now) + absl::Milliseconds(request.duration_ms()) + times.node_timeout;
+  for (const FleetNode& n : nodes) pod_count += n.pods.size();
 
+  FleetCapture fleet(g, times, std::move(nodes));
+  fleet.Prepare(&request);
   if (progress) {
-    std::cerr << "Fleet capture " << fleet_id << " of " << Printable(workload.description) << " in "
-              << Printable(workload.name_space) << ": " << pod_count << " pod(s) on " << runs.size()
-              << " node(s), all starting at "
-              << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", start_at, absl::UTCTimeZone()) << " for "
-              << absl::FormatDuration(absl::Milliseconds(request.duration_ms())) << "\n";
+    std::cerr << "Fleet capture " << fleet.fleet_id() << " of " << Printable(workload.description)
+              << " in " << Printable(workload.name_space) << ": " << pod_count << " pod(s) on "
+              << fleet.nodes().size() << " node(s), all starting at "
+              << absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", fleet.start_at(), absl::UTCTimeZone())
+              << " for " << absl::FormatDuration(absl::Milliseconds(request.duration_ms())) << "\n";
   }
-  CaptureOnNodes(request, access->token, deadline, progress, &runs);
+  fleet.Run(request, access->token, progress ? FleetCapture::Progress(PrintProgress) : nullptr);
 
   if (g.json) {
-    PrintJsonResult(fleet_id, start_at, runs, skipped);
+    PrintJsonResult(fleet.fleet_id(), fleet.start_at(), fleet.nodes(), skipped);
   } else {
-    PrintTextResult(fleet_id, runs, skipped);
+    PrintTextResult(fleet.fleet_id(), fleet.nodes(), skipped);
   }
-  return FleetExitCode(runs);
+  return fleet.ExitCode();
 }
 
 }  // namespace profctl

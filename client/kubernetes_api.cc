@@ -117,6 +117,24 @@ std::string Escape(const std::string& text) {
   return escaped ? std::string(escaped.get()) : std::string();
 }
 
+// A Pod object's name, node and phase; the namespace it is listed in when it names none.
+WorkloadPod PodOf(const rapidjson::Value& item, const std::string& name_space) {
+  WorkloadPod pod;
+  const rapidjson::Value* meta = JsonMember(item, "metadata");
+  const rapidjson::Value* spec = JsonMember(item, "spec");
+  const rapidjson::Value* status = JsonMember(item, "status");
+  if (meta == nullptr) return pod;
+  pod.name_space = JsonString(*meta, "namespace");
+  if (pod.name_space.empty()) pod.name_space = name_space;
+  pod.name = JsonString(*meta, "name");
+  if (spec != nullptr) pod.node_name = JsonString(*spec, "nodeName");
+  if (status != nullptr) {
+    pod.host_ip = JsonString(*status, "hostIP");
+    pod.phase = JsonString(*status, "phase");
+  }
+  return pod;
+}
+
 }  // namespace
 
 absl::StatusOr<rapidjson::Document> ParseKubeconfig(const std::string& text,
@@ -438,6 +456,28 @@ absl::StatusOr<std::string> KubernetesApi::SelectorOf(const std::string& kind,
   return text;
 }
 
+absl::StatusOr<WorkloadPod> KubernetesApi::GetPod(const std::string& name_space,
+                                                  const std::string& name) const {
+  const std::string path =
+      absl::StrCat("/api/v1/namespaces/", Escape(name_space), "/pods/", Escape(name));
+  absl::StatusOr<rapidjson::Document> object = Get(path);
+  if (!object.ok()) {
+    if (absl::IsNotFound(object.status())) {
+      return absl::NotFoundError(absl::StrCat("no pod ", name, " in namespace ", name_space, " (",
+                                              object.status().message(), ")"));
+    }
+    return object.status();
+  }
+  if (JsonString(*object, "kind") != "Pod") {
+    return absl::DataLossError(absl::StrCat("GET ", path, " did not answer a Pod"));
+  }
+  WorkloadPod pod = PodOf(*object, name_space);
+  if (pod.name != name) {
+    return absl::DataLossError(absl::StrCat("GET ", path, " answered another pod: ", pod.name));
+  }
+  return pod;
+}
+
 absl::StatusOr<std::vector<WorkloadPod>> KubernetesApi::ListPods(
     const std::string& name_space, const std::string& selector) const {
   std::vector<WorkloadPod> pods;
@@ -455,19 +495,7 @@ absl::StatusOr<std::vector<WorkloadPod>> KubernetesApi::ListPods(
     if (const rapidjson::Value* items = JsonMember(*list, "items");
         items != nullptr && items->IsArray()) {
       for (const auto& item : items->GetArray()) {
-        const rapidjson::Value* meta = JsonMember(item, "metadata");
-        const rapidjson::Value* spec = JsonMember(item, "spec");
-        const rapidjson::Value* status = JsonMember(item, "status");
-        if (meta == nullptr) continue;
-        WorkloadPod pod;
-        pod.name_space = JsonString(*meta, "namespace");
-        if (pod.name_space.empty()) pod.name_space = name_space;
-        pod.name = JsonString(*meta, "name");
-        if (spec != nullptr) pod.node_name = JsonString(*spec, "nodeName");
-        if (status != nullptr) {
-          pod.host_ip = JsonString(*status, "hostIP");
-          pod.phase = JsonString(*status, "phase");
-        }
+        WorkloadPod pod = PodOf(item, name_space);
         if (!pod.name.empty()) pods.push_back(std::move(pod));
       }
     }

@@ -1,7 +1,7 @@
 // profctl's way to the Kubernetes API server, as kubectl finds it: a kubeconfig (--kubeconfig,
 // else the first file of $KUBECONFIG, else ~/.kube/config; its current or --context context) or,
 // inside a pod, the service account the kubelet mounts. Only reads: the pods of a workload (a
-// label selector, a Deployment's or a Job's) and the nodes they run on.
+// label selector, a Deployment's or a Job's, or one pod by name) and the nodes they run on.
 //
 // One thread: each call blocks until the API server answers or the timeout passes.
 #pragma once
@@ -56,6 +56,8 @@ class KubernetesApi {
   // labelSelector takes: matchLabels and matchExpressions both.
   absl::StatusOr<std::string> SelectorOf(const std::string& kind, const std::string& name_space,
                                          const std::string& name) const;
+  // One pod by its name (the gateway's "capture this pod"): NOT_FOUND when there is none.
+  absl::StatusOr<WorkloadPod> GetPod(const std::string& name_space, const std::string& name) const;
   // The pods a label selector picks in a namespace, every page of the list.
   absl::StatusOr<std::vector<WorkloadPod>> ListPods(const std::string& name_space,
                                                     const std::string& selector) const;

@@ -112,6 +112,7 @@ int main(int argc, char** argv) {
   AddCaptureCommands(app, g, &rc);
   AddReportCommands(app, g, &rc);
   AddStoreCommands(app, g, &rc);
+  AddGatewayCommand(app, g, &rc);
   CLI::App* help = app.add_subcommand("help", "Print this list of commands");
   AcceptGlobalOptionsAfter(&app, g);
   const std::string commands = app.help();  // before parsing selects a command

@@ -57,6 +57,9 @@ bool ParseRequest(absl::string_view head, RequestHead* r) {
   r->request.method = std::string(first[0]);
   absl::string_view target = first[1];
   r->request.path = std::string(target.substr(0, target.find('?')));
+  if (size_t q = target.find('?'); q != absl::string_view::npos) {
+    r->request.query = std::string(target.substr(q + 1));
+  }
   r->version = std::string(first[2]);
   for (size_t i = 1; i < lines.size(); ++i) {
     absl::string_view line = absl::StripTrailingAsciiWhitespace(lines[i]);
@@ -64,6 +67,7 @@ bool ParseRequest(absl::string_view head, RequestHead* r) {
     if (colon == absl::string_view::npos) continue;
     absl::string_view name = absl::StripAsciiWhitespace(line.substr(0, colon));
     absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+    r->request.headers.emplace_back(absl::AsciiStrToLower(name), std::string(value));
     if (absl::EqualsIgnoreCase(name, "accept-encoding")) {
       r->request.accept_encoding = absl::StrCat(r->request.accept_encoding, ",", value);
     } else if (absl::EqualsIgnoreCase(name, "authorization")) {
@@ -85,6 +89,19 @@ bool ParseRequest(absl::string_view head, RequestHead* r) {
     }
   }
   return true;
+}
+
+// "ip:port" of an accepted client ("[ip6]:port").
+std::string PeerAddress(const sockaddr_storage& from) {
+  char ip[INET6_ADDRSTRLEN] = "";
+  if (from.ss_family == AF_INET6) {
+    const auto* a = reinterpret_cast<const sockaddr_in6*>(&from);
+    inet_ntop(AF_INET6, &a->sin6_addr, ip, sizeof(ip));
+    return absl::StrCat("[", ip, "]:", ntohs(a->sin6_port));
+  }
+  const auto* a = reinterpret_cast<const sockaddr_in*>(&from);
+  inet_ntop(AF_INET, &a->sin_addr, ip, sizeof(ip));
+  return absl::StrCat(ip, ":", ntohs(a->sin_port));
 }
 
 // The end of the headers in `in`: the index just past the blank line, or npos.
@@ -288,6 +305,7 @@ class HttpServer::Loop {
     Clock::time_point since;     // start of the current request or answer: eviction order
     Clock::time_point deadline;  // closed when it passes
     std::string in;              // received, not yet handled
+    std::string peer;            // the client's address, for the handler
     std::string head;            // the answer being sent: status line and headers,
     std::shared_ptr<const std::string> body;  // and the body (none for HEAD)
     size_t sent = 0;                          // of head + body
@@ -319,7 +337,10 @@ class HttpServer::Loop {
       if (static_cast<int>(connections_.size()) >= options_.max_connections && !MakeRoom()) {
         return;  // the rest wait in the kernel's backlog until a connection can go
       }
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      sockaddr_storage from{};
+      socklen_t from_len = sizeof(from);
+      int fd = accept4(listen_fd_, reinterpret_cast<sockaddr*>(&from), &from_len,
+                       SOCK_NONBLOCK | SOCK_CLOEXEC);
       if (fd < 0) {
         if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
           // Out of descriptors: deadlines free some meanwhile.
@@ -332,6 +353,7 @@ class HttpServer::Loop {
       Connection& c = connections_[fd];
       c.fd = fd;
       c.serial = ++serials_;
+      c.peer = PeerAddress(from);
       c.since = Clock::now();
       c.deadline = c.since + ToChrono(options_.request_timeout);
       Watch(fd, EPOLLIN, EPOLL_CTL_ADD, c.serial);
@@ -571,6 +593,7 @@ class HttpServer::Loop {
     c.in.erase(0, end + request.content_length);
     const bool keep_alive = request.version == "HTTP/1.1" ? request.connection != "close"
                                                           : request.connection == "keep-alive";
+    request.request.peer = c.peer;
     HttpResponse response = handler_(request.request);
     if (response.body == nullptr) response.body = std::make_shared<const std::string>();
     Answer(c, response, head, response.close || !keep_alive);
@@ -657,6 +680,13 @@ class HttpServer::Loop {
   std::atomic<uint64_t> dropped_{0};
   std::atomic<uint64_t> tls_refused_{0};
 };
+
+std::string HttpRequest::Header(absl::string_view name) const {
+  for (const auto& [key, value] : headers) {
+    if (absl::EqualsIgnoreCase(key, name)) return value;
+  }
+  return "";
+}
 
 HttpResponse HttpResponse::Text(int code, std::string reason, std::string text, bool close) {
   HttpResponse response;

@@ -20,8 +20,11 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace profd {
@@ -29,10 +32,17 @@ namespace profd {
 struct HttpRequest {
   std::string method;  // GET, HEAD, POST, ...
   std::string path;    // the target without its query
+  std::string query;   // after the '?', as sent (not decoded)
   std::string accept_encoding;
   std::string authorization;  // the Authorization header's value, as sent
   std::string content_type;
   std::string body;  // at most Options::max_body_bytes
+  // Every header as sent, names in lower case (within Options::max_request_bytes).
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string peer;  // the client's address, "ip:port" ("[ip6]:port")
+
+  // The value of the first header of that name (any case); "" when there is none.
+  std::string Header(absl::string_view name) const;
 };
 
 struct HttpResponse {

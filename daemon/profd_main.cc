@@ -541,22 +541,9 @@ absl::StatusOr<std::optional<PodDirectory::Options>> PodDirectoryFlags(const std
 
 // --kubernetes_authorization and the flags beside it.
 absl::StatusOr<std::optional<KubernetesAuthorizer::Options>> AuthorizationFlags() {
-  const std::string source = absl::GetFlag(FLAGS_kubernetes_authorization);
-  if (source == "none" || source.empty()) return std::nullopt;
-  KubernetesAuthorizer::Options options;
-  if (source == "apiserver") {
-    absl::StatusOr<std::string> server = InClusterApiServer("--kubernetes_authorization=apiserver");
-    if (!server.ok()) return server.status();
-    options.server = *server;
-  } else if (absl::StartsWith(source, "https://")) {
-    options.server = std::string(absl::StripSuffix(source, "/"));
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--kubernetes_authorization=", source, ": expected none, apiserver or an https:// URL"));
-  }
-  options.token_file = absl::GetFlag(FLAGS_kubernetes_token_file);
-  options.ca_file = absl::GetFlag(FLAGS_kubernetes_ca_file);
-  return options;
+  return KubernetesAuthorizer::FromFlags(
+      "--kubernetes_authorization", absl::GetFlag(FLAGS_kubernetes_authorization),
+      absl::GetFlag(FLAGS_kubernetes_token_file), absl::GetFlag(FLAGS_kubernetes_ca_file));
 }
 
 ListenerFlags ListenerFlagsFromFlags() {

@@ -12,7 +12,7 @@
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/metrics/gpu_sampler.h"
 #include "daemon/metrics/pm_sampler.h"
-#include "daemon/server/kubernetes_authorizer.h"
+#include "common/kubernetes_authorizer.h"
 #include "profd/v1/profd.grpc.pb.h"
 
 namespace profd {

@@ -309,10 +309,13 @@ def check_profd_pieces(objects, errors):
                    ("ClusterRole", "profd-fleet"), ("ClusterRole", "profd-capturer"),
                    ("CSIDriver", "csi.profd.dev"),
                    ("Service", "profd-metrics"), ("ServiceMonitor", "profd"),
-                   ("Secret", "profd-s3-credentials"), ("PriorityClass", "profd-node-agent")]:
+                   ("Secret", "profd-s3-credentials"), ("PriorityClass", "profd-node-agent"),
+                   ("Deployment", "profd-gateway"), ("Service", "profd-gateway")]:
         if wanted not in kinds:
             errors.append("%s/%s is missing from the base" % wanted)
     for obj in objects:
+        if obj.get("kind") == "Deployment" and obj["metadata"]["name"] == "profd-gateway":
+            check_gateway(obj, errors)
         if obj.get("kind") != "DaemonSet":
             continue
         pod = obj["spec"]["template"]["spec"]
@@ -329,6 +332,32 @@ def check_profd_pieces(objects, errors):
                           "NVIDIA_VISIBLE_DEVICES=all)")
         if not pod.get("priorityClassName"):
             errors.append("DaemonSet/profd: no priorityClassName")
+
+
+def check_gateway(obj, errors):
+    """The gateway runs `profctl gateway` as the profd-fleet service account, authorizing users
+    with the API server, probed on its own port."""
+    pod = obj["spec"]["template"]["spec"]
+    if pod.get("serviceAccountName") != "profd-fleet":
+        errors.append("Deployment/profd-gateway: not the profd-fleet service account")
+    container = (pod.get("containers") or [{}])[0]
+    args = container.get("args") or []
+    if "gateway" not in args:
+        errors.append("Deployment/profd-gateway: its container does not run `profctl gateway`")
+    if not any(a.startswith("--kubernetes_authorization=") and not a.endswith("=none")
+               for a in args):
+        errors.append("Deployment/profd-gateway: users are not authorized by the API server")
+    for probe in ("livenessProbe", "readinessProbe"):
+        if (container.get(probe) or {}).get("httpGet", {}).get("path") != "/healthz":
+            errors.append("Deployment/profd-gateway: no %s on /healthz" % probe)
+    if not (pod.get("securityContext") or {}).get("runAsNonRoot"):
+        errors.append("Deployment/profd-gateway: runs as root")
+
+
+def drop_gateway_authorization(doc):
+    if doc.get("kind") == "Deployment":
+        args = doc["spec"]["template"]["spec"]["containers"][0]["args"]
+        args[:] = [a for a in args if not a.startswith("--kubernetes_authorization")]
 
 
 def validate(kubectl, source, parts=("base", "example")):
@@ -404,6 +433,8 @@ MUTATIONS = [
     ("service.yaml", drop_port_of_service, "required field 'port' of V1ServicePort"),
     ("daemonset.yaml", port_as_text, "containerPort: expected int, got 'ninety'"),
     ("daemonset.yaml", misspelt_field, "unknown field 'imagePullPolicyy' in V1Container"),
+    ("gateway.yaml", drop_gateway_authorization,
+     "Deployment/profd-gateway: users are not authorized by the API server"),
     ("servicemonitor.yaml", drop_service_monitor_selector,
      "required field 'selector' of ServiceMonitor"),
     ("examples/serving/namespace.yaml", drop_pss_label,

@@ -283,5 +283,38 @@ TEST_F(PrometheusDashboardTest, UploadSeriesMoveWhenCapturesAreStored) {
   EXPECT_EQ(annotations, 1);
 }
 
+// Every panel whose series are a pod's links to the gateway's capture page for that pod
+// (tests/integration/gateway_test opens the link in Chromium): the query keeps the namespace and
+// pod labels the link takes, and the link's base is the dashboard's gateway variable.
+TEST(PrometheusDashboardLinks, PerPodPanelsLinkToTheGatewayCapturePage) {
+  rapidjson::Document dashboard;
+  dashboard.Parse(ReadFileOrEmpty(SourcePath("deploy/grafana/profd-dashboard.json")).c_str());
+  ASSERT_FALSE(dashboard.HasParseError());
+  bool variable = false;
+  for (const auto& v : dashboard["templating"]["list"].GetArray()) {
+    variable |= std::string(v["name"].GetString()) == "gateway" &&
+                std::string(v["type"].GetString()) == "textbox";
+  }
+  EXPECT_TRUE(variable) << "no textbox variable gateway";
+  int linked = 0;
+  for (const auto& panel : dashboard["panels"].GetArray()) {
+    const std::string title = panel["title"].GetString();
+    if (title.find("per pod") == std::string::npos) continue;
+    for (const auto& target : panel["targets"].GetArray()) {
+      const std::string expr = target["expr"].GetString();
+      EXPECT_NE(expr.find("namespace, pod"), std::string::npos) << title << ": " << expr;
+    }
+    ASSERT_TRUE(panel["fieldConfig"]["defaults"].HasMember("links")) << title;
+    const auto& link = panel["fieldConfig"]["defaults"]["links"][0];
+    EXPECT_STREQ(link["title"].GetString(), "Capture this pod for 5 s") << title;
+    EXPECT_STREQ(link["url"].GetString(),
+                 "${gateway}/capture?namespace=${__field.labels.namespace:percentencode}"
+                 "&pod=${__field.labels.pod:percentencode}&duration=5s&start=1")
+        << title;
+    ++linked;
+  }
+  EXPECT_EQ(linked, 3);
+}
+
 }  // namespace
 }  // namespace profd::testing

@@ -2,7 +2,7 @@
 // kubernetes_api_stand_in.py, users and RBAC bindings from tests/fixtures/kubernetes/users.json):
 // who a token is, what RBAC allows that user per namespace, the reasons a refusal gives, the
 // identity kept for its minute, and an API server that cannot be asked allowing nothing.
-#include "daemon/server/kubernetes_authorizer.h"
+#include "common/kubernetes_authorizer.h"
 
 #include <memory>
 #include <string>

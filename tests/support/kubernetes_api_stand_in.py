@@ -6,6 +6,7 @@ installs on the test machines; the clients under test (profctl's, profd's) are t
   GET  /api/v1/pods?fieldSelector=spec.nodeName=NODE   --pods FILE, that node's pods only
   GET  /api/v1/namespaces/NS/pods?labelSelector=S&limit=N&continue=T
                                                        pods-NS.json, filtered, paged --page-size
+  GET  /api/v1/namespaces/NS/pods/NAME                 that pod of pods-NS.json, as a Pod object
   GET  /apis/apps/v1/namespaces/NS/deployments/NAME    deployment-NS-NAME.json
   GET  /apis/batch/v1/namespaces/NS/jobs/NAME          job-NS-NAME.json
   POST /apis/authentication.k8s.io/v1/tokenreviews     who a token is: --users FILE's "tokens"
@@ -124,6 +125,9 @@ class Handler(BaseHTTPRequestHandler):
         m = re.fullmatch(r'/api/v1/namespaces/([a-z0-9-]+)/pods', url.path)
         if m:
             return self.pods(m.group(1), query)
+        m = re.fullmatch(r'/api/v1/namespaces/([a-z0-9-]+)/pods/([a-z0-9.-]+)', url.path)
+        if m:
+            return self.pod(m.group(1), m.group(2))
         m = re.fullmatch(
             r'/apis/(apps|batch)/v1/namespaces/([a-z0-9-]+)/(deployments|jobs)/([a-z0-9.-]+)',
             url.path)
@@ -186,6 +190,14 @@ class Handler(BaseHTTPRequestHandler):
             page["metadata"]["continue"] = str(start + size)
             page["metadata"]["remainingItemCount"] = len(items) - start - size
         return self.send_json(200, page)
+
+    def pod(self, ns, name):
+        # The list's item, with the kind and apiVersion a single object carries.
+        body = self.fixture("pods-%s.json" % ns) or {"items": []}
+        for item in body["items"]:
+            if item["metadata"]["name"] == name:
+                return self.send_json(200, dict({"kind": "Pod", "apiVersion": "v1"}, **item))
+        return self.send_json(*status(404, "NotFound", 'pods "%s" not found' % name))
 
     # TokenReview and SubjectAccessReview answer 201 Created with the review, spec echoed and
     # status filled in, as the API server does.

@@ -1,17 +1,19 @@
-// Who may capture what, decided the Kubernetes way (--kubernetes_authorization): a caller on the
-// TCP listener shows a bearer token (profctl sends its kubeconfig's), which the API server
-// authenticates (TokenReview: who it is, its groups), and each namespace of the processes a
-// capture would reach is a question for the cluster's authorizer (SubjectAccessReview: may this
-// user "create" "captures.profd.dev" there; "" = cluster-wide, for processes in no pod). RBAC
-// grants it like any verb on any resource (deploy/kubernetes/rbac.yaml, role profd-capturer).
-// profd needs only the system:auth-delegator role for the two reviews.
+// Who may capture what, decided the Kubernetes way (profd's --kubernetes_authorization, the
+// gateway's too: client/gateway.h): a caller shows a bearer token (profctl sends its kubeconfig's),
+// which the API server authenticates (TokenReview: who it is, its groups), and each namespace of
+// the processes a capture would reach is a question for the cluster's authorizer
+// (SubjectAccessReview: may this user "create" "captures.profd.dev" there; "" = cluster-wide, for
+// processes in no pod). RBAC grants it like any verb on any resource (deploy/kubernetes/rbac.yaml,
+// role profd-capturer). profd needs only the system:auth-delegator role for the two reviews.
 //
-// Threads: any; a call blocks for one API round trip (a capture's admission, on its gRPC handler
-// thread). A token's identity is kept for a minute (hashed), as the API server's own webhook
-// authenticator caches, so a fleet capture's retries cost no review.
+// Threads: any; a call blocks for one API round trip (a capture's admission, on profd's gRPC
+// handler thread or the gateway's HTTP thread). A token's identity is kept for a minute (hashed),
+// as the API server's own webhook authenticator caches, so a fleet capture's retries cost no
+// review.
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +46,14 @@ class KubernetesAuthorizer {
   static constexpr char kVerb[] = "create";
 
   explicit KubernetesAuthorizer(Options options);
+
+  // The options a --kubernetes_authorization flag gives: "none" or "" (std::nullopt: nothing is
+  // asked), "apiserver" (inside a pod: the in-cluster API server) or an https:// URL. `flag` names
+  // the flag in the error.
+  static absl::StatusOr<std::optional<Options>> FromFlags(const std::string& flag,
+                                                          const std::string& source,
+                                                          const std::string& token_file,
+                                                          const std::string& ca_file);
 
   // TokenReview. UNAUTHENTICATED when the API server does not know the token; UNAVAILABLE when
   // it cannot be asked (then nothing is allowed).

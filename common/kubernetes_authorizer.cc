@@ -1,6 +1,8 @@
-#include "daemon/server/kubernetes_authorizer.h"
+#include "common/kubernetes_authorizer.h"
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/https_client.h"
 #include "common/json_member.h"
 #include "common/sha256.h"
@@ -47,6 +49,26 @@ void StringList(Writer& w, const std::vector<std::string>& values) {
 }  // namespace
 
 KubernetesAuthorizer::KubernetesAuthorizer(Options options) : options_(std::move(options)) {}
+
+absl::StatusOr<std::optional<KubernetesAuthorizer::Options>> KubernetesAuthorizer::FromFlags(
+    const std::string& flag, const std::string& source, const std::string& token_file,
+    const std::string& ca_file) {
+  if (source == "none" || source.empty()) return std::nullopt;
+  Options options;
+  if (source == "apiserver") {
+    absl::StatusOr<std::string> server = InClusterApiServer(absl::StrCat(flag, "=apiserver"));
+    if (!server.ok()) return server.status();
+    options.server = *server;
+  } else if (absl::StartsWith(source, "https://")) {
+    options.server = std::string(absl::StripSuffix(source, "/"));
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, "=", source, ": expected none, apiserver or an https:// URL"));
+  }
+  options.token_file = token_file;
+  options.ca_file = ca_file;
+  return options;
+}
 
 absl::StatusOr<std::string> KubernetesAuthorizer::Review(const std::string& path,
                                                          const std::string& body) {
