@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include "agent/cuda_devices.h"
 #include "agent/cupti/cupti_broker.h"
@@ -16,6 +17,7 @@ namespace profagent {
 namespace {
 
 std::atomic<FlightRecorder*> g_recorder{nullptr};
+FlightRecorder* g_at_exit = nullptr;  // the recorder whose thread runs (one per process)
 
 constexpr size_t kPoolBuffers = 4;
 
@@ -59,13 +61,27 @@ void FlightRecorder::Set(const wire::SetRecorder& asked) {
     settings_ = settings;
     ring_.Configure(settings.max_bytes - kPoolBuffers * BufferBytes(settings.max_bytes),
                     settings.seconds * 1000000000ull);
-    if (settings.on && !thread_.joinable()) thread_ = std::thread([this] { Run(); });
+    if (settings.on && !thread_.joinable()) {
+      thread_ = std::thread([this] { Run(); });
+      // CUDA and CUPTI were loaded before (the recorder needs them), so this runs before their
+      // own teardown at exit: the recorder's session ends while CUPTI can still end it.
+      g_at_exit = this;
+      std::atexit([] { g_at_exit->StopAtExit(); });
+    }
   }
   cv_.notify_all();
   Log(LogLevel::kInfo, "flight recorder %s (%llu s, at most %llu MiB%s)",
       settings.on ? "on" : "off", static_cast<unsigned long long>(settings.seconds),
       static_cast<unsigned long long>(settings.max_bytes >> 20),
       settings.duty_on_ms ? ", duty-cycled" : "");
+}
+
+void FlightRecorder::StopAtExit() {
+  std::unique_lock<std::mutex> lock(mu_);
+  quit_ = true;
+  cv_.notify_all();
+  // Not joined: a thread stuck in CUPTI must not hold the process's exit.
+  cv_.wait_for(lock, std::chrono::milliseconds(500), [this] { return !in_session_; });
 }
 
 void FlightRecorder::Report(wire::RecorderState* state) {
@@ -77,7 +93,7 @@ void FlightRecorder::Report(wire::RecorderState* state) {
   state->duty_period_ms = settings_.duty_period_ms;
   state->bytes =
       ring_.bytes() + (recording_ ? kPoolBuffers * BufferBytes(settings_.max_bytes) : 0);
-  state->covered_since_realtime_ns = ring_.chunks() > 0 ? ring_.covered_since_ns() : 0;
+  state->covered_since_realtime_ns = ring_.covered_since_ns();  // 0 until it first records
   state->evicted_records = ring_.dropped_records() + cupti_dropped_.load();
   state->paused = settings_.on && !detail_.empty();
   state->detail = detail_;

@@ -47,6 +47,8 @@ class FlightRecorder {
   // Agent thread. On (with its settings; zeros take the defaults) or off. Off lets CUPTI go and
   // frees the ring.
   void Set(const wire::SetRecorder& settings);
+  // At the process's exit: ends the recorder's session (waits at most half a second).
+  void StopAtExit();
   // Agent thread: what the heartbeat says.
   void Report(wire::RecorderState* state);
 

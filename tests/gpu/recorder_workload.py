@@ -29,7 +29,13 @@ def profctl(*args):
 
 
 def recorder(state, *extra):
-    r = profctl("recorder", state, "--pid", str(os.getpid()), *extra)
+    # The agent registers with profd once CUDA has started: give it the time to.
+    deadline = time.time() + 15
+    while True:
+        r = profctl("recorder", state, "--pid", str(os.getpid()), *extra)
+        if r.returncode == 0 or time.time() > deadline:
+            break
+        time.sleep(0.2)
     if r.returncode != 0:
         sys.exit("recorder %s: %s" % (state, r.stderr))
 
@@ -125,29 +131,30 @@ def alert(args):
     torch.cuda.synchronize()
     recorder("on", "--span", "20s")
     wait_recording()
-    cupti = nvtx_through_cupti()
+    cupti = nvtx_through_cupti() if not args.no_nvtx else ""
+    nvtx = torch.cuda.nvtx if not args.no_nvtx else None
     launched = {}  # wall-clock second -> GEMMs launched
     marks = []
     begin = time.time()
     next_mark = 0.0
     while time.time() - begin < args.seconds:
         now = time.time()
-        if now >= next_mark:
+        if now >= next_mark and nvtx:
             if marks:
-                torch.cuda.nvtx.range_pop()
+                nvtx.range_pop()
             marks.append(int(now * 1000))
-            torch.cuda.nvtx.range_push("mark %d" % marks[-1])
+            nvtx.range_push("mark %d" % marks[-1])
             next_mark = now + 0.1
         for _ in range(10):
             a @ b
         torch.cuda.synchronize()
         sec = int(time.time())
         launched[sec] = launched.get(sec, 0) + 10
-    torch.cuda.nvtx.range_pop()
+    if nvtx:
+        nvtx.range_pop()
     held = recorder_state()
     fired = time.time_ns()
-    status, answer = notify(args.port, open(args.token_file).read().strip(), "GpuRecorderCheck",
-                            fired)
+    status, answer = notify(args.port, open(args.token_file).read().strip(), args.alertname, fired)
     # The capture the alert started: it runs 2 s while this process goes on.
     end = time.time() + 2.5
     while time.time() < end:
@@ -156,7 +163,7 @@ def alert(args):
     capture = None
     for _ in range(300):
         listed = json.loads(profctl("--json", "captures", "--limit", "1").stdout).get("captures", [])
-        if listed and listed[0].get("alert", {}).get("name") == "GpuRecorderCheck" and \
+        if listed and listed[0].get("alert", {}).get("name") == args.alertname and \
                 listed[0]["phase"] in ("CAPTURE_PHASE_DONE", "CAPTURE_PHASE_FAILED"):
             capture = listed[0]
             break
@@ -213,5 +220,7 @@ if __name__ == "__main__":
     p.add_argument("--port", type=int, default=19478)
     p.add_argument("--token-file", default="")
     p.add_argument("--seconds", type=float, default=15)
+    p.add_argument("--alertname", default="GpuRecorderCheck")
+    p.add_argument("--no-nvtx", action="store_true", help="no NVTX marks (the kernels only)")
     a = p.parse_args()
     {"cost": cost, "alert": alert}[a.mode](a)

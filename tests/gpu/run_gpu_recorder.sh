@@ -6,7 +6,7 @@
 #    the alert fired, with every GEMM and NVTX mark of those seconds (recorder_workload.py alert).
 # 2. What the recorder costs GPT-2 fp16 b8, on all the time and duty-cycled (100 ms of every
 #    second), in windows of 200 steps interleaved in one process, and what it holds.
-# Results: OUT/summary.txt, OUT/alert.json, OUT/cost.txt.
+# Results: OUT/summary.txt, OUT/alert{1,2,3}.json, OUT/cost.txt.
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; WINDOWS=${3:-24}
 mkdir -p "$OUT"
@@ -17,12 +17,18 @@ start_profd recorder --metrics_address=none --alert_address=127.0.0.1:$PORT \
   --alert_token_file="$TOKEN"
 say "# flight recorder, $(date -u +%FT%TZ), commit ${PROFD_GATE_COMMIT:-unknown}"
 
-CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so python3 tests/gpu/recorder_workload.py alert \
-  --port "$PORT" --token-file "$TOKEN" --seconds 15 > "$OUT/alert.json" 2> "$OUT/alert.err"
-rc=$?
-say "alert-triggered capture, 10 s before the alert: $([ $rc -eq 0 ] && echo PASS || echo FAIL) $(cat "$OUT/alert.json")"
+# Three processes, one alert each (the recorder stays on until each process exits).
+for i in 1 2 3; do
+  LD_PRELOAD=${WORKLOAD_PRELOAD-$DIST/share/profd/tests/libsegv_backtrace.so} \
+    CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so python3 tests/gpu/recorder_workload.py alert \
+    --port "$PORT" --token-file "$TOKEN" --seconds 15 --alertname "GpuRecorderCheck$i" \
+    > "$OUT/alert$i.json" 2> "$OUT/alert$i.err"
+  rc=$?
+  say "alert-triggered capture $i, 10 s before the alert: $([ $rc -eq 0 ] && echo PASS || echo "FAIL (exit $rc)") $(cat "$OUT/alert$i.json")"
+done
 
-CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so python3 tests/gpu/recorder_workload.py cost \
+LD_PRELOAD=${WORKLOAD_PRELOAD-$DIST/share/profd/tests/libsegv_backtrace.so} \
+  CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so python3 tests/gpu/recorder_workload.py cost \
   --windows "$WINDOWS" --steps 200 > "$OUT/cost.txt" 2> "$OUT/cost.err"
 say "GPT-2 with the recorder (ms/step per condition, overhead over off): $(python3 tests/bench/overhead_report.py "$OUT/cost.txt")"
 grep '^# recorder' "$OUT/cost.txt" | sort | uniq -c | sort -rn | head -4 | tee -a "$OUT/summary.txt"
