@@ -438,7 +438,8 @@ std::string SetTiming(const CaptureFlags& f, profd::v1::CaptureRequest* request,
   if (!f.before.empty()) {
     absl::Duration before;
     // Its bound is checked with the rest of the request, by CheckCaptureRequest.
-    if (std::string bad = ParseDurationFlag("--before", f.before, absl::ZeroDuration(), most, &before);
+    if (std::string bad =
+            ParseDurationFlag("--before", f.before, absl::ZeroDuration(), most, &before);
         !bad.empty()) {
       return bad;
     }
@@ -733,8 +734,8 @@ int RunRecorder(const GlobalOptions& g, const RecorderFlags& f) {
     bad = "say which processes: --pid, --pod or --all";
   }
   if (bad.empty()) {
-    bad = ParseDurationFlag("--span", f.span, absl::Seconds(1), absl::Milliseconds(profd::v1::kMaxBeforeMs),
-                            &span);
+    bad = ParseDurationFlag("--span", f.span, absl::Seconds(1),
+                            absl::Milliseconds(profd::v1::kMaxBeforeMs), &span);
   }
   if (bad.empty() && (f.max_mib < 8 || f.max_mib > 4096)) {
     bad = "--max-mib " + std::to_string(f.max_mib) + " is outside 8..4096";

@@ -180,8 +180,8 @@ void CuptiCapture::Run(wire::StartCapture request) {
   if (recorder.on) WaitForStart(request);
   uint64_t asked_from = UINT64_MAX;
   if (request.before_ms > 0) {
-    uint64_t requested = request.requested_realtime_ns ? request.requested_realtime_ns
-                                                       : Now(CLOCK_REALTIME);
+    uint64_t requested =
+        request.requested_realtime_ns ? request.requested_realtime_ns : Now(CLOCK_REALTIME);
     uint64_t before_ns = request.before_ms * 1000000ull;
     asked_from = requested > before_ns ? requested - before_ns : 1;
   }

@@ -91,8 +91,7 @@ void FlightRecorder::Report(wire::RecorderState* state) {
   state->max_bytes = settings_.max_bytes;
   state->duty_on_ms = settings_.duty_on_ms;
   state->duty_period_ms = settings_.duty_period_ms;
-  state->bytes =
-      ring_.bytes() + (recording_ ? kPoolBuffers * BufferBytes(settings_.max_bytes) : 0);
+  state->bytes = ring_.bytes() + (recording_ ? kPoolBuffers * BufferBytes(settings_.max_bytes) : 0);
   state->covered_since_realtime_ns = ring_.covered_since_ns();  // 0 until it first records
   state->evicted_records = ring_.dropped_records() + cupti_dropped_.load();
   state->paused = settings_.on && !detail_.empty();
@@ -250,8 +249,8 @@ void FlightRecorder::RecordUntilStopped(const CuptiLibrary& cupti,
   while (true) {
     {
       std::unique_lock<std::mutex> lock(mu_);
-      auto wake = std::min(window_end, std::chrono::steady_clock::now() +
-                                           std::chrono::milliseconds(kFlushMs));
+      auto wake = std::min(window_end,
+                           std::chrono::steady_clock::now() + std::chrono::milliseconds(kFlushMs));
       cv_.wait_until(lock, wake, [this] { return ShouldStopLocked() || cut_short_; });
       if (ShouldStopLocked() || cut_short_) return;
     }

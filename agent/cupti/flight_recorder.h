@@ -83,14 +83,14 @@ class FlightRecorder {
   std::thread thread_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  wire::SetRecorder settings_;     // guarded by mu_
-  bool quit_ = false;              // guarded by mu_
-  bool suspend_requested_ = false; // guarded by mu_: a capture wants CUPTI
-  bool in_session_ = false;        // guarded by mu_: Record runs (claiming, tracing, letting go)
-  bool recording_ = false;         // guarded by mu_: CUPTI traces for the recorder
-  bool cut_short_ = false;         // guarded by mu_
-  std::string detail_;             // guarded by mu_
-  RecorderRing ring_;              // guarded by mu_
+  wire::SetRecorder settings_;      // guarded by mu_
+  bool quit_ = false;               // guarded by mu_
+  bool suspend_requested_ = false;  // guarded by mu_: a capture wants CUPTI
+  bool in_session_ = false;         // guarded by mu_: Record runs (claiming, tracing, letting go)
+  bool recording_ = false;          // guarded by mu_: CUPTI traces for the recorder
+  bool cut_short_ = false;          // guarded by mu_
+  std::string detail_;              // guarded by mu_
+  RecorderRing ring_;               // guarded by mu_
 
   BufferPool pool_;
   struct Completed {

@@ -168,8 +168,8 @@ struct StartCapture {
 
 struct SetRecorder {
   bool on = false;
-  uint64_t seconds = 0;    // 0: the default
-  uint64_t max_bytes = 0;  // 0: the default
+  uint64_t seconds = 0;     // 0: the default
+  uint64_t max_bytes = 0;   // 0: the default
   uint64_t duty_on_ms = 0;  // 0: all the time
   uint64_t duty_period_ms = 0;
 };

@@ -32,10 +32,9 @@ absl::Status CheckCaptureRequest(const v1::CaptureRequest& request, absl::Time n
   // The flight recorder keeps 10 s by default; an agent set to keep more can give more.
   const absl::Duration max_before = absl::Milliseconds(v1::kMaxBeforeMs);
   if (request.before_ms() < 0 || absl::Milliseconds(request.before_ms()) > max_before) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--before ", absl::FormatDuration(absl::Milliseconds(request.before_ms())),
-                     " is outside 0..", absl::FormatDuration(max_before),
-                     " (what a flight recorder may keep)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--before ", absl::FormatDuration(absl::Milliseconds(request.before_ms())),
+        " is outside 0..", absl::FormatDuration(max_before), " (what a flight recorder may keep)"));
   }
   if (request.label().size() > v1::kMaxLabelBytes) {
     return absl::InvalidArgumentError(

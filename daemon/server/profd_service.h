@@ -7,12 +7,12 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/kubernetes_authorizer.h"
 #include "daemon/agents/agent_channel_server.h"
 #include "daemon/agents/agent_registry.h"
 #include "daemon/capture/capture_orchestrator.h"
 #include "daemon/metrics/gpu_sampler.h"
 #include "daemon/metrics/pm_sampler.h"
-#include "common/kubernetes_authorizer.h"
 #include "profd/v1/profd.grpc.pb.h"
 
 namespace profd {
@@ -32,9 +32,8 @@ struct DaemonIdentity {
 
 class ProfdService final : public v1::Profd::Service {
  public:
-  ProfdService(const DaemonIdentity* identity, AgentRegistry* registry,
-               AgentChannelServer* channel, CaptureOrchestrator* captures,
-               const CaptureTargets* targets);
+  ProfdService(const DaemonIdentity* identity, AgentRegistry* registry, AgentChannelServer* channel,
+               CaptureOrchestrator* captures, const CaptureTargets* targets);
 
   // Set before serving; null leaves nvml_available false in GetStatus.
   void set_gpu_sampler(const GpuSampler* gpus) { gpus_ = gpus; }
@@ -68,8 +67,7 @@ class ProfdService final : public v1::Profd::Service {
   absl::Status Authenticate(const grpc::ServerContext& context, AuditRecord* audit,
                             std::optional<KubernetesCaller>* caller) const;
   absl::Status Authorize(const std::optional<KubernetesCaller>& caller,
-                         const std::vector<CaptureTarget>& targets,
-                         AuditRecord* audit) const;
+                         const std::vector<CaptureTarget>& targets, AuditRecord* audit) const;
   // Starts the capture if the caller may (set_authorizer), with its audit line.
   absl::StatusOr<std::string> Admit(const grpc::ServerContext& context,
                                     const v1::CaptureRequest& request);

@@ -274,10 +274,9 @@ TEST_F(CuptiSharingTest, TheFlightRecorderStepsAsideForTorchProfilerAndForCaptur
   EXPECT_TRUE(WaitFor(recording, absl::Seconds(5))) << HostLog();
 
   ASSERT_EQ(profd_->Profctl({"recorder", "off", "--pid", p}).exit_code, 0);
-  EXPECT_TRUE(WaitFor([&] { return recorder([](const rapidjson::Value& r) {
-                        return !r["on"].GetBool();
-                      }); },
-                      absl::Seconds(5)));
+  EXPECT_TRUE(WaitFor(
+      [&] { return recorder([](const rapidjson::Value& r) { return !r["on"].GetBool(); }); },
+      absl::Seconds(5)));
   // Kineto still gets CUPTI after all of it.
   host->Signal(SIGUSR1);
   EXPECT_TRUE(WaitFor(

@@ -1,7 +1,7 @@
 // The flight recorder end to end without a GPU: the real profd and profctl, and the real agent
 // whose capture backend replays batches recorded on an H200 (its recorder holds the recording as
-// if it had run since the recorder was turned on). `profctl recorder on` reaches the agent, `agents`
-// shows it, and `capture --before` begins before the request with the recorder's events.
+// if it had run since the recorder was turned on). `profctl recorder on` reaches the agent,
+// `agents` shows it, and `capture --before` begins before the request with the recorder's events.
 #include <filesystem>
 #include <thread>
 
@@ -65,8 +65,8 @@ TEST_F(RecorderTest, CaptureBeforeBeginsWithWhatTheRecorderKept) {
   // The recorder has run about 1.5 s when the capture asks for 3 s before it: it gives what it
   // holds, and says from when.
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
-  rapidjson::Document c = profd_->ProfctlJson(
-      {"capture", "--pid", pid_, "--duration", "500ms", "--before", "3s"});
+  rapidjson::Document c =
+      profd_->ProfctlJson({"capture", "--pid", pid_, "--duration", "500ms", "--before", "3s"});
   ASSERT_STREQ(c["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log();
   EXPECT_EQ(std::stoll(c["before_ms"].GetString()), 3000);
   const auto& p = c["processes"][0];
@@ -88,8 +88,8 @@ TEST_F(RecorderTest, CaptureBeforeBeginsWithWhatTheRecorderKept) {
   // Off: a capture asking for the time before gets none, and says why.
   ASSERT_EQ(profd_->Profctl({"recorder", "off", "--pid", pid_}).exit_code, 0);
   ASSERT_TRUE(WaitFor([&] { return !RecorderOn(); }, absl::Seconds(5)));
-  rapidjson::Document off = profd_->ProfctlJson(
-      {"capture", "--pid", pid_, "--duration", "300ms", "--before", "2s"});
+  rapidjson::Document off =
+      profd_->ProfctlJson({"capture", "--pid", pid_, "--duration", "300ms", "--before", "2s"});
   ASSERT_STREQ(off["phase"].GetString(), "CAPTURE_PHASE_DONE") << profd_->log();
   EXPECT_EQ(std::stoll(off["processes"][0]["recorded_from_unix_ns"].GetString()), 0);
   EXPECT_EQ(KernelsBefore(off, std::stoll(off["requested_unix_ns"].GetString())).first, 0);
