@@ -775,6 +775,25 @@ int RunRecorder(const GlobalOptions& g, const RecorderFlags& f) {
   return kExitOk;
 }
 
+void AddRecorderCommand(CLI::App& app, const GlobalOptions& g, int* rc) {
+  auto r = std::make_shared<RecorderFlags>();
+  CLI::App* recorder = app.add_subcommand(
+      "recorder", "Turn a process's GPU flight recorder on or off (capture --before reads it)");
+  recorder->add_option("state", r->state, "on or off")
+      ->required()
+      ->check(CLI::IsMember({"on", "off"}));
+  recorder->add_option("--pid", r->targets.pids, "Process (repeat for several)");
+  recorder->add_flag("--all", r->targets.all, "Every process with an agent on this node");
+  recorder->add_option("--pod", r->targets.pod, "Every process of this pod: POD or NAMESPACE/POD");
+  recorder->add_option("-n,--namespace", r->targets.pod_namespace, "Namespace of --pod");
+  recorder->add_option("--span", r->span, "How much to keep (default 10s)");
+  recorder->add_option("--max-mib", r->max_mib, "Memory bound per process (default 64)");
+  recorder->add_option("--duty", r->duty,
+                       "Record ON of every PERIOD (e.g. 100ms/1s): a sample of the time at a "
+                       "fraction of the cost");
+  recorder->callback([&g, rc, r] { *rc = RunRecorder(g, *r); });
+}
+
 }  // namespace
 
 bool CaptureIsOver(const profd::v1::CaptureInfo& info) {
@@ -872,22 +891,7 @@ void AddCaptureCommands(CLI::App& app, const GlobalOptions& g, int* rc) {
   cancel->add_option("id", *id, "Capture id")->required();
   cancel->callback([&g, rc, id] { *rc = RunCancel(g, *id); });
 
-  auto r = std::make_shared<RecorderFlags>();
-  CLI::App* recorder = app.add_subcommand(
-      "recorder", "Turn a process's GPU flight recorder on or off (capture --before reads it)");
-  recorder->add_option("state", r->state, "on or off")
-      ->required()
-      ->check(CLI::IsMember({"on", "off"}));
-  recorder->add_option("--pid", r->targets.pids, "Process (repeat for several)");
-  recorder->add_flag("--all", r->targets.all, "Every process with an agent on this node");
-  recorder->add_option("--pod", r->targets.pod, "Every process of this pod: POD or NAMESPACE/POD");
-  recorder->add_option("-n,--namespace", r->targets.pod_namespace, "Namespace of --pod");
-  recorder->add_option("--span", r->span, "How much to keep (default 10s)");
-  recorder->add_option("--max-mib", r->max_mib, "Memory bound per process (default 64)");
-  recorder->add_option("--duty", r->duty,
-                       "Record ON of every PERIOD (e.g. 100ms/1s): a sample of the time at a "
-                       "fraction of the cost");
-  recorder->callback([&g, rc, r] { *rc = RunRecorder(g, *r); });
+  AddRecorderCommand(app, g, rc);
 }
 
 }  // namespace profctl
