@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "analysis/analysis.h"
@@ -570,10 +571,27 @@ class CaptureOrchestrator::Capture : public std::enable_shared_from_this<Capture
       kineto = true;
       kineto_events = SaturatingAdd(kineto_events, proc.kineto->trace_events());
     }
-    if (!kineto) return analysis_->Finish();
+    if (!kineto) {
+      absl::StatusOr<analysis::Report> report = analysis_->Finish();
+      if (report.ok()) NoteRecordedParts(&*report);
+      return report;
+    }
     std::vector<std::string> paths;
     for (const auto& f : info_.files()) paths.push_back(f.path());
     return KinetoSource::Analyze(paths, kineto_events, owner_->options_.kineto_max_exact_events);
+  }
+
+  // --before: which part of each process's window came from its flight recorder.
+  void NoteRecordedParts(analysis::Report* report) const {
+    for (const v1::ProcessCapture& p : info_.processes()) {
+      if (p.recorded_from_unix_ns() <= 0) continue;
+      const double before_s = (info_.requested_unix_ns() - p.recorded_from_unix_ns()) / 1e9;
+      report->notes.push_back(absl::StrFormat(
+          "pid %u: its events of the %.2f s before the request come from its flight recorder "
+          "(--before %.3gs): kernels, copies, memsets and NVTX ranges; its CUDA API calls and "
+          "synchronizations begin at the request",
+          p.pid(), before_s, info_.before_ms() / 1e3));
+    }
   }
 
   // The capture has ended: its processes are free for the next one, and it is counted.

@@ -78,6 +78,14 @@ TEST_F(RecorderTest, CaptureBeforeBeginsWithWhatTheRecorderKept) {
   auto [before, all] = KernelsBefore(c, requested);
   EXPECT_EQ(before, 1000);
   EXPECT_EQ(all, 2000);
+  // The report says which part of its window came from before the request.
+  rapidjson::Document report =
+      ReadGzipJson(std::string(c["location"].GetString()) + "/summary.json");
+  bool noted = false;
+  for (const auto& n : report["notes"].GetArray()) {
+    noted |= absl::StrContains(n.GetString(), "before the request come from its flight recorder");
+  }
+  EXPECT_TRUE(noted);
 
   // The capture's summary line says where its part from before the request begins.
   RunResult shown =
