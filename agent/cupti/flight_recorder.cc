@@ -113,10 +113,9 @@ FlightRecorder::Handoff FlightRecorder::Suspend(uint64_t from_ns) {
   uint64_t covered = ring_.covered_since_ns();
   handoff.from_ns = std::max(from_ns, covered);
   handoff.chunks = ring_.Since(handoff.from_ns);
-  handoff.note = "the flight recorder's part starts at its ring's oldest record";
-  if (covered > from_ns) {
-    handoff.note = "the flight recorder held only the last " + Seconds(RealtimeNs() - covered);
-  }
+  handoff.note = covered > from_ns
+                     ? "the flight recorder held only the last " + Seconds(RealtimeNs() - covered)
+                     : "the flight recorder held all of the time asked for before the request";
   if (settings_.duty_on_ms) {
     handoff.note += "; it was duty-cycled (" + std::to_string(settings_.duty_on_ms) +
                     " ms of every " + std::to_string(settings_.duty_period_ms) +
