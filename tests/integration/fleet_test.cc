@@ -175,15 +175,7 @@ TEST_F(FleetTest, OneCommandCapturesTheWorkloadOnEveryNodeAndNamesTheStraggler) 
 TEST_F(FleetTest, OnlyUsersTheClusterAllowsCaptureAndEveryAttemptIsAudited) {
   for (int i = 1; i <= 2; ++i) StartNode(i);
   for (int i = 1; i <= 2; ++i) StartPods(i, "");
-  ASSERT_TRUE(WaitFor(
-      [&] {
-        for (const auto& node : nodes_) {
-          rapidjson::Document d = node->ProfctlJson({"agents"});
-          if (!d.HasMember("agents") || d["agents"].Size() != 2) return false;
-        }
-        return true;
-      },
-      absl::Seconds(15)));
+  ASSERT_TRUE(WaitFor([&] { return AllRegistered(); }, absl::Seconds(15)));
   // bob may view the namespace but not capture in it: every node refuses, saying who and why,
   // and nothing starts.
   WriteKubeconfig("bob-kubeconfig", kBobToken);

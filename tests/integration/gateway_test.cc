@@ -33,15 +33,7 @@ class GatewayTest : public FleetCluster {
   void StartCluster() {
     for (int i = 1; i <= 2; ++i) StartNode(i);
     for (int i = 1; i <= 2; ++i) StartPods(i, "");
-    ASSERT_TRUE(WaitFor(
-        [&] {
-          for (const auto& node : nodes_) {
-            rapidjson::Document d = node->ProfctlJson({"agents"});
-            if (!d.HasMember("agents") || d["agents"].Size() != 2) return false;
-          }
-          return true;
-        },
-        absl::Seconds(15)));
+    ASSERT_TRUE(WaitFor([&] { return AllRegistered(); }, absl::Seconds(15)));
     WriteKubeconfig("gateway-kubeconfig", kGatewayToken);
     std::ofstream(dir_.File("gateway-token")) << kGatewayToken << "\n";
     gateway_port_ = 17480 + getpid() % 1000;
