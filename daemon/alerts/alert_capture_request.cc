@@ -24,7 +24,7 @@ absl::Status BadAnnotation(const char* name, const std::string& value, const std
 }
 
 absl::Status ApplyAnnotations(const AlertmanagerAlert& alert, const AlertCaptureContext& context,
-                              v1::CaptureRequest* request) {
+                              absl::Time now, v1::CaptureRequest* request) {
   auto annotation = [&](const char* name) -> std::string {
     auto it = alert.annotations.find(name);
     return it == alert.annotations.end() ? "" : std::string(absl::StripAsciiWhitespace(it->second));
@@ -68,7 +68,7 @@ absl::Status ApplyAnnotations(const AlertmanagerAlert& alert, const AlertCapture
     }
   }
   if (before > absl::ZeroDuration()) {
-    absl::Duration since_fired = context.now - alert.starts_at;
+    absl::Duration since_fired = now - alert.starts_at;
     if (since_fired < absl::ZeroDuration() || alert.starts_at == absl::InfinitePast()) {
       since_fired = absl::ZeroDuration();
     }
@@ -104,7 +104,8 @@ absl::StatusOr<AlertTargetLabels> ParseAlertTargetLabels(absl::string_view text)
 }
 
 absl::StatusOr<v1::CaptureRequest> CaptureRequestForAlert(const AlertmanagerAlert& alert,
-                                                          const AlertCaptureContext& context) {
+                                                          const AlertCaptureContext& context,
+                                                          absl::Time now) {
   const AlertTargetLabels& names = context.labels;
   if (std::string node = LabelOf(alert, names.node); !node.empty() && node != context.node) {
     return absl::FailedPreconditionError(
@@ -152,7 +153,7 @@ absl::StatusOr<v1::CaptureRequest> CaptureRequestForAlert(const AlertmanagerAler
         absl::StrCat("it names no process: it has none of the labels ", absl::StrJoin(wanted, ", "),
                      " (--alert_target_labels maps them; keep them in the rule's `by (...)`)"));
   }
-  if (absl::Status s = ApplyAnnotations(alert, context, &request); !s.ok()) return s;
+  if (absl::Status s = ApplyAnnotations(alert, context, now, &request); !s.ok()) return s;
   return request;
 }
 

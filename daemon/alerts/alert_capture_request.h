@@ -47,7 +47,6 @@ struct AlertCaptureContext {
   // How long before the alert fired (its startsAt) the capture begins, with what each process's
   // flight recorder kept; without profd_capture_before. 0: not before the request.
   absl::Duration default_before = absl::Seconds(10);
-  absl::Time now = absl::Now();  // when the notification came
   // The pids of the processes on GPU `gpu` (the `gpu` label of /metrics), of the pod when
   // pod is not empty (namespace too when not empty).
   std::function<std::vector<uint32_t>(uint32_t gpu, const std::string& pod_namespace,
@@ -60,7 +59,9 @@ struct AlertCaptureContext {
 // the namespace when named). Errors, each saying what the alert lacked or held:
 // FAILED_PRECONDITION for an alert whose node label names another node, INVALID_ARGUMENT for no
 // target label or a malformed label or annotation, NOT_FOUND for a GPU without processes.
+// now: when the notification came (the time before the alert is counted from its startsAt).
 absl::StatusOr<v1::CaptureRequest> CaptureRequestForAlert(const AlertmanagerAlert& alert,
-                                                          const AlertCaptureContext& context);
+                                                          const AlertCaptureContext& context,
+                                                          absl::Time now = absl::Now());
 
 }  // namespace profd::alerts

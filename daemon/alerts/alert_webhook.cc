@@ -160,9 +160,7 @@ AlertWebhook::Outcome AlertWebhook::Consider(const AlertmanagerNotification& not
     Record(notification, alert, outcome, nullptr);
     return outcome;
   }
-  AlertCaptureContext context = options_.capture;
-  context.now = absl::Now();
-  absl::StatusOr<v1::CaptureRequest> request = CaptureRequestForAlert(alert, context);
+  absl::StatusOr<v1::CaptureRequest> request = CaptureRequestForAlert(alert, options_.capture);
   if (!request.ok()) {
     outcome.why = std::string(request.status().message());
     Record(notification, alert, outcome, nullptr);
