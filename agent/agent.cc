@@ -107,6 +107,13 @@ void Agent::RequestStop() {
   Wake();
 }
 
+void Agent::SetRecorder(const wire::SetRecorder& settings) {
+  CaptureHandler* handler = capture_handler_.load();
+  if (handler == nullptr) return;
+  handler->OnSetRecorder(settings);
+  HeartbeatNow();
+}
+
 void Agent::HeartbeatNow() {
   heartbeat_now_.store(true);
   Wake();
@@ -271,8 +278,7 @@ void Agent::Dispatch(std::string_view frame) {
       if (handler != nullptr) handler->OnStopCapture(command.stop_capture_id);
       break;
     case wire::DaemonCommand::Kind::kSetRecorder:
-      if (handler != nullptr) handler->OnSetRecorder(command.recorder);
-      HeartbeatNow();  // profd hears what the recorder does now
+      SetRecorder(command.recorder);
       break;
     case wire::DaemonCommand::Kind::kUnknown:
       break;  // a newer profd: ignore what we do not know

@@ -51,6 +51,10 @@ class Agent {
   // the process's own profiler started or stopped tracing).
   void HeartbeatNow();
 
+  // Any thread; returns at once: the flight recorder on or off (profd's SetRecorder, or the
+  // process itself through profagent_set_recorder), and profd hears of it at once.
+  void SetRecorder(const wire::SetRecorder& settings);
+
   bool connected() const { return connected_.load(std::memory_order_relaxed); }
   const AgentOptions& options() const { return options_; }
 

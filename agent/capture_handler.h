@@ -21,7 +21,8 @@ class CaptureHandler {
   virtual void OnDisconnected() = 0;
   // The CUPTI version for the hello message (0 when CUPTI is not loaded).
   virtual uint32_t CuptiVersion() = 0;
-  // The flight recorder (agent thread): on or off, and its state for the heartbeat.
+  // The flight recorder: on or off (any thread, returns at once), and its state for the heartbeat
+  // (agent thread).
   virtual void OnSetRecorder(const wire::SetRecorder& settings) = 0;
   virtual void ReportRecorder(wire::RecorderState* state) = 0;
 };

@@ -112,3 +112,15 @@ extern "C" __attribute__((visibility("default"))) void profagent_stop(void) {
 extern "C" __attribute__((visibility("default"))) int profagent_set_counters(int enabled) {
   return profagent::LaunchCounters::Get().SetActive(enabled != 0) ? 0 : -1;
 }
+
+extern "C" __attribute__((visibility("default"))) int profagent_set_recorder(
+    int on, unsigned duty_on_ms, unsigned duty_period_ms) {
+  profagent::Agent* agent = profagent::Agent::Get();
+  if (agent == nullptr) return -1;
+  profagent::wire::SetRecorder settings;
+  settings.on = on != 0;
+  settings.duty_on_ms = duty_on_ms;
+  settings.duty_period_ms = duty_period_ms;
+  agent->SetRecorder(settings);
+  return 0;
+}

@@ -91,7 +91,8 @@ void FlightRecorder::Report(wire::RecorderState* state) {
   state->max_bytes = settings_.max_bytes;
   state->duty_on_ms = settings_.duty_on_ms;
   state->duty_period_ms = settings_.duty_period_ms;
-  state->bytes = ring_.bytes() + (recording_ ? kPoolBuffers * BufferBytes(settings_.max_bytes) : 0);
+  state->bytes =
+      ring_.bytes() + (holding_buffers_ ? kPoolBuffers * BufferBytes(settings_.max_bytes) : 0);
   state->covered_since_realtime_ns = ring_.covered_since_ns();  // 0 until it first records
   state->evicted_records = ring_.dropped_records() + cupti_dropped_.load();
   state->paused = settings_.on && !detail_.empty();
@@ -137,35 +138,30 @@ void FlightRecorder::Run() {
   pthread_setname_np(pthread_self(), "profagent-rec");
   CuptiBroker& broker = CuptiBroker::Get();
   std::unique_lock<std::mutex> lock(mu_);
-  bool fresh = true;  // the next session starts a new coverage (not a duty window's next)
   while (!quit_) {
     cv_.wait(lock, [this] { return quit_ || (settings_.on && !suspend_requested_); });
     if (quit_) break;
     in_session_ = true;
     lock.unlock();
-    bool recorded = Record(broker, fresh);
+    bool recorded = Record(broker);
     lock.lock();
     in_session_ = false;
     cv_.notify_all();
-    fresh = true;
     if (!settings_.on) {
       ring_.Restart(0);  // off: the ring's memory goes
       detail_.clear();
       continue;
     }
     if (suspend_requested_) continue;  // a capture takes the ring; Resume starts anew
-    auto stop = [this] { return quit_ || !settings_.on || suspend_requested_; };
     if (!recorded || cut_short_) {
-      cv_.wait_for(lock, std::chrono::seconds(1), stop);  // try again in a second
-    } else if (settings_.duty_on_ms) {
-      fresh = false;
-      cv_.wait_for(lock, std::chrono::milliseconds(settings_.duty_period_ms - settings_.duty_on_ms),
-                   stop);
+      // Try again in a second.
+      cv_.wait_for(lock, std::chrono::seconds(1),
+                   [this] { return quit_ || !settings_.on || suspend_requested_; });
     }
   }
 }
 
-bool FlightRecorder::Record(CuptiBroker& broker, bool fresh) {
+bool FlightRecorder::Record(CuptiBroker& broker) {
   auto not_recording = [this](std::string why) {
     std::lock_guard<std::mutex> lock(mu_);
     detail_ = std::move(why);
@@ -200,43 +196,73 @@ bool FlightRecorder::Record(CuptiBroker& broker, bool fresh) {
   pool_.Allocate(kPoolBuffers, BufferBytes(settings.max_bytes));
   g_recorder.store(this);
   broker.SetCutShortListener(&FlightRecorder::OnCutShort, this);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_buffers_ = true;
+  }
+  // Duty-cycled, the claim and the buffers stay between windows: only the activity kinds go off
+  // and on again, the cheapest way CUPTI has to stop and resume tracing.
+  std::string why_not;
+  for (bool fresh = true; TraceWindow(broker, cupti, settings, fresh, &why_not); fresh = false) {
+    if (!settings.duty_on_ms || !WaitForNextWindow(settings)) break;
+    if (std::string tracer = broker.OtherTracer(); !tracer.empty()) {
+      std::lock_guard<std::mutex> lock(mu_);
+      cut_short_ = true;
+      detail_ = "paused while " + tracer + " traces CUDA activity in this process";
+      break;
+    }
+  }
+  g_recorder.store(nullptr);
+  broker.ReleaseCapture();
+  pool_.Release();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    holding_buffers_ = false;
+  }
+  cv_.notify_all();
+  return why_not.empty() || not_recording(why_not);
+}
+
+bool FlightRecorder::TraceWindow(CuptiBroker& broker, const CuptiLibrary& cupti,
+                                 const wire::SetRecorder& settings, bool fresh,
+                                 std::string* why_not) {
   std::vector<CUpti_ActivityKind> enabled;
   std::string warnings;
+  wire::CaptureError error = wire::CaptureError::kNone;
+  std::string message;
   if (!broker.StartAgentTracing({CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL, CUPTI_ACTIVITY_KIND_MEMCPY,
                                  CUPTI_ACTIVITY_KIND_MEMSET, CUPTI_ACTIVITY_KIND_MARKER},
                                 &FlightRecorder::BufferRequested, &FlightRecorder::BufferCompleted,
                                 &enabled, &warnings, &error, &message) ||
       enabled.empty()) {
-    g_recorder.store(nullptr);
-    broker.ReleaseCapture();
-    pool_.Release();
-    return not_recording("cannot trace: " + message + warnings);
+    *why_not = "cannot trace: " + message + warnings;
+    return false;
   }
   uint64_t started = RealtimeNs();
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (fresh) ring_.Restart(started);
-    recording_ = true;
     detail_.clear();
   }
   RecordUntilStopped(cupti, settings);
 
   // Cut short, the broker already disabled our kinds and flushed our buffers to us.
   CuptiBroker::StopResult stop = broker.StopAgentTracing();
-  g_recorder.store(nullptr);
-  broker.ReleaseCapture();
   DrainCompleted();
-  pool_.Release();
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    recording_ = false;
-    if (stop.cut_short) {
-      cut_short_ = true;
-      detail_ = "paused while " + stop.by + " traces CUDA activity in this process";
-    }
+  std::lock_guard<std::mutex> lock(mu_);
+  ring_.DropExpired(RealtimeNs());
+  if (stop.cut_short) {
+    cut_short_ = true;
+    detail_ = "paused while " + stop.by + " traces CUDA activity in this process";
   }
-  cv_.notify_all();
-  return true;
+  return !stop.cut_short;
+}
+
+bool FlightRecorder::WaitForNextWindow(const wire::SetRecorder& settings) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return !cv_.wait_for(lock,
+                       std::chrono::milliseconds(settings.duty_period_ms - settings.duty_on_ms),
+                       [this] { return ShouldStopLocked() || cut_short_; });
 }
 
 void FlightRecorder::RecordUntilStopped(const CuptiLibrary& cupti,

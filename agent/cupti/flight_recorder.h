@@ -9,8 +9,9 @@
 //    as it does a capture; the recorder waits until that profiler is done, then records again;
 //  - a capture of this process suspends it (Suspend), takes the ring, traces itself, and resumes
 //    it when it ends (Resume).
-// Duty-cycled (duty_on_ms of every duty_period_ms), the session is stopped between its windows:
-// what is recorded is a sample of the time, at a fraction of the cost.
+// Duty-cycled (duty_on_ms of every duty_period_ms), the activity kinds are off between windows
+// (the claim and the buffers are kept): what is recorded is a sample of the time, at a fraction
+// of the cost.
 //
 // Memory: max_bytes bounds the ring and CUPTI's buffers together.
 #pragma once
@@ -44,7 +45,7 @@ class FlightRecorder {
   FlightRecorder() = default;
   ~FlightRecorder();
 
-  // Agent thread. On (with its settings; zeros take the defaults) or off. Off lets CUPTI go and
+  // Any thread. On (with its settings; zeros take the defaults) or off. Off lets CUPTI go and
   // frees the ring.
   void Set(const wire::SetRecorder& settings);
   // At the process's exit: ends the recorder's session (waits at most half a second).
@@ -66,9 +67,17 @@ class FlightRecorder {
 
  private:
   void Run();  // the recorder's thread
-  // One CUPTI session, from the claim to letting CUPTI go; false when it could not start (detail
-  // says why). Returns when asked to stop, to suspend, cut short, or at the end of a duty window.
-  bool Record(CuptiBroker& broker, bool fresh);
+  // One CUPTI session, from the claim to letting CUPTI go; false when it could not trace (detail
+  // says why). Returns when asked to stop, to suspend, or cut short; duty-cycled, it holds the
+  // claim and the buffers from window to window.
+  bool Record(CuptiBroker& broker);
+  // One window of tracing (the whole session unless duty-cycled), flushed into the ring; a fresh
+  // one restarts the ring's coverage. False when CUPTI would not trace (why_not says why) or
+  // another profiler cut it short.
+  bool TraceWindow(CuptiBroker& broker, const CuptiLibrary& cupti,
+                   const wire::SetRecorder& settings, bool fresh, std::string* why_not);
+  // Between duty windows: false when asked to stop or suspend first.
+  bool WaitForNextWindow(const wire::SetRecorder& settings);
   // Flushes into the ring every kFlushMs until asked to stop, cut short, or the duty window ends.
   void RecordUntilStopped(const CuptiLibrary& cupti, const wire::SetRecorder& settings);
   // Takes the buffers CUPTI completed into the ring (copied; the buffers go back to the pool).
@@ -87,7 +96,7 @@ class FlightRecorder {
   bool quit_ = false;               // guarded by mu_
   bool suspend_requested_ = false;  // guarded by mu_: a capture wants CUPTI
   bool in_session_ = false;         // guarded by mu_: Record runs (claiming, tracing, letting go)
-  bool recording_ = false;          // guarded by mu_: CUPTI traces for the recorder
+  bool holding_buffers_ = false;    // guarded by mu_: the session has the pool's buffers
   bool cut_short_ = false;          // guarded by mu_
   std::string detail_;              // guarded by mu_
   RecorderRing ring_;               // guarded by mu_

@@ -27,6 +27,12 @@ void profagent_stop(void);
  * running in this process. */
 int profagent_set_counters(int enabled);
 
+/* Turns the flight recorder on (1) or off (0) from inside the process, as `profctl recorder`
+ * does, with its default span and memory bound: all the time (0, 0), or duty-cycled, duty_on_ms
+ * of every duty_period_ms. Returns at once (the recorder starts and stops on its own thread);
+ * 0, or -1 when the agent is not running in this process. */
+int profagent_set_recorder(int on, unsigned duty_on_ms, unsigned duty_period_ms);
+
 #ifdef __cplusplus
 }
 #endif

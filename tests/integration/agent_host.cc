@@ -2,12 +2,14 @@
 // dlopen and calls InitializeInjection, exactly as the CUDA driver does for CUDA_INJECTION64_PATH,
 // then idles until SIGTERM/SIGKILL.
 //   agent_host <libprofagent.so> [--fork] [--preload LIB]... [--call FN]... [--on-usr1 FN]
-//              [--on-usr2 FN]
+//              [--on-usr2 FN] [--recorder ON_MS/PERIOD_MS]
 //   --fork       also fork a child that idles (fork safety)
 //   --preload    dlopen LIB before the agent starts, as `import torch` loads PyTorch's libraries
 //                (with Kineto and CUPTI) before CUDA starts
 //   --call       after InitializeInjection, call `int FN(void)` of a preloaded library
 //   --on-usr1/2  call it at each SIGUSR1/SIGUSR2 (start and stop a torch.profiler session)
+//   --recorder   after InitializeInjection, turn the agent's flight recorder on, duty-cycled
+//                (profagent_set_recorder; 0/0: all the time), as a process may itself
 // Each call prints "FN -> result" on stdout.
 #include <dlfcn.h>
 #include <signal.h>
@@ -42,12 +44,14 @@ int main(int argc, char** argv) {
   if (argc < 2) {
     std::fprintf(stderr,
                  "usage: agent_host <libprofagent.so> [--fork] [--preload LIB]... "
-                 "[--call FN]... [--on-usr1 FN] [--on-usr2 FN]\n");
+                 "[--call FN]... [--on-usr1 FN] [--on-usr2 FN] [--recorder ON_MS/PERIOD_MS]\n");
     return 2;
   }
   bool fork_child = false;
   std::vector<std::string> calls;
   std::string on_usr1, on_usr2;
+  unsigned duty_on_ms = 0, duty_period_ms = 0;
+  bool recorder = false;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     std::string value = i + 1 < argc ? argv[i + 1] : "";
@@ -69,6 +73,10 @@ int main(int argc, char** argv) {
       ++i;
     } else if (arg == "--on-usr2" && !value.empty()) {
       on_usr2 = value;
+      ++i;
+    } else if (arg == "--recorder" &&
+               std::sscanf(value.c_str(), "%u/%u", &duty_on_ms, &duty_period_ms) == 2) {
+      recorder = true;
       ++i;
     } else {
       std::fprintf(stderr, "agent_host: unknown argument %s\n", arg.c_str());
@@ -93,6 +101,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   for (const std::string& call : calls) Call(call);
+  if (recorder) {
+    auto set = reinterpret_cast<int (*)(int, unsigned, unsigned)>(
+        dlsym(lib, "profagent_set_recorder"));
+    std::printf("profagent_set_recorder -> %d\n", set ? set(1, duty_on_ms, duty_period_ms) : -2);
+  }
   std::printf("ready\n");
   std::fflush(stdout);
   if (fork_child) {

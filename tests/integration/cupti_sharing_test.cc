@@ -291,6 +291,60 @@ TEST_F(CuptiSharingTest, TheFlightRecorderStepsAsideForTorchProfilerAndForCaptur
       << HostOut();
 }
 
+// The process turns its own recorder on, duty-cycled (profagent_set_recorder). Between windows
+// the recorder keeps its claim on CUPTI: a torch.profiler session started in a window cuts it
+// short, one started between windows is seen before the next window; either way Kineto gets CUPTI
+// and the recorder waits for it.
+TEST_F(CuptiSharingTest, ADutyCycledRecorderStepsAsideInAndBetweenItsWindows) {
+  auto host = StartHost({"--recorder", "30/100"});
+  const pid_t pid = host->pid();
+  ASSERT_TRUE(
+      WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)))
+      << HostOut() << HostLog();
+  EXPECT_NE(HostOut().find("profagent_set_recorder -> 0"), std::string::npos) << HostOut();
+  auto recorder = [&](const std::function<bool(const rapidjson::Value&)>& check) {
+    rapidjson::Document doc = Agents();
+    const rapidjson::Value* a = FindAgent(doc, pid);
+    return a != nullptr && a->HasMember("recorder") && check((*a)["recorder"]);
+  };
+  // profd hears of it as of one it turned on.
+  auto recording = [&] {
+    return recorder([](const rapidjson::Value& r) {
+      return r["on"].GetBool() && !r["paused"].GetBool() && std::string(r["duty_on_ms"].GetString()) == "30" &&
+             std::string(r["duty_period_ms"].GetString()) == "100" &&
+             std::stoull(r["covered_since_realtime_ns"].GetString()) > 0;
+    });
+  };
+  auto paused_for_kineto = [&] {
+    return recorder([&](const rapidjson::Value& r) {
+      return r["paused"].GetBool() && std::string(r["detail"].GetString())
+                                              .find("libfake_kineto.so traces CUDA activity") !=
+                                          std::string::npos;
+    });
+  };
+  auto sessions = [&](const std::string& what) {
+    std::string out = HostOut();
+    int n = 0;
+    for (size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (int round = 1; round <= 3; ++round) {
+    SCOPED_TRACE("Kineto session " + std::to_string(round));
+    ASSERT_TRUE(WaitFor(recording, absl::Seconds(5))) << profd_->log() << HostLog();
+    // Somewhere in the 100 ms period: inside a window or between two.
+    absl::SleepFor(absl::Milliseconds(37 * round));
+    host->Signal(SIGUSR1);
+    ASSERT_TRUE(WaitFor([&] { return sessions("fakekineto_start_session -> 0") == round; },
+                        absl::Seconds(5)))
+        << HostOut() << HostLog();
+    EXPECT_TRUE(WaitFor(paused_for_kineto, absl::Seconds(5)));
+    host->Signal(SIGUSR2);
+    ASSERT_TRUE(WaitFor([&] { return sessions("fakekineto_stop_session -> 0") == round; },
+                        absl::Seconds(5)));
+  }
+  EXPECT_TRUE(WaitFor(recording, absl::Seconds(5))) << HostLog();
+}
+
 TEST_F(CuptiSharingTest, SharingOffIsSaidLoudly) {
   std::vector<std::string> argv = {BuildPath("tests/integration/agent_host"),
                                    BuildPath("agent/libprofagent.so"),
