@@ -1,11 +1,14 @@
 """The flight recorder on the GPU host (profctl and profd's socket from the environment, as the
 other GPU scripts have them; the agent injected with CUDA_INJECTION64_PATH).
 
-  cost --windows W --steps N
-      GPT-2 small fp16, batch 8x128, windows of N steps interleaved in this one process: off, rec
-      (the recorder on), off, rec_duty (on, 100 ms of every second); `profctl recorder on|off`
-      for this process between windows, outside the timing. Prints "window ..." lines for
-      tests/bench/overhead_report.py and "# recorder ..." lines with what the agent held.
+  cost --windows W --steps N --mix off,rec,off,duty:10/100
+      GPT-2 small fp16, batch 8x128, windows of N steps interleaved in this one process, in the
+      order --mix gives: off, rec (the recorder on all the time), duty:ON/PERIOD (on, ON ms of
+      every PERIOD ms). The process turns its recorder on and off itself between windows
+      (profagent_set_recorder, as `profctl recorder` does, without the round trip), then waits
+      --gap seconds for the recorder's thread, outside the timing: the host's speed drifts within
+      a second, so neighbouring windows must be close in time. Prints "window ..." lines for
+      tests/bench/overhead_report.py.
   alert --port P --token-file F --seconds S
       A bf16 GEMM loop that marks every 100 ms with an NVTX range "mark <unix ms>" and counts the
       GEMMs it launches in each wall-clock second. With the recorder on (20 s), after S seconds it
@@ -59,8 +62,18 @@ def wait_recording(timeout=10):
 
 
 def cost(args):
+    import ctypes
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
+    lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])  # the copy CUDA loaded: same handle
+    lib.profagent_set_recorder.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint]
+
+    def set_recorder(cond):
+        on, duty = (0, "0/0") if cond == "off" else (1, cond.partition(":")[2] or "0/0")
+        if lib.profagent_set_recorder(on, *map(int, duty.split("/"))) != 0:
+            sys.exit("profagent_set_recorder: no agent in this process")
+        time.sleep(args.gap)
+
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda().half().eval()
     ids = torch.randint(0, 50257, (8, 128), device="cuda")
@@ -68,15 +81,13 @@ def cost(args):
         for _ in range(20):
             model(ids)
     torch.cuda.synchronize()
-    mix = ["off", "rec", "off", "rec_duty"]
+    # The recorder's first session loads and claims CUPTI: once, before the timing.
+    set_recorder("rec")
+    time.sleep(1)
+    mix = args.mix.split(",")
     for w in range(args.windows):
         cond = mix[w % len(mix)]
-        if cond == "rec":
-            recorder("on")
-        elif cond == "rec_duty":
-            recorder("on", "--duty", "100ms/1s")
-        if cond != "off":
-            wait_recording()
+        set_recorder(cond)
         start = time.time_ns()
         t0 = time.perf_counter()
         with torch.no_grad():
@@ -84,13 +95,8 @@ def cost(args):
                 model(ids)
         torch.cuda.synchronize()
         ms = (time.perf_counter() - t0) * 1000 / args.steps
-        end = time.time_ns()
-        if cond != "off":
-            r = recorder_state()
-            print("# recorder %s bytes %s evicted %s" % (cond, r.get("bytes"),
-                                                          r.get("evicted_records")), flush=True)
-            recorder("off")
-        print("window %d %d %d %.4f %s" % (w, start, end, ms, cond), flush=True)
+        print("window %d %d %d %.4f %s" % (w, start, time.time_ns(), ms, cond), flush=True)
+    set_recorder("off")
 
 
 def nvtx_through_cupti():
@@ -215,8 +221,10 @@ def alert(args):
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
     p.add_argument("mode", choices=["cost", "alert"])
-    p.add_argument("--windows", type=int, default=24)
-    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--windows", type=int, default=320)
+    p.add_argument("--steps", type=int, default=30)
+    p.add_argument("--mix", default="off,rec,off,duty:10/100")
+    p.add_argument("--gap", type=float, default=0.1)
     p.add_argument("--port", type=int, default=19478)
     p.add_argument("--token-file", default="")
     p.add_argument("--seconds", type=float, default=15)

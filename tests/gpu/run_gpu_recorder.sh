@@ -4,11 +4,12 @@
 # 1. An alert-triggered capture of a bf16 GEMM loop that marks time with NVTX ranges: profd's
 #    alert listener gets the notification Alertmanager sends; the capture must begin 10 s before
 #    the alert fired, with every GEMM and NVTX mark of those seconds (recorder_workload.py alert).
-# 2. What the recorder costs GPT-2 fp16 b8, on all the time and duty-cycled (100 ms of every
-#    second), in windows of 200 steps interleaved in one process, and what it holds.
-# Results: OUT/summary.txt, OUT/alert{1,2,3}.json, OUT/cost.txt.
+# 2. What the recorder costs GPT-2 fp16 b8, on all the time and duty-cycled, in windows
+#    interleaved in one process: 30 steps (off, on, off, 10 ms of every 100 ms), and whole
+#    seconds for 100 ms of every second (cost_1s: noisier, the host's speed drifts within a second).
+# Results: OUT/summary.txt, OUT/alert{1,2,3}.json, OUT/cost.txt, OUT/cost_1s.txt.
 set -u
-DIST=$(cd "$1" && pwd); OUT=$2; WINDOWS=${3:-24}
+DIST=$(cd "$1" && pwd); OUT=$2; WINDOWS=${3:-320}
 mkdir -p "$OUT"
 source tests/gpu/gpu_lib.sh
 PORT=${PROFD_RECORDER_ALERT_PORT:-19478}
@@ -27,11 +28,17 @@ for i in 1 2 3; do
   say "alert-triggered capture $i, 10 s before the alert: $([ $rc -eq 0 ] && echo PASS || echo "FAIL (exit $rc)") $(cat "$OUT/alert$i.json")"
 done
 
-LD_PRELOAD=${WORKLOAD_PRELOAD-$DIST/share/profd/tests/libsegv_backtrace.so} \
-  CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so python3 tests/gpu/recorder_workload.py cost \
-  --windows "$WINDOWS" --steps 200 > "$OUT/cost.txt" 2> "$OUT/cost.err"
-say "GPT-2 with the recorder (ms/step per condition, overhead over off): $(python3 tests/bench/overhead_report.py "$OUT/cost.txt")"
-grep '^# recorder' "$OUT/cost.txt" | sort | uniq -c | sort -rn | head -4 | tee -a "$OUT/summary.txt"
+# Cost: short windows, the recorder turned on and off by the process itself between them.
+cost() {  # NAME recorder_workload.py-cost-flags...
+  local name=$1
+  shift
+  LD_PRELOAD=${WORKLOAD_PRELOAD-$DIST/share/profd/tests/libsegv_backtrace.so} \
+    CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so python3 tests/gpu/recorder_workload.py cost \
+    "$@" > "$OUT/$name.txt" 2> "$OUT/$name.err"
+  say "GPT-2, $name ($*; ms/step per condition, overhead over off): $(python3 tests/bench/overhead_report.py "$OUT/$name.txt")"
+}
+cost cost --windows "$WINDOWS" --steps 30 --mix off,rec,off,duty:10/100
+cost cost_1s --windows $((WINDOWS / 8)) --steps 250 --mix off,duty:100/1000
 tail -20 "$RT/profd.log" > "$OUT/profd.log.tail"
 kill $PROFD_PID 2>/dev/null
 rm -f "$TOKEN"
