@@ -102,8 +102,8 @@ int main(int argc, char** argv) {
   }
   for (const std::string& call : calls) Call(call);
   if (recorder) {
-    auto set = reinterpret_cast<int (*)(int, unsigned, unsigned)>(
-        dlsym(lib, "profagent_set_recorder"));
+    auto set =
+        reinterpret_cast<int (*)(int, unsigned, unsigned)>(dlsym(lib, "profagent_set_recorder"));
     std::printf("profagent_set_recorder -> %d\n", set ? set(1, duty_on_ms, duty_period_ms) : -2);
   }
   std::printf("ready\n");

@@ -67,9 +67,23 @@ class CuptiSharingTest : public ::testing::Test {
   // The agent's cupti_sharing as `profctl agents --json` shows it, once it has one.
   rapidjson::Document Agents() const { return profd_->ProfctlJson({"agents"}); }
   bool SharingSays(pid_t pid, const std::function<bool(const rapidjson::Value&)>& check) const {
+    return AgentSays(pid, "cupti_sharing", check);
+  }
+  // Its flight recorder's state.
+  bool RecorderSays(pid_t pid, const std::function<bool(const rapidjson::Value&)>& check) const {
+    return AgentSays(pid, "recorder", check);
+  }
+  bool RecorderPausedFor(pid_t pid, const std::string& why) const {
+    return RecorderSays(pid, [&](const rapidjson::Value& r) {
+      return r["paused"].GetBool() &&
+             std::string(r["detail"].GetString()).find(why) != std::string::npos;
+    });
+  }
+  bool AgentSays(pid_t pid, const char* member,
+                 const std::function<bool(const rapidjson::Value&)>& check) const {
     rapidjson::Document doc = Agents();
     const rapidjson::Value* a = FindAgent(doc, pid);
-    return a != nullptr && a->HasMember("cupti_sharing") && check((*a)["cupti_sharing"]);
+    return a != nullptr && a->HasMember(member) && check((*a)[member]);
   }
 
   TempDir captures_;
@@ -228,21 +242,10 @@ TEST_F(CuptiSharingTest, TheFlightRecorderStepsAsideForTorchProfilerAndForCaptur
       WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)))
       << HostOut() << HostLog();
   ASSERT_TRUE(WaitFor([&] { return FindAgent(Agents(), pid) != nullptr; }, absl::Seconds(5)));
-  auto recorder = [&](const std::function<bool(const rapidjson::Value&)>& check) {
-    rapidjson::Document doc = Agents();
-    const rapidjson::Value* a = FindAgent(doc, pid);
-    return a != nullptr && a->HasMember("recorder") && check((*a)["recorder"]);
-  };
   auto recording = [&] {
-    return recorder([](const rapidjson::Value& r) {
+    return RecorderSays(pid, [](const rapidjson::Value& r) {
       return r["on"].GetBool() && !r["paused"].GetBool() &&
              std::stoull(r["covered_since_realtime_ns"].GetString()) > 0;
-    });
-  };
-  auto paused_for = [&](const std::string& why) {
-    return recorder([&](const rapidjson::Value& r) {
-      return r["paused"].GetBool() &&
-             std::string(r["detail"].GetString()).find(why) != std::string::npos;
     });
   };
   ASSERT_EQ(profd_->Profctl({"recorder", "on", "--pid", p}).exit_code, 0);
@@ -254,8 +257,9 @@ TEST_F(CuptiSharingTest, TheFlightRecorderStepsAsideForTorchProfilerAndForCaptur
       WaitFor([&] { return HostOut().find("fakekineto_start_session -> 0") != std::string::npos; },
               absl::Seconds(5)))
       << HostOut() << HostLog();
-  EXPECT_TRUE(WaitFor([&] { return paused_for("libfake_kineto.so traces CUDA activity"); },
-                      absl::Seconds(5)))
+  EXPECT_TRUE(
+      WaitFor([&] { return RecorderPausedFor(pid, "libfake_kineto.so traces CUDA activity"); },
+              absl::Seconds(5)))
       << profd_->ProfctlJson({"agents"})["agents"][0]["recorder"]["detail"].GetString();
   RunResult table = profd_->Profctl({"agents"});
   EXPECT_NE(table.out.find("flight recorder on (10 s, at most 64.0 MiB): paused while"),
@@ -276,7 +280,9 @@ TEST_F(CuptiSharingTest, TheFlightRecorderStepsAsideForTorchProfilerAndForCaptur
 
   ASSERT_EQ(profd_->Profctl({"recorder", "off", "--pid", p}).exit_code, 0);
   EXPECT_TRUE(WaitFor(
-      [&] { return recorder([](const rapidjson::Value& r) { return !r["on"].GetBool(); }); },
+      [&] {
+        return RecorderSays(pid, [](const rapidjson::Value& r) { return !r["on"].GetBool(); });
+      },
       absl::Seconds(5)));
   // Kineto still gets CUPTI after all of it.
   host->Signal(SIGUSR1);
@@ -302,24 +308,13 @@ TEST_F(CuptiSharingTest, ADutyCycledRecorderStepsAsideInAndBetweenItsWindows) {
       WaitFor([&] { return HostOut().find("ready") != std::string::npos; }, absl::Seconds(5)))
       << HostOut() << HostLog();
   EXPECT_NE(HostOut().find("profagent_set_recorder -> 0"), std::string::npos) << HostOut();
-  auto recorder = [&](const std::function<bool(const rapidjson::Value&)>& check) {
-    rapidjson::Document doc = Agents();
-    const rapidjson::Value* a = FindAgent(doc, pid);
-    return a != nullptr && a->HasMember("recorder") && check((*a)["recorder"]);
-  };
   // profd hears of it as of one it turned on.
   auto recording = [&] {
-    return recorder([](const rapidjson::Value& r) {
-      return r["on"].GetBool() && !r["paused"].GetBool() && std::string(r["duty_on_ms"].GetString()) == "30" &&
+    return RecorderSays(pid, [](const rapidjson::Value& r) {
+      return r["on"].GetBool() && !r["paused"].GetBool() &&
+             std::string(r["duty_on_ms"].GetString()) == "30" &&
              std::string(r["duty_period_ms"].GetString()) == "100" &&
              std::stoull(r["covered_since_realtime_ns"].GetString()) > 0;
-    });
-  };
-  auto paused_for_kineto = [&] {
-    return recorder([&](const rapidjson::Value& r) {
-      return r["paused"].GetBool() && std::string(r["detail"].GetString())
-                                              .find("libfake_kineto.so traces CUDA activity") !=
-                                          std::string::npos;
     });
   };
   auto sessions = [&](const std::string& what) {
@@ -337,7 +332,9 @@ TEST_F(CuptiSharingTest, ADutyCycledRecorderStepsAsideInAndBetweenItsWindows) {
     ASSERT_TRUE(WaitFor([&] { return sessions("fakekineto_start_session -> 0") == round; },
                         absl::Seconds(5)))
         << HostOut() << HostLog();
-    EXPECT_TRUE(WaitFor(paused_for_kineto, absl::Seconds(5)));
+    EXPECT_TRUE(
+        WaitFor([&] { return RecorderPausedFor(pid, "libfake_kineto.so traces CUDA activity"); },
+                absl::Seconds(5)));
     host->Signal(SIGUSR2);
     ASSERT_TRUE(WaitFor([&] { return sessions("fakekineto_stop_session -> 0") == round; },
                         absl::Seconds(5)));
