@@ -11,7 +11,8 @@ import statistics
 import time
 
 import torch
-from transformers import GPT2Config, GPT2LMHeadModel
+
+from gpt2_model import model_and_input, step
 
 
 def summary(values):
@@ -26,21 +27,14 @@ def main():
     p.add_argument("--steps", default="15,100,250")
     p.add_argument("--seconds", type=float, default=20)
     a = p.parse_args()
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda().half().eval()
-    ids = torch.randint(0, 50257, (8, 128), device="cuda")
-    with torch.no_grad():
-        for _ in range(30):
-            model(ids)
-    torch.cuda.synchronize()
+    model, ids = model_and_input(warmup=30)
     for steps in map(int, a.steps.split(",")):
         wall, cpu = [], []
         end = time.time() + a.seconds
         while time.time() < end:
             t0, c0 = time.perf_counter(), time.thread_time()
-            with torch.no_grad():
-                for _ in range(steps):
-                    model(ids)
+            for _ in range(steps):
+                step(model, ids)
             torch.cuda.synchronize()
             wall.append((time.perf_counter() - t0) * 1000 / steps)
             cpu.append((time.thread_time() - c0) * 1000 / steps)

@@ -64,7 +64,7 @@ def wait_recording(timeout=10):
 def cost(args):
     import ctypes
     import torch
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from gpt2_model import model_and_input
     lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])  # the copy CUDA loaded: same handle
     lib.profagent_set_recorder.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint]
 
@@ -74,13 +74,7 @@ def cost(args):
             sys.exit("profagent_set_recorder: no agent in this process")
         time.sleep(args.gap)
 
-    torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=12, n_embd=768, n_head=12)).cuda().half().eval()
-    ids = torch.randint(0, 50257, (8, 128), device="cuda")
-    with torch.no_grad():
-        for _ in range(20):
-            model(ids)
-    torch.cuda.synchronize()
+    model, ids = model_and_input(warmup=20)
     # The recorder's first session loads and claims CUPTI: once, before the timing.
     set_recorder("rec")
     time.sleep(1)
