@@ -7,7 +7,9 @@ other GPU scripts have them; the agent injected with CUDA_INJECTION64_PATH).
       every PERIOD ms). The process turns its recorder on and off itself between windows
       (profagent_set_recorder, as `profctl recorder` does, without the round trip), then waits
       --gap seconds for the recorder's thread, outside the timing: the host's speed drifts within
-      a second, so neighbouring windows must be close in time. Prints "window ..." lines for
+      a second, so neighbouring windows must be close in time. With --block S, a window is as
+      many runs of N steps as fill S seconds (a block: the whole of each condition's time, its
+      switches and stalls included, averaged over seconds). Prints "window ..." lines for
       tests/bench/overhead_report.py.
   alert --port P --token-file F --seconds S
       A bf16 GEMM loop that marks every 100 ms with an NVTX range "mark <unix ms>" and counts the
@@ -84,11 +86,14 @@ def cost(args):
         set_recorder(cond)
         start = time.time_ns()
         t0 = time.perf_counter()
-        with torch.no_grad():
-            for _ in range(args.steps):
-                model(ids)
-        torch.cuda.synchronize()
-        ms = (time.perf_counter() - t0) * 1000 / args.steps
+        steps = 0
+        while steps == 0 or time.perf_counter() - t0 < args.block:
+            with torch.no_grad():
+                for _ in range(args.steps):
+                    model(ids)
+            torch.cuda.synchronize()
+            steps += args.steps
+        ms = (time.perf_counter() - t0) * 1000 / steps
         print("window %d %d %d %.4f %s" % (w, start, time.time_ns(), ms, cond), flush=True)
     set_recorder("off")
 
@@ -219,6 +224,7 @@ if __name__ == "__main__":
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--mix", default="off,rec,off,duty:10/100")
     p.add_argument("--gap", type=float, default=0.1)
+    p.add_argument("--block", type=float, default=0, help="seconds per window (0: N steps)")
     p.add_argument("--port", type=int, default=19478)
     p.add_argument("--token-file", default="")
     p.add_argument("--seconds", type=float, default=15)
