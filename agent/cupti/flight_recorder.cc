@@ -40,6 +40,11 @@ std::string Seconds(uint64_t ns) {
 
 }  // namespace
 
+uint64_t NsUntilDutyWindow(uint64_t realtime_ns, uint64_t period_ms) {
+  const uint64_t period_ns = period_ms * 1000000ull;
+  return period_ns - realtime_ns % period_ns;
+}
+
 FlightRecorder::~FlightRecorder() {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -185,8 +190,8 @@ bool FlightRecorder::Record(CuptiBroker& broker) {
   bool stopped = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    settings = session_ = settings_;
     stopped = ShouldStopLocked();  // a capture or off came while claiming
-    settings = settings_;
     cut_short_ = false;
   }
   if (stopped) {
@@ -203,14 +208,17 @@ bool FlightRecorder::Record(CuptiBroker& broker) {
   // Duty-cycled, the claim and the buffers stay between windows: only the activity kinds go off
   // and on again, the cheapest way CUPTI has to stop and resume tracing.
   std::string why_not;
-  for (bool fresh = true; TraceWindow(broker, cupti, settings, fresh, &why_not); fresh = false) {
-    if (!settings.duty_on_ms || !WaitForNextWindow(settings)) break;
-    if (std::string tracer = broker.OtherTracer(); !tracer.empty()) {
-      std::lock_guard<std::mutex> lock(mu_);
-      cut_short_ = true;
-      detail_ = "paused while " + tracer + " traces CUDA activity in this process";
-      break;
+  for (bool fresh = true;; fresh = false) {
+    if (settings.duty_on_ms) {
+      if (!WaitForNextWindow(settings)) break;
+      if (std::string tracer = broker.OtherTracer(); !tracer.empty()) {
+        std::lock_guard<std::mutex> lock(mu_);
+        cut_short_ = true;
+        detail_ = "paused while " + tracer + " traces CUDA activity in this process";
+        break;
+      }
     }
+    if (!TraceWindow(broker, cupti, settings, fresh, &why_not) || !settings.duty_on_ms) break;
   }
   g_recorder.store(nullptr);
   broker.ReleaseCapture();
@@ -260,9 +268,16 @@ bool FlightRecorder::TraceWindow(CuptiBroker& broker, const CuptiLibrary& cupti,
 
 bool FlightRecorder::WaitForNextWindow(const wire::SetRecorder& settings) {
   std::unique_lock<std::mutex> lock(mu_);
-  return !cv_.wait_for(lock,
-                       std::chrono::milliseconds(settings.duty_period_ms - settings.duty_on_ms),
-                       [this] { return ShouldStopLocked() || cut_short_; });
+  return !cv_.wait_for(
+      lock, std::chrono::nanoseconds(NsUntilDutyWindow(RealtimeNs(), settings.duty_period_ms)),
+      [this] { return ShouldStopLocked() || cut_short_; });
+}
+
+bool FlightRecorder::ShouldStopLocked() const {
+  return quit_ || !settings_.on || suspend_requested_ ||
+         settings_.duty_on_ms != session_.duty_on_ms ||
+         settings_.duty_period_ms != session_.duty_period_ms ||
+         settings_.max_bytes != session_.max_bytes;
 }
 
 void FlightRecorder::RecordUntilStopped(const CuptiLibrary& cupti,

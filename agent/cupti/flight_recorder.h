@@ -11,7 +11,9 @@
 //    it when it ends (Resume).
 // Duty-cycled (duty_on_ms of every duty_period_ms), the activity kinds are off between windows
 // (the claim and the buffers are kept): what is recorded is a sample of the time, at a fraction
-// of the cost.
+// of the cost. Windows begin on whole multiples of the period in CLOCK_REALTIME, so every process
+// recording with the same period, on every node whose clock is synchronized, samples the same
+// instants: the ranks of one job can be read side by side.
 //
 // Memory: max_bytes bounds the ring and CUPTI's buffers together.
 #pragma once
@@ -35,6 +37,10 @@ namespace profagent {
 
 class CuptiBroker;
 struct CuptiLibrary;
+
+// How long from realtime_ns until the next duty window begins: the next whole multiple of the
+// period since the epoch.
+uint64_t NsUntilDutyWindow(uint64_t realtime_ns, uint64_t period_ms);
 
 class FlightRecorder {
  public:
@@ -76,13 +82,14 @@ class FlightRecorder {
   // another profiler cut it short.
   bool TraceWindow(CuptiBroker& broker, const CuptiLibrary& cupti,
                    const wire::SetRecorder& settings, bool fresh, std::string* why_not);
-  // Between duty windows: false when asked to stop or suspend first.
+  // Until the next duty window begins: false when asked to stop or suspend first.
   bool WaitForNextWindow(const wire::SetRecorder& settings);
   // Flushes into the ring every kFlushMs until asked to stop, cut short, or the duty window ends.
   void RecordUntilStopped(const CuptiLibrary& cupti, const wire::SetRecorder& settings);
   // Takes the buffers CUPTI completed into the ring (copied; the buffers go back to the pool).
   void DrainCompleted();
-  bool ShouldStopLocked() const { return quit_ || !settings_.on || suspend_requested_; }
+  // Off, a capture, the process's exit, or new settings for the session (taken at its next start).
+  bool ShouldStopLocked() const;
 
   static void OnCutShort(void* context, const std::string& by);
   static void BufferRequested(uint8_t** buffer, size_t* size, size_t* max_records);
@@ -93,6 +100,7 @@ class FlightRecorder {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   wire::SetRecorder settings_;      // guarded by mu_
+  wire::SetRecorder session_;       // guarded by mu_: the settings the session runs with
   bool quit_ = false;               // guarded by mu_
   bool suspend_requested_ = false;  // guarded by mu_: a capture wants CUPTI
   bool in_session_ = false;         // guarded by mu_: Record runs (claiming, tracing, letting go)

@@ -1,7 +1,8 @@
 // The flight recorder's ring: bounded by bytes and by age, oldest dropped first and counted, and
-// "covered since" the time from which every record is still held.
+// "covered since" the time from which every record is still held; and its duty windows' schedule.
 #include "agent/cupti/recorder_ring.h"
 
+#include "agent/cupti/flight_recorder.h"
 #include "gtest/gtest.h"
 
 namespace profagent {
@@ -75,6 +76,21 @@ TEST(RecorderRingTest, AChunkLargerThanTheBoundIsDroppedAtOnce) {
   ring.Configure(10, 60 * kS);
   EXPECT_EQ(ring.chunks(), 0u);
   EXPECT_EQ(ring.dropped_records(), 9u);
+}
+
+TEST(DutyWindowTest, WindowsBeginOnWholeMultiplesOfThePeriodSinceTheEpoch) {
+  constexpr uint64_t kMs = 1000000ull;
+  // Two processes that turn the recorder on at different moments sample the same instants.
+  const uint64_t a = 1764633600 * kS + 123 * kMs + 456;
+  const uint64_t b = 1764633607 * kS + 999 * kMs;
+  EXPECT_EQ(a + NsUntilDutyWindow(a, 1000), 1764633601 * kS);
+  EXPECT_EQ(b + NsUntilDutyWindow(b, 1000), 1764633608 * kS);
+  EXPECT_EQ(a + NsUntilDutyWindow(a, 100), 1764633600 * kS + 200 * kMs);
+  // On a boundary, the window after it: a window just ended there.
+  EXPECT_EQ(NsUntilDutyWindow(1764633608 * kS, 1000), 1000 * kMs);
+  // A period that does not divide a second still counts from the epoch.
+  EXPECT_EQ((a + NsUntilDutyWindow(a, 300)) % (300 * kMs), 0u);
+  EXPECT_LE(NsUntilDutyWindow(a, 300), 300 * kMs);
 }
 
 }  // namespace

@@ -7,10 +7,13 @@ other GPU scripts have them; the agent injected with CUDA_INJECTION64_PATH).
       every PERIOD ms). The process turns its recorder on and off itself between windows
       (profagent_set_recorder, as `profctl recorder` does, without the round trip), then waits
       --gap seconds for the recorder's thread, outside the timing: the host's speed drifts within
-      a second, so neighbouring windows must be close in time. With --block S, a window is as
-      many runs of N steps as fill S seconds (a block: the whole of each condition's time, its
-      switches and stalls included, averaged over seconds). Prints "window ..." lines for
+      a second, so neighbouring windows must be close in time. Prints "window ..." lines for
       tests/bench/overhead_report.py.
+  phase --mix off,duty:100/1000 --block S --blocks B --steps-file F
+      The same model, every step timed (its start and end, CLOCK_REALTIME ns), in blocks of S
+      seconds in the order --mix gives, toggled as cost does. Duty windows begin on whole
+      multiples of the period, so each step's place in the period is known: the steps file
+      (gzip, "step <start_ns> <end_ns> <cond>") is for tests/bench/duty_cost.py.
   alert --port P --token-file F --seconds S
       A bf16 GEMM loop that marks every 100 ms with an NVTX range "mark <unix ms>" and counts the
       GEMMs it launches in each wall-clock second. With the recorder on (20 s), after S seconds it
@@ -63,10 +66,10 @@ def wait_recording(timeout=10):
     sys.exit("the recorder did not start: %s" % recorder_state())
 
 
-def cost(args):
+def recorder_switch(gap):
+    """A function that turns this process's recorder to a --mix condition (off, rec,
+    duty:ON/PERIOD) and waits gap seconds for the recorder's thread."""
     import ctypes
-    import torch
-    from gpt2_model import model_and_input
     lib = ctypes.CDLL(os.environ["CUDA_INJECTION64_PATH"])  # the copy CUDA loaded: same handle
     lib.profagent_set_recorder.argtypes = [ctypes.c_int, ctypes.c_uint, ctypes.c_uint]
 
@@ -74,27 +77,52 @@ def cost(args):
         on, duty = (0, "0/0") if cond == "off" else (1, cond.partition(":")[2] or "0/0")
         if lib.profagent_set_recorder(on, *map(int, duty.split("/"))) != 0:
             sys.exit("profagent_set_recorder: no agent in this process")
-        time.sleep(args.gap)
+        time.sleep(gap)
 
-    model, ids = model_and_input(warmup=20)
     # The recorder's first session loads and claims CUPTI: once, before the timing.
     set_recorder("rec")
     time.sleep(1)
+    return set_recorder
+
+
+def cost(args):
+    import torch
+    from gpt2_model import model_and_input, step
+    model, ids = model_and_input(warmup=20)
+    set_recorder = recorder_switch(args.gap)
     mix = args.mix.split(",")
     for w in range(args.windows):
         cond = mix[w % len(mix)]
         set_recorder(cond)
         start = time.time_ns()
         t0 = time.perf_counter()
-        steps = 0
-        while steps == 0 or time.perf_counter() - t0 < args.block:
-            with torch.no_grad():
-                for _ in range(args.steps):
-                    model(ids)
-            torch.cuda.synchronize()
-            steps += args.steps
-        ms = (time.perf_counter() - t0) * 1000 / steps
+        for _ in range(args.steps):
+            step(model, ids)
+        torch.cuda.synchronize()
+        ms = (time.perf_counter() - t0) * 1000 / args.steps
         print("window %d %d %d %.4f %s" % (w, start, time.time_ns(), ms, cond), flush=True)
+    set_recorder("off")
+
+
+def phase(args):
+    import torch
+    from gpt2_model import model_and_input, step
+    model, ids = model_and_input(warmup=20)
+    set_recorder = recorder_switch(args.gap)
+    mix = args.mix.split(",")
+    with gzip.open(args.steps_file, "wt") as out:
+        for b in range(args.blocks):
+            cond = mix[b % len(mix)]
+            set_recorder(cond)
+            times = []
+            end = time.time() + args.block
+            while time.time() < end:
+                t0 = time.time_ns()
+                step(model, ids)
+                times.append((t0, time.time_ns()))
+            torch.cuda.synchronize()
+            out.writelines("step %d %d %s\n" % (t0, t1, cond) for t0, t1 in times)
+            print("block %d %s: %d steps" % (b, cond, len(times)), flush=True)
     set_recorder("off")
 
 
@@ -219,16 +247,18 @@ def alert(args):
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["cost", "alert"])
+    p.add_argument("mode", choices=["cost", "phase", "alert"])
     p.add_argument("--windows", type=int, default=320)
     p.add_argument("--steps", type=int, default=30)
     p.add_argument("--mix", default="off,rec,off,duty:10/100")
     p.add_argument("--gap", type=float, default=0.1)
-    p.add_argument("--block", type=float, default=0, help="seconds per window (0: N steps)")
+    p.add_argument("--block", type=float, default=10, help="phase: seconds per block")
+    p.add_argument("--blocks", type=int, default=24)
+    p.add_argument("--steps-file", default="steps.gz")
     p.add_argument("--port", type=int, default=19478)
     p.add_argument("--token-file", default="")
     p.add_argument("--seconds", type=float, default=15)
     p.add_argument("--alertname", default="GpuRecorderCheck")
     p.add_argument("--no-nvtx", action="store_true", help="no NVTX marks (the kernels only)")
     a = p.parse_args()
-    {"cost": cost, "alert": alert}[a.mode](a)
+    {"cost": cost, "phase": phase, "alert": alert}[a.mode](a)

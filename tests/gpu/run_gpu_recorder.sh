@@ -5,9 +5,10 @@
 #    alert listener gets the notification Alertmanager sends; the capture must begin 10 s before
 #    the alert fired, with every GEMM and NVTX mark of those seconds (recorder_workload.py alert).
 # 2. What the recorder costs GPT-2 fp16 b8, on all the time and duty-cycled, in windows
-#    interleaved in one process: 30 steps (off, on, off, 10 ms of every 100 ms), and whole
-#    seconds for 100 ms of every second (cost_1s: noisier, the host's speed drifts within a second).
-# Results: OUT/summary.txt, OUT/alert{1,2,3}.json, OUT/cost.txt, OUT/cost_1s.txt.
+#    interleaved in one process: 30 steps (off, on, off, 10 ms of every 100 ms); and 100 ms of
+#    every second from every step's time (phase: each window against the steps on either side of
+#    it, and 10 s blocks off and on; tests/bench/duty_cost.py).
+# Results: OUT/summary.txt, OUT/alert{1,2,3}.json, OUT/cost.txt, OUT/phase.steps.gz.
 set -u
 DIST=$(cd "$1" && pwd); OUT=$2; WINDOWS=${3:-320}
 mkdir -p "$OUT"
@@ -38,7 +39,11 @@ cost() {  # NAME recorder_workload.py-cost-flags...
   say "GPT-2, $name ($*; ms/step per condition, overhead over off): $(python3 tests/bench/overhead_report.py "$OUT/$name.txt")"
 }
 cost cost --windows "$WINDOWS" --steps 30 --mix off,rec,off,duty:10/100
-cost cost_1s --windows $((WINDOWS / 8)) --steps 250 --mix off,duty:100/1000
+LD_PRELOAD=${WORKLOAD_PRELOAD-$DIST/share/profd/tests/libsegv_backtrace.so} \
+  CUDA_INJECTION64_PATH=$DIST/lib/libprofagent.so python3 tests/gpu/recorder_workload.py phase \
+  --mix off,duty:100/1000 --block 10 --blocks 24 --gap 0.5 --steps-file "$OUT/phase.steps.gz" \
+  > "$OUT/phase.err" 2>&1
+say "GPT-2, 100 ms of every second, every step timed (duty_cost.py): $(python3 tests/bench/duty_cost.py "$OUT/phase.steps.gz")"
 tail -20 "$RT/profd.log" > "$OUT/profd.log.tail"
 kill $PROFD_PID 2>/dev/null
 rm -f "$TOKEN"
