@@ -1,6 +1,7 @@
 """What a duty-cycled flight recorder costs, from every step's start and end.
 
-  duty_cost.py STEPS_FILE          summary as JSON
+  duty_cost.py STEPS_FILE...       summary as JSON (of several runs: each, and the phase
+                                   reading of all their periods together)
   duty_cost.py --self-test         the estimator on simulated steps whose cost is known
 
 STEPS_FILE (gzip or text) has lines "step <start_ns> <end_ns> <cond>", CLOCK_REALTIME, in the
@@ -60,36 +61,47 @@ def bootstrap(values, stat, rng, n=2000):
     return [s[int(0.025 * n)], s[int(0.975 * n) - 1]]
 
 
-def window_excess(block, on_ms, period_ms, offset_ms):
-    """(excess ns, period ns) for every period of the block whose zone and baselines it covers.
-    offset_ms moves the zone (placebo)."""
+def periods(block, on_ms, period_ms, offset_ms):
+    """For every period of the block that holds the window's zone and both baselines: the
+    baseline's mean step (ns) and the steps from the left baseline to the right one, as
+    (start relative to the window's origin, duration, in the zone). offset_ms moves the window's
+    origin (placebo)."""
     ms = 1000000
     period = period_ms * ms
-    first, last = block[0][0], block[-1][0]
     zone = (-ZONE_BEFORE_MS * ms, (on_ms + ZONE_AFTER_MS) * ms)
-    left = (zone[0] - BASELINE_MS * ms, zone[0])
-    right = (zone[1], zone[1] + BASELINE_MS * ms)
-    out = []
-    k = -(-(first - left[0] - offset_ms * ms) // period)  # the first period whose baseline it has
+    left, right = zone[0] - BASELINE_MS * ms, zone[1] + BASELINE_MS * ms
+    k = -(-(block[0][0] - left - offset_ms * ms) // period)  # the first whose baseline it has
     i = 0
-    while True:
+    while k * period + offset_ms * ms + right <= block[-1][0]:
         origin = k * period + offset_ms * ms
-        if origin + right[1] > last:
-            break
-        while block[i][0] < origin + left[0]:
-            i += 1
-        base, inside = [], []
-        j = i
-        while j < len(block) and block[j][0] < origin + right[1]:
-            start, end = block[j]
-            rel = start - origin
-            (inside if zone[0] <= rel < zone[1] else base).append(end - start)
-            j += 1
-        if base and inside:
-            b = statistics.fmean(base)
-            out.append((sum(d - b for d in inside), period))
         k += 1
-    return out
+        while block[i][0] < origin + left:
+            i += 1
+        steps = []
+        for start, end in block[i:]:
+            if start >= origin + right:
+                break
+            steps.append((start - origin, end - start, zone[0] <= start - origin < zone[1]))
+        base = [d for _, d, in_zone in steps if not in_zone]
+        if base and len(base) < len(steps):
+            yield statistics.fmean(base), steps
+
+
+def window_excess(block, on_ms, period_ms, offset_ms):
+    """(excess ns, period ns) for every period: the zone's steps over the baseline."""
+    return [(sum(d - base for _, d, in_zone in steps if in_zone), period_ms * 1000000)
+            for base, steps in periods(block, on_ms, period_ms, offset_ms)]
+
+
+def profile(blocks, on_ms, period_ms):
+    """How much slower than their baseline steps are, by where they begin relative to the window
+    (50 ms bins, from the left baseline's start): where the cost lands."""
+    bins = {}
+    for _, block in blocks:
+        for base, steps in periods(block, on_ms, period_ms, 0):
+            for rel, d, _ in steps:
+                bins.setdefault(rel // 50000000 * 50, []).append(d / base - 1)
+    return {"%+d ms" % b: round(100 * statistics.fmean(v), 2) for b, v in sorted(bins.items())}
 
 
 def cost_pct(excess):
@@ -117,6 +129,7 @@ def phase_reading(blocks, rng):
             out[name] = {"periods": len(excess), "cost_pct": cost_pct(excess),
                          "cost_pct_95": bootstrap(excess, cost_pct, rng),
                          "ms_per_period": statistics.fmean(e for e, _ in excess) / 1e6}
+    out["profile_pct"] = profile(duty, on_ms, period_ms)
     return out
 
 
@@ -205,5 +218,10 @@ def self_test():
 if __name__ == "__main__":
     if sys.argv[1:] == ["--self-test"]:
         self_test()
-    else:
+    elif len(sys.argv) == 2:
         print(json.dumps(summarize(read_steps(sys.argv[1]))))
+    else:
+        runs = [read_steps(path) for path in sys.argv[1:]]
+        pooled = [b for steps in runs for b in blocks_of(steps)]
+        print(json.dumps({"runs": [summarize(steps) for steps in runs],
+                          "pooled_phase": phase_reading(pooled, random.Random(1))}))
