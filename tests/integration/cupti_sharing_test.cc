@@ -337,6 +337,35 @@ TEST_F(CuptiSharingTest, ADutyCycledRecorderStepsAsideInAndBetweenItsWindows) {
   EXPECT_TRUE(WaitFor(recording, absl::Seconds(5))) << HostLog();
 }
 
+TEST_F(CuptiSharingTest, NewSettingsForARecorderThatIsOnTakeEffectAtOnce) {
+  auto host = StartHost({"--recorder", "0/0"});  // on all the time
+  const pid_t pid = host->pid();
+  uint64_t since = 0;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return RecorderSays(pid, [&](const rapidjson::Value& r) {
+          since = std::stoull(r["covered_since_realtime_ns"].GetString());
+          return r["on"].GetBool() && !r["paused"].GetBool() && since > 0;
+        });
+      },
+      absl::Seconds(5)))
+      << profd_->log() << HostLog();
+  RunResult duty =
+      profd_->Profctl({"recorder", "on", "--pid", std::to_string(pid), "--duty", "30ms/100ms"});
+  ASSERT_EQ(duty.exit_code, 0) << duty.err;
+  // The session starts over with them: its ring covers from a later time, recording 30/100.
+  EXPECT_TRUE(WaitFor(
+      [&] {
+        return RecorderSays(pid, [&](const rapidjson::Value& r) {
+          return std::string(r["duty_on_ms"].GetString()) == "30" &&
+                 std::string(r["duty_period_ms"].GetString()) == "100" && !r["paused"].GetBool() &&
+                 std::stoull(r["covered_since_realtime_ns"].GetString()) > since;
+        });
+      },
+      absl::Seconds(5)))
+      << profd_->log() << HostLog();
+}
+
 TEST_F(CuptiSharingTest, SharingOffIsSaidLoudly) {
   std::vector<std::string> argv = {BuildPath("tests/integration/agent_host"),
                                    BuildPath("agent/libprofagent.so"),
