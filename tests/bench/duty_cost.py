@@ -27,6 +27,8 @@ import random
 import statistics
 import sys
 
+from overhead_report import bootstrap, paired
+
 ZONE_BEFORE_MS, ZONE_AFTER_MS, BASELINE_MS = 30, 120, 250
 
 
@@ -54,11 +56,6 @@ def blocks_of(steps):
 def duty_of(cond):
     on, period = cond.partition(":")[2].split("/")
     return int(on), int(period)
-
-
-def bootstrap(values, stat, rng, n=2000):
-    s = sorted(stat(rng.choices(values, k=len(values))) for _ in range(n))
-    return [s[int(0.025 * n)], s[int(0.975 * n) - 1]]
 
 
 def periods(block, on_ms, period_ms, offset_ms):
@@ -141,15 +138,9 @@ def block_reading(blocks, rng):
         values = [m for c, m in means if c == cond]
         out[cond] = {"blocks": len(values), "median_ms": statistics.median(values),
                      "min_ms": min(values), "max_ms": max(values)}
-    paired = []
-    for i, (cond, m) in enumerate(means):
-        near = [means[j][1] for j in (i - 1, i + 1)
-                if cond != "off" and 0 <= j < len(means) and means[j][0] == "off"]
-        if near:
-            paired.append(100.0 * (m / statistics.fmean(near) - 1))
-    if paired:
-        out["paired_pct"] = statistics.median(paired)
-        out["paired_pct_95"] = bootstrap(paired, statistics.median, rng)
+    for cond, rel in paired([(m, c) for c, m in means]).items():
+        out["paired_pct"] = statistics.median(rel)
+        out["paired_pct_95"] = bootstrap(rel, statistics.median, rng)
     return out
 
 
